@@ -1,0 +1,3 @@
+"""tilegen: YAML specs in, tested and benchmarked Triton kernels out."""
+
+__version__ = "0.1.0"

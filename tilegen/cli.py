@@ -1,0 +1,200 @@
+"""The `tilegen` command line. Exit codes: 0 success, 1 checks or tests failed, 2 bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from .build import (BuildError, compare_package, display_path, load_specs, render_package, spec_summary,
+                    write_package)
+from .errors import SpecFailure
+from .render import Renderer, TemplateError
+from .scaffold import SCAFFOLD_KINDS, scaffold_spec
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+DEFAULT_SPECS = "specs"
+DEFAULT_OUT = "generated"
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+def _guarded(debug: bool, action):
+    """Run `action`, turning expected failures into one-line messages (a traceback with --debug)."""
+    try:
+        return action()
+    except SpecFailure as exc:
+        for line in exc.log.lines():
+            click.echo(line, err=True)
+        count = len(exc.log.lines())
+        click.echo(f"tilegen: {count} error{'s' if count != 1 else ''}; nothing was written", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except (BuildError, TemplateError) as exc:
+        if debug:
+            traceback.print_exc()
+        _fail(f"tilegen: {exc}")
+    except OSError as exc:
+        if debug:
+            traceback.print_exc()
+        _fail(f"tilegen: {exc.filename or ''}: {exc.strerror or exc}")
+
+
+def _spec_paths(specs: tuple[str, ...]) -> list[Path]:
+    return [Path(s) for s in (specs or (DEFAULT_SPECS,))]
+
+
+def _root_for(out: Path) -> Path:
+    """The project root: the output folder's parent, so headers read specs/<op>.yaml from anywhere."""
+    return out.resolve().parent
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tilegen")
+def main() -> None:
+    """tilegen: YAML op specs in, tested Triton kernels out.
+
+    \b
+    Example:
+      tilegen build specs/ && python -c "from generated import matmul_relu"
+    """
+
+
+@main.command()
+@click.argument("specs", nargs=-1)
+@click.option("-o", "--out", default=DEFAULT_OUT, show_default=True, help="Folder of the generated package.")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 with a diff if the output is stale.")
+@click.option("--force", is_flag=True, help="Build even if the output holds files tilegen did not write (they are kept).")
+@click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
+def build(specs, out, check, force, debug):
+    """Validate SPECS (folders or files; default specs/) and render the package into OUT.
+
+    \b
+    Examples:
+      tilegen build specs/
+      tilegen build specs/ -o generated --check   # CI: fail if generated/ is stale
+    """
+    out_path = Path(out)
+    sources = _guarded(debug, lambda: load_specs(_spec_paths(specs), _root_for(out_path)))
+    files = _guarded(debug, lambda: render_package(sources, out_path, _root_for(out_path)))
+    if check:
+        stale = compare_package(files, out_path)
+        if stale.clean:
+            click.echo(f"{out}: up to date ({len(files)} files, {len(sources)} ops)")
+            return
+        if stale.diff:
+            click.echo(stale.diff, nl=False)
+        for label, names in (("missing", stale.missing), ("changed", stale.changed), ("not from specs", stale.extra)):
+            for name in names:
+                click.echo(f"{out}/{name}: {label}", err=True)
+        _fail(f"tilegen: {out} is stale; run `tilegen build` and commit the result", EXIT_FAILED)
+    _guarded(debug, lambda: write_package(files, out_path, force=force))
+    click.echo(f"{out}: wrote {len(files)} files for {len(sources)} ops ({', '.join(s.spec.op for s in sources)})")
+
+
+@main.command()
+@click.argument("specs", nargs=-1)
+@click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
+def check(specs, debug):
+    """Validate SPECS without writing anything.
+
+    \b
+    Example:
+      tilegen check specs/ specs/extra.yaml
+    """
+    sources = _guarded(debug, lambda: load_specs(_spec_paths(specs)))
+    click.echo(f"{len(sources)} spec{'s' if len(sources) != 1 else ''} OK")
+
+
+@main.command()
+@click.argument("spec")
+@click.option("--tests", is_flag=True, help="Print the op's generated tests instead of its module.")
+@click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
+def render(spec, tests, debug):
+    """Print the module generated for one SPEC file.
+
+    \b
+    Example:
+      tilegen render specs/matmul_relu.yaml | less
+    """
+    sources = _guarded(debug, lambda: load_specs([Path(spec)]))
+    renderer = Renderer(package=DEFAULT_OUT)
+    text = _guarded(debug, lambda: renderer.op_test(sources[0]) if tests else renderer.op_module(sources[0]))
+    click.echo(text, nl=False)
+
+
+@main.command(name="list")
+@click.argument("specs", nargs=-1)
+@click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
+def list_ops(specs, debug):
+    """List the ops defined by SPECS (default specs/).
+
+    \b
+    Example:
+      tilegen list
+    """
+    sources = _guarded(debug, lambda: load_specs(_spec_paths(specs)))
+    for source in sorted(sources, key=lambda s: s.spec.op):
+        click.echo(f"{spec_summary(source.spec)}  {source.display}")
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("ops", nargs=-1)
+@click.option("-o", "--out", default=DEFAULT_OUT, show_default=True, help="Folder of the generated package.")
+@click.option("--pytest-args", default="", help="Extra arguments for pytest, as one string.")
+def test(ops, out, pytest_args):
+    """Run the generated tests of OPS (default: every op).
+
+    Without a CUDA GPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors.
+
+    \b
+    Examples:
+      tilegen test
+      tilegen test add matmul_relu --pytest-args "-x -q"
+    """
+    tests_dir = Path(out) / "tests"
+    if not tests_dir.is_dir():
+        _fail(f"tilegen: {tests_dir}: no generated tests; run `tilegen build` first")
+    targets = []
+    for op in ops:
+        path = tests_dir / f"test_{op}.py"
+        if not path.is_file():
+            known = sorted(p.stem[5:] for p in tests_dir.glob("test_*.py"))
+            _fail(f"tilegen: unknown op {op!r} (generated ops: {', '.join(known) or 'none'})")
+        targets.append(str(path))
+    env = dict(os.environ)
+    command = [sys.executable, "-m", "pytest", *(targets or [str(tests_dir)]), *pytest_args.split()]
+    code = subprocess.call(command, env=env, cwd=str(Path(out).resolve().parent))
+    sys.exit(0 if code == 0 else EXIT_FAILED if code in (1, 5) else EXIT_BAD_INPUT)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--kind", type=click.Choice(SCAFFOLD_KINDS), default="elementwise", show_default=True)
+@click.option("--specs", "specs_dir", default=DEFAULT_SPECS, show_default=True, help="Folder to write the spec into.")
+def new(name, kind, specs_dir):
+    """Write a starting spec specs/NAME.yaml of the given kind.
+
+    \b
+    Example:
+      tilegen new scaled_silu --kind elementwise && tilegen build specs/
+    """
+    target = Path(specs_dir) / f"{name}.yaml"
+    text = _guarded(False, lambda: scaffold_spec(name, kind))
+    if target.exists():
+        _fail(f"tilegen: {target}: already exists; not overwritten")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    _guarded(False, lambda: load_specs([target]))
+    click.echo(f"wrote {display_path(target, Path.cwd())}; edit it, then run `tilegen build`")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,39 @@
+"""The dtypes a spec may name, and how each is spelled in PyTorch and Triton."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    torch: str
+    triton: str
+    itemsize: int
+
+
+DTYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("float16", "torch.float16", "tl.float16", 2),
+        DType("bfloat16", "torch.bfloat16", "tl.bfloat16", 2),
+        DType("float32", "torch.float32", "tl.float32", 4),
+        DType("float64", "torch.float64", "tl.float64", 8),
+    )
+}
+
+# Matmul inputs go through tl.dot, which has no float64 path on tensor cores.
+MATMUL_DTYPES = ("float16", "bfloat16", "float32")
+ACCUMULATE_DTYPES = ("float32",)
+PRECISIONS = ("ieee", "tf32", "tf32x3")
+
+
+def wider(a: str, b: str) -> str:
+    """The more precise of two float dtypes (bfloat16 and float16 both widen to float32)."""
+    if a == b:
+        return a
+    rank = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+    if rank[a] == rank[b]:
+        return "float32"
+    return a if rank[a] > rank[b] else b

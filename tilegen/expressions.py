@@ -1,0 +1,210 @@
+"""The spec expression language: parsed with `ast`, checked node by node, re-emitted.
+
+An expression is untrusted text. It is parsed, every node is checked against a
+closed allow-list, and two programs are emitted from the checked tree with
+`ast.unparse`: Triton code for the kernel and PyTorch code for the test oracle.
+The raw string never reaches a template.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Callable
+
+MAX_EXPRESSION_CHARS = 2000
+MAX_NODES = 400
+MAX_DEPTH = 40
+MAX_LITERAL = 1e30
+INTEGER_POWERS = range(1, 9)
+
+
+@dataclass(frozen=True)
+class Function:
+    """One callable of the language: its arity and how it lowers to Triton and to PyTorch."""
+
+    arity: int
+    triton: str  # a format string over {0}, {1}, ... (already-emitted argument source)
+    torch: str
+
+
+# Each lowering reads like the code it emits; `{0}` is the first argument.
+FUNCTIONS: dict[str, Function] = {
+    "where": Function(3, "tl.where({0}, {1}, {2})", "torch.where({0}, {1}, {2})"),
+    "maximum": Function(2, "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+                        "torch.maximum({0}, torch.as_tensor({1}, dtype=torch.float64))"),
+    "minimum": Function(2, "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
+                        "torch.minimum({0}, torch.as_tensor({1}, dtype=torch.float64))"),
+    "abs": Function(1, "tl.abs({0})", "torch.abs({0})"),
+    "exp": Function(1, "tl.exp({0})", "torch.exp({0})"),
+    "log": Function(1, "tl.log({0})", "torch.log({0})"),
+    "sqrt": Function(1, "tl.sqrt({0})", "torch.sqrt({0})"),
+    "rsqrt": Function(1, "tl.rsqrt({0})", "torch.rsqrt({0})"),
+    "sin": Function(1, "tl.sin({0})", "torch.sin({0})"),
+    "cos": Function(1, "tl.cos({0})", "torch.cos({0})"),
+    "erf": Function(1, "tl.erf({0})", "torch.erf({0})"),
+    "sigmoid": Function(1, "tl.sigmoid({0})", "torch.sigmoid({0})"),
+    # tanh(x) = 2 * sigmoid(2x) - 1: portable across Triton backends and the interpreter.
+    "tanh": Function(1, "(2.0 * tl.sigmoid(2.0 * ({0})) - 1.0)", "torch.tanh({0})"),
+    # relu keeps NaN, as torch.relu does (a plain `x > 0` test would turn NaN into 0).
+    "relu": Function(1, "tl.where(({0}) != ({0}), ({0}), tl.where(({0}) > 0, ({0}), 0.0))",
+                     "torch.relu({0})"),
+    "silu": Function(1, "(({0}) * tl.sigmoid({0}))", "torch.nn.functional.silu({0})"),
+    # The exact (erf) GELU, PyTorch's default.
+    "gelu": Function(1, "(0.5 * ({0}) * (1.0 + tl.erf(({0}) * 0.7071067811865476)))",
+                     "torch.nn.functional.gelu({0})"),
+}
+
+_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
+_COMPARE = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
+_ALLOWED = ("numbers, declared names, + - * / ** (integer power 1..8), unary -, "
+            "one comparison as the first argument of where(), and calls to "
+            + ", ".join(sorted(FUNCTIONS)))
+
+
+class ExpressionError(ValueError):
+    """A rejected expression; `allowed` says what the language accepts."""
+
+    def __init__(self, message: str, allowed: str = _ALLOWED):
+        super().__init__(message)
+        self.message = message
+        self.allowed = allowed
+
+
+@dataclass(frozen=True)
+class Expression:
+    """A checked expression: the names it reads, and its two emitted forms."""
+
+    source: str
+    tree: ast.Expression
+    names: tuple[str, ...]
+
+    def to_triton(self, rename: Callable[[str], str] = str) -> str:
+        return _Emitter(rename, "triton").emit(self.tree.body)
+
+    def to_torch(self, rename: Callable[[str], str] = str) -> str:
+        return _Emitter(rename, "torch").emit(self.tree.body)
+
+
+def parse_expression(source: object, names: set[str]) -> Expression:
+    """Parse and check `source`; `names` are the identifiers it may read."""
+    if isinstance(source, bool) or not isinstance(source, (str, int, float)):
+        raise ExpressionError(f"expected an expression string, got {type(source).__name__}")
+    text = str(source)
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise ExpressionError(f"expression is {len(text)} characters long",
+                              f"at most {MAX_EXPRESSION_CHARS}")
+    if not text.strip():
+        raise ExpressionError("expression is empty")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ExpressionError(f"invalid syntax: {exc.msg}") from None
+    except (RecursionError, MemoryError, ValueError):
+        raise ExpressionError("expression is nested too deeply", f"at most {MAX_DEPTH} levels") from None
+    checker = _Checker(names)
+    checker.check(tree.body, depth=0, in_condition=False)
+    return Expression(text, tree, tuple(sorted(checker.used)))
+
+
+class _Checker:
+    def __init__(self, names: set[str]):
+        self.names = names
+        self.used: set[str] = set()
+        self.count = 0
+
+    def check(self, node: ast.AST, depth: int, in_condition: bool) -> None:
+        self.count += 1
+        if self.count > MAX_NODES:
+            raise ExpressionError(f"expression has more than {MAX_NODES} nodes")
+        if depth > MAX_DEPTH:
+            raise ExpressionError("expression is nested too deeply", f"at most {MAX_DEPTH} levels")
+        if isinstance(node, ast.Constant):
+            value = node.value
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ExpressionError(f"literal {value!r} is not a number")
+            if abs(value) > MAX_LITERAL or value != value:
+                raise ExpressionError(f"literal {value!r} is out of range", f"|x| <= {MAX_LITERAL:g}")
+            return
+        if isinstance(node, ast.Name):
+            if node.id.startswith("_"):
+                raise ExpressionError(f"name {node.id!r} is not allowed (underscore names are reserved)")
+            if node.id not in self.names:
+                known = ", ".join(sorted(self.names)) or "none"
+                raise ExpressionError(f"unknown name {node.id!r}", f"declared names: {known}")
+            self.used.add(node.id)
+            return
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            self.check(node.operand, depth + 1, False)
+            return
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            if isinstance(node.op, ast.Pow):
+                exponent = node.right
+                if not (isinstance(exponent, ast.Constant) and type(exponent.value) is int
+                        and exponent.value in INTEGER_POWERS):
+                    raise ExpressionError("the exponent of ** must be an integer literal from 1 to 8",
+                                          "use sqrt() or exp()/log() for other powers")
+            self.check(node.left, depth + 1, False)
+            self.check(node.right, depth + 1, False)
+            return
+        if isinstance(node, ast.Compare):
+            if not in_condition:
+                raise ExpressionError("a comparison may only be the first argument of where()")
+            if len(node.ops) != 1 or type(node.ops[0]) not in _COMPARE:
+                raise ExpressionError("use one comparison (a > b), not a chain")
+            self.check(node.left, depth + 1, False)
+            self.check(node.comparators[0], depth + 1, False)
+            return
+        if isinstance(node, ast.Call):
+            func = node.func
+            if not isinstance(func, ast.Name):
+                raise ExpressionError("only plain function calls are allowed")
+            if func.id not in FUNCTIONS:
+                raise ExpressionError(f"function {func.id!r} is not allowed")
+            if node.keywords:
+                raise ExpressionError(f"{func.id}() takes no keyword arguments")
+            spec = FUNCTIONS[func.id]
+            if len(node.args) != spec.arity:
+                raise ExpressionError(f"{func.id}() takes {spec.arity} argument(s), got {len(node.args)}")
+            for index, arg in enumerate(node.args):
+                if isinstance(arg, ast.Starred):
+                    raise ExpressionError("starred arguments are not allowed")
+                self.check(arg, depth + 1, in_condition=(func.id == "where" and index == 0))
+            return
+        raise ExpressionError(f"{type(node).__name__} is not allowed")
+
+
+class _Emitter:
+    """Emits checked trees; only node kinds the checker accepted can reach it."""
+
+    def __init__(self, rename: Callable[[str], str], target: str):
+        self.rename = rename
+        self.target = target
+
+    def emit(self, node: ast.AST) -> str:
+        if isinstance(node, ast.Constant):
+            value = node.value
+            # Float literals keep float math in fp32 kernels and float64 oracles alike.
+            return repr(float(value)) if self.target == "torch" or isinstance(value, float) else repr(value)
+        if isinstance(node, ast.Name):
+            return self.rename(node.id)
+        if isinstance(node, ast.UnaryOp):
+            operand = self.emit(node.operand)
+            return f"(-{operand})" if isinstance(node.op, ast.USub) else operand
+        if isinstance(node, ast.BinOp):
+            left, right = self.emit(node.left), self.emit(node.right)
+            if isinstance(node.op, ast.Pow):
+                return "(" + " * ".join([f"({left})"] * node.right.value) + ")"
+            return f"({left} {_BINARY[type(node.op)]} {right})"
+        if isinstance(node, ast.Compare):
+            return f"({self.emit(node.left)} {_COMPARE[type(node.ops[0])]} {self.emit(node.comparators[0])})"
+        if isinstance(node, ast.Call):
+            spec = FUNCTIONS[node.func.id]
+            template = spec.triton if self.target == "triton" else spec.torch
+            return template.format(*(self.emit(arg) for arg in node.args))
+        raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
+
+
+def tidy(source: str) -> str:
+    """Re-emit generated source through `ast.unparse` so it is canonical and minimal."""
+    return ast.unparse(ast.parse(source, mode="eval"))

@@ -1,0 +1,248 @@
+"""Compute everything a template needs from a `Spec`: names, index math, checks, configs.
+
+Templates only place these strings; every decision about the generated code is made here,
+in Python, where it can be read and tested.
+"""
+
+from __future__ import annotations
+
+from .dtypes import DTYPES
+from .expressions import tidy
+from .spec import Spec, TensorSpec
+
+
+def _py_string(text: str) -> str:
+    """Escape `text` for a triple-quoted docstring."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _dtype_constant(source: str) -> str:
+    return f"_{source.upper()}_DTYPES"
+
+
+def _dtype_groups(spec: Spec) -> list[dict]:
+    groups = {}
+    for tensor in spec.inputs + spec.outputs:
+        if tensor.dtype_source not in groups and tensor.dtype_source == tensor.name and tensor in spec.inputs:
+            groups[tensor.name] = dict(
+                constant=_dtype_constant(tensor.name),
+                torch_dtypes="".join(f"{DTYPES[d].torch}, " for d in tensor.dtypes).rstrip(" "),
+            )
+    return [groups[k] for k in sorted(groups)]
+
+
+def _input_checks(spec: Spec, ndims: dict[str, int | None]) -> list[str]:
+    op = repr(spec.op).replace("'", '"')
+    lines = []
+    for tensor in spec.inputs:
+        ndim = ndims.get(tensor.name)
+        source = tensor.dtype_source if tensor.dtype_source in {t.name for t in spec.inputs} else tensor.name
+        constant = _dtype_constant(source) if source == tensor.dtype_source else None
+        suffix = f", ndim={ndim}" if ndim is not None else ""
+        if constant and source == tensor.name:
+            lines.append(f'rt.check_tensor({op}, "{tensor.name}", {tensor.name}, {constant}{suffix})')
+        else:
+            lines.append(f'rt.check_tensor({op}, "{tensor.name}", {tensor.name}, {_dtype_constant(source)}{suffix})')
+            lines.append(f'rt.check_same_dtype({op}, "{tensor.name}", {tensor.name}, "{source}", {source})')
+    pairs = ", ".join(f'("{t.name}", {t.name})' for t in spec.inputs)
+    if len(spec.inputs) > 1:
+        lines.append(f"rt.check_same_device({op}, [{pairs}])")
+    for scalar in spec.scalars:
+        lines.append(f'rt.check_scalar({op}, "{scalar.name}", {scalar.name}, "{scalar.type}")')
+    return lines
+
+
+def _signature(spec: Spec) -> str:
+    parts = [t.name for t in spec.inputs]
+    keyword_only = []
+    for scalar in spec.scalars:
+        keyword_only.append(scalar.name if scalar.default is None else f"{scalar.name}={scalar.default!r}")
+    keyword_only.append("out=None")
+    return ", ".join(parts + ["*"] + keyword_only)
+
+
+def _arg_docs(spec: Spec) -> list[str]:
+    lines = ["Args:"]
+    for tensor in spec.inputs:
+        shape = f"[{', '.join(tensor.shape)}]" if tensor.shape else "any shape, the same for every input"
+        dtypes = ", ".join(tensor.dtypes)
+        same = f" (same dtype as {tensor.dtype_source})" if tensor.dtype_source != tensor.name else ""
+        lines.append(f"    {tensor.name}: tensor {shape}, {dtypes}{same}.")
+    for scalar in spec.scalars:
+        default = "required" if scalar.default is None else f"default {scalar.default!r}"
+        lines.append(f"    {scalar.name}: {scalar.type} scalar, {default}.")
+    names = ", ".join(t.name for t in spec.outputs)
+    if len(spec.outputs) == 1:
+        lines.append(f"    out: optional tensor to write {names} into.")
+    else:
+        lines.append(f"    out: optional tuple of tensors to write ({names}) into.")
+    lines.append("Returns:")
+    lines.append(f"    {names}" + (" (a tuple, in spec order)." if len(spec.outputs) > 1 else "."))
+    return lines
+
+
+def _output_context(spec: Spec, value_of) -> tuple[list[dict], list[str], str]:
+    """Per-output allocation info, the lines that unpack `out=`, and the return expression."""
+    outputs, prelude = [], []
+    single = len(spec.outputs) == 1
+    if not single:
+        names = ", ".join(f"{t.name}_out" for t in spec.outputs)
+        prelude.append(f'{names} = rt.split_out("{spec.op}", out, {len(spec.outputs)})')
+    for index, tensor in enumerate(spec.outputs):
+        if tensor.dtype_source == tensor.name:
+            dtype_expr = DTYPES[tensor.dtypes[0]].torch
+        else:
+            dtype_expr = f"{tensor.dtype_source}.dtype"
+        outputs.append(dict(
+            name=tensor.name,
+            arg="out" if single else f"{tensor.name}_out",
+            arg_name="out" if single else f"out[{index}]",
+            dtype_expr=dtype_expr,
+            value=value_of(tensor.name),
+            index_suffix="" if single else f"[{index}]",
+        ))
+    result = spec.outputs[0].name if single else "(" + ", ".join(t.name for t in spec.outputs) + ",)"
+    return outputs, prelude, result
+
+
+def _common(spec: Spec, header: str) -> dict:
+    return dict(
+        header=header,
+        op=spec.op,
+        doc_escaped=_py_string(spec.doc),
+        dtype_groups=_dtype_groups(spec),
+        signature=_signature(spec),
+        arg_docs=_arg_docs(spec),
+        config_mode=spec.configs.mode,
+        scalar_params=", ".join(s.name for s in spec.scalars),
+        scalar_args="(" + "".join(f"{s.name}, " for s in spec.scalars).rstrip(" ") + ")",
+        input_pairs="[" + ", ".join(f'("{t.name}", {t.name})' for t in spec.inputs) + "]",
+    )
+
+
+def _fixed_or(spec: Spec, name: str, candidates):
+    fixed = dict(spec.configs.fixed)
+    return [fixed[name]] if name in fixed else list(candidates)
+
+
+def elementwise_context(spec: Spec, header: str) -> dict:
+    tile = spec.tiles[0]
+    exact = spec.mask(tile.axis) == "never"
+    inputs = [t.name for t in spec.inputs]
+    outputs = [t.name for t in spec.outputs]
+    ctx = _common(spec, header)
+    blocks = _fixed_or(spec, tile.block, tile.sizes)
+    warps = _fixed_or(spec, "num_warps", spec.configs.num_warps)
+    outs, prelude, result = _output_context(spec, lambda name: name)
+    checks = _input_checks(spec, {})
+    for name in inputs[1:]:
+        checks.append(f'rt.check_same_shape("{spec.op}", "{name}", {name}, "{inputs[0]}", {inputs[0]})')
+    if exact:
+        checks.append(f'rt.check_divisible("{spec.op}", "{tile.axis}", {inputs[0]}.numel(), '
+                      f'{min(blocks)}, "{tile.block}")')
+    scalars = [s.name for s in spec.scalars]
+    math_lines = [f"{name} = {tidy(expr.to_triton())}" for name, expr in spec.body]
+    compute_floor = spec.compute or "float32"
+    ctx.update(
+        block=tile.block,
+        candidates=f"rt.elementwise_candidates({blocks}, {warps}, exact={exact})",
+        input_names=inputs,
+        output_names=outputs,
+        tensor_names=inputs + outputs,
+        pointer_params=", ".join(f"{n}_ptr" for n in inputs + outputs),
+        math_params=", ".join(inputs + scalars),
+        math_args=", ".join(inputs + scalars),
+        math_lines=math_lines,
+        outputs=outs,
+        checks=checks + prelude,
+        first_input=inputs[0],
+        result=result,
+        key_expr=f"{inputs[0]}.numel()" if exact else f"rt.bucket({inputs[0]}.numel())",
+        contiguous_call=", ".join([f"{n}.contiguous()" for n in inputs] + [f"{s}={s}" for s in scalars]),
+        compute_floor=compute_floor,
+    )
+    return ctx
+
+
+def matmul_context(spec: Spec, header: str) -> dict:
+    a, b = _operands(spec)
+    m, k = a.shape
+    n = b.shape[1]
+    extras = [t for t in spec.inputs if t not in (a, b)]
+    ctx = _common(spec, header)
+    ndims = {t.name: len(t.shape) for t in spec.inputs}
+    checks = _input_checks(spec, ndims)
+    checks.append(f"{m}, {k} = {a.name}.shape")
+    checks.append(f"{n} = {b.name}.shape[1]")
+    checks.append(f'rt.check_dim("{spec.op}", "{b.name}", {b.name}, 0, {k}, "{k}")')
+    sizes = {m: m, n: n}
+    for extra in extras:
+        for dim, axis in enumerate(extra.shape):
+            checks.append(f'rt.check_dim("{spec.op}", "{extra.name}", {extra.name}, {dim}, {sizes[axis]}, "{axis}")')
+    tiles = {t.axis: t for t in spec.tiles}
+    bm, bn, bk = tiles[m], tiles[n], tiles[k]
+    policies = [spec.mask(m), spec.mask(n), spec.mask(k)]
+    for axis, tile, policy in zip((m, n, k), (bm, bn, bk), policies):
+        if policy == "never":
+            checks.append(f'rt.check_divisible("{spec.op}", "{axis}", {axis}, {min(tile.sizes)}, "{tile.block}")')
+    outs, prelude, result = _output_context(spec, lambda name: name)
+    tensor_names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
+    stride_params = ", ".join(
+        f"stride_{t.name}_{d}" for t in list(spec.inputs) + list(spec.outputs) for d in range(len(t.shape)))
+    acc_dtype = DTYPES[spec.accumulate].triton
+    key_parts = [axis if policy == "never" else f"rt.bucket({axis})" for axis, policy in zip((m, n, k), policies)]
+    candidates = (
+        "rt.matmul_candidates("
+        f"{_fixed_or(spec, bm.block, bm.sizes)}, {_fixed_or(spec, bn.block, bn.sizes)}, "
+        f"{_fixed_or(spec, bk.block, bk.sizes)}, {_fixed_or(spec, 'num_warps', spec.configs.num_warps)}, "
+        f"{_fixed_or(spec, 'num_stages', spec.configs.num_stages)}, "
+        f"exact=({', '.join(str(p == 'never') for p in policies)}))"
+    )
+    mask_exprs = []
+    for axis, block, policy in zip(("M", "N", "K"), ("bm", "bn", "bk"), policies):
+        mask_exprs.append({"always": "True", "never": "False", "auto": f"{axis} % {block} != 0"}[policy])
+    ctx.update(
+        a=a.name, b=b.name, m=m, n=n, k=k,
+        bm=bm.block, bn=bn.block, bk=bk.block,
+        a_stride_m=f"stride_{a.name}_0", a_stride_k=f"stride_{a.name}_1",
+        b_stride_k=f"stride_{b.name}_0", b_stride_n=f"stride_{b.name}_1",
+        pointer_params=", ".join(f"{name}_ptr" for name in tensor_names),
+        stride_params=stride_params,
+        acc_dtype=acc_dtype,
+        dot_options=_dot_options(spec, a),
+        extras=[_extra_load(t, m, n) for t in extras],
+        epilogue_lines=[f"{name} = {tidy(expr.to_triton())}" for name, expr in spec.body],
+        outputs=outs,
+        checks=checks + prelude,
+        result=result,
+        tensor_names=tensor_names,
+        key_expr=", ".join(key_parts),
+        candidates=candidates,
+        heuristic="rt.matmul_heuristic",
+        group_m=spec.group_m,
+        mask_m=mask_exprs[0], mask_n=mask_exprs[1], mask_k=mask_exprs[2],
+    )
+    return ctx
+
+
+def _dot_options(spec: Spec, a: TensorSpec) -> str:
+    # Triton's default for float32 dots is tf32; PyTorch's is full precision. Follow the spec.
+    return f', input_precision="{spec.precision}"'
+
+
+def _extra_load(tensor: TensorSpec, m: str, n: str) -> dict:
+    name = tensor.name
+    if tensor.shape == (m, n):
+        pointer = f"{name}_ptr + offs_m[:, None] * stride_{name}_0 + offs_n[None, :] * stride_{name}_1"
+        return dict(name=name, pointer=pointer, mask="mask", broadcast="")
+    if tensor.shape == (n,):
+        return dict(name=name, pointer=f"{name}_ptr + offs_n * stride_{name}_0",
+                    mask="offs_n < N if MASK_N else None", broadcast="[None, :]")
+    return dict(name=name, pointer=f"{name}_ptr + offs_m * stride_{name}_0",
+                mask="offs_m < M if MASK_M else None", broadcast="[:, None]")
+
+
+def _operands(spec: Spec) -> tuple[TensorSpec, TensorSpec]:
+    out_axes = set(spec.outputs[0].shape)
+    a, b = (t for t in spec.inputs if set(t.shape) - out_axes)
+    return a, b

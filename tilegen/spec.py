@@ -1,0 +1,70 @@
+"""The validated, immutable model of one spec; everything downstream reads only this."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .expressions import Expression
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtypes: tuple[str, ...]          # accepted dtypes, after resolving references
+    dtype_source: str                # the input whose dtype this one follows (itself for a root)
+    shape: tuple[str, ...] | None    # axis symbols, or None for "any rank" (elementwise)
+
+
+@dataclass(frozen=True)
+class ScalarSpec:
+    name: str
+    type: str                        # "float" or "int"
+    default: float | int | None
+
+
+@dataclass(frozen=True)
+class TileSpec:
+    axis: str
+    block: str
+    sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ConfigPolicy:
+    mode: str                                    # "auto", "autotune" or "fixed"
+    key: tuple[str, ...] = ()                    # autotune: axes whose bucket keys the cache
+    fixed: tuple[tuple[str, int], ...] = ()      # fixed: block name / num_warps / num_stages -> value
+    num_warps: tuple[int, ...] = ()
+    num_stages: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: str
+    op: str
+    kind: str
+    doc: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    scalars: tuple[ScalarSpec, ...]
+    body: tuple[tuple[str, Expression], ...]     # compute (elementwise) or epilogue (matmul)
+    accumulate: str
+    compute: str | None
+    precision: str
+    tiles: tuple[TileSpec, ...]
+    masks: tuple[tuple[str, str], ...]
+    group_m: int
+    configs: ConfigPolicy
+    test_shapes: tuple[tuple[int, ...], ...] = ()
+    bench_shapes: tuple[tuple[int, ...], ...] = ()
+    reference: tuple[tuple[str, Expression], ...] = field(default=())
+    source_text: str = ""
+
+    def tile(self, axis: str) -> TileSpec:
+        return next(t for t in self.tiles if t.axis == axis)
+
+    def mask(self, axis: str) -> str:
+        return dict(self.masks)[axis]
+
+    def input(self, name: str) -> TensorSpec:
+        return next(t for t in self.inputs if t.name == name)

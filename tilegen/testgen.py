@@ -1,0 +1,146 @@
+"""Plan the generated tests of one op: shapes, dtypes, oracle code and bad-argument cases.
+
+The oracle is derived from the spec's own expressions (or its `reference`), emitted as
+PyTorch code that runs in float64 on the CPU, independent of the Triton kernel.
+"""
+
+from __future__ import annotations
+
+from .dtypes import DTYPES
+from .expressions import tidy
+from .spec import Spec
+
+# Functions whose inputs the tests keep positive, so the oracle is not mostly NaN.
+_POSITIVE_DOMAIN = ("log", "sqrt", "rsqrt")
+
+
+def _dtype_exprs(spec: Spec, tensors) -> list[str]:
+    root = spec.inputs[0].dtype_source
+    out = []
+    for tensor in tensors:
+        if tensor.dtype_source == root:
+            out.append("dtype")
+        else:
+            out.append(DTYPES[spec.input(tensor.dtype_source).dtypes[0] if tensor.dtype_source in
+                              {t.name for t in spec.inputs} else tensor.dtypes[0]].torch)
+    return out
+
+
+def _oracle(spec: Spec) -> tuple[list[str], str]:
+    expressions = dict(spec.body)
+    expressions.update(dict(spec.reference))
+    lines = [f"{name} = {tidy(expressions[t.name].to_torch())}"
+             for t in spec.outputs for name in [t.name]]
+    names = [t.name for t in spec.outputs]
+    # A result that does not depend on any tensor (a constant) still needs the output's shape.
+    result = names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)"
+    return lines, result
+
+
+def _scalar_test_value(scalar) -> str:
+    if scalar.type == "int":
+        return repr((scalar.default or 0) + 3)
+    return repr(round((scalar.default if scalar.default is not None else 0.0) * 0.5 + 0.75, 6))
+
+
+def _common(spec: Spec, header: str, package: str) -> dict:
+    lines, result = _oracle(spec)
+    scalars = [s for s in spec.scalars]
+    followers = [t.name for t in spec.inputs[1:] if t.dtype_source == spec.inputs[0].dtype_source]
+    return dict(
+        header=header, package=package, op=spec.op,
+        dtypes_literal=", ".join(DTYPES[d].torch for d in spec.inputs[0].dtypes),
+        first_dtype=DTYPES[spec.inputs[0].dtypes[0]].torch,
+        input_names=[t.name for t in spec.inputs],
+        input_dtype_exprs=_dtype_exprs(spec, spec.inputs),
+        output_dtype_exprs=_dtype_exprs(spec, spec.outputs),
+        reference_params=", ".join([t.name for t in spec.inputs] + [
+            f"{s.name}={s.default!r}" if s.default is not None else f"{s.name}={_scalar_test_value(s)}"
+            for s in scalars]),
+        reference_lines=lines,
+        reference_result=result,
+        single_output=len(spec.outputs) == 1,
+        as_tuple_got="(got,)" if len(spec.outputs) == 1 else "got",
+        as_tuple_want="(want,)" if len(spec.outputs) == 1 else "want",
+        scalars=[dict(name=s.name, type=s.type) for s in scalars],
+        scalar_values=", ".join(f'"{s.name}": {_scalar_test_value(s)}' for s in scalars),
+        follower=followers[0] if followers else "",
+        positive=any(name in _POSITIVE_DOMAIN for _, e in spec.body for name in _called(e)),
+    )
+
+
+def _called(expression) -> set[str]:
+    import ast
+
+    return {node.func.id for node in ast.walk(expression.tree) if isinstance(node, ast.Call)}
+
+
+def _shape_literal(shapes) -> str:
+    return ", ".join(repr(tuple(s)) for s in shapes)
+
+
+def elementwise_test_context(spec: Spec, header: str, package: str) -> dict:
+    ctx = _common(spec, header, package)
+    tile = spec.tiles[0]
+    never = spec.mask(tile.axis) == "never"
+    if never:
+        big = max(tile.sizes)
+        shapes = [(4 * big,), (big,), (2, big), (3, 2, big)]
+        ctx.update(layout_shape=(4, big), nan_shape=(big,), out_shape=(big, 2), out_shape_t=(2, big),
+                   scalar_shape=(2 * big,), config_shape=(3 * big,), config_numel=3 * big, bad_shape=(big,),
+                   never_mask=dict(axis=tile.axis, bad_size=big + 1))
+    else:
+        shapes = [(1 << 16,), (1,), (1000,), (127, 65), (3, 5, 7, 11)]
+        ctx.update(layout_shape=(37, 129), nan_shape=(257,), out_shape=(100, 3), out_shape_t=(3, 100),
+                   scalar_shape=(1000,), config_shape=(3001,), config_numel=3001, bad_shape=(8,),
+                   never_mask=None)
+    shapes += [s for s in spec.test_shapes if s not in shapes]
+    ctx["shapes_literal"] = _shape_literal(shapes)
+    return ctx
+
+
+def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
+    from .lowering import _operands
+
+    ctx = _common(spec, header, package)
+    a, b = _operands(spec)
+    m, k = a.shape
+    n = b.shape[1]
+    extras = [t for t in spec.inputs if t not in (a, b)]
+    tiles = {t.axis: t for t in spec.tiles}
+    never = {axis: spec.mask(axis) == "never" for axis in (m, n, k)}
+    unit = {axis: max(tiles[axis].sizes) if never[axis] else 1 for axis in (m, n, k)}
+
+    def fit(mm, nn, kk):
+        # Round each size up to the block where the spec says masks: never.
+        return tuple(-(-v // unit[axis]) * unit[axis] if v else 0 for v, axis in zip((mm, nn, kk), (m, n, k)))
+
+    shapes = [fit(*s) for s in [(256, 256, 256), (1, 1, 1), (127, 65, 129), (33, 200, 17), (200, 16, 300),
+                                (64, 64, 64)]]
+    shapes += [s for s in spec.test_shapes if s not in shapes]
+    empty = [fit(*s) for s in [(0, 32, 16), (32, 0, 16)]]
+    if not never[k]:
+        empty.append(fit(32, 16, 0))
+    never_axes = [dict(axis=axis, bad=fit(64, 64, 64)[i] + 1, index=i) for i, axis in enumerate((m, n, k))
+                  if never[axis]]
+    ctx.update(
+        a=a.name, b=b.name, m=m, n=n, k=k,
+        extras=[dict(name=t.name, shape_expr=_extra_shape(t.shape, m, n)) for t in extras],
+        shapes_literal=_shape_literal(dict.fromkeys(shapes)),
+        empty_literal=_shape_literal(empty),
+        odd_shape=fit(127, 65, 129),
+        never_axes=never_axes,
+        precision_key=f'"{spec.precision}" if dtype == torch.float32 else dtype'
+        if spec.precision != "ieee" else "dtype",
+    )
+    return ctx
+
+
+def _extra_shape(shape, m, n) -> str:
+    return "(" + "".join(f"{'mm' if axis == m else 'nn'}, " for axis in shape).rstrip(" ") + ")"
+
+
+def test_context(spec: Spec, header: str, package: str) -> dict:
+    if spec.kind == "matmul":
+        return matmul_test_context(spec, header, package)
+    return elementwise_test_context(spec, header, package)

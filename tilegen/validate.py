@@ -1,0 +1,612 @@
+"""Turn a parsed spec document into a `Spec`, reporting every problem found.
+
+Validation never stops at the first error: each section is checked on its own
+so that one run tells the author everything that is wrong with the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import keyword
+import re
+
+from .dtypes import ACCUMULATE_DTYPES, DTYPES, MATMUL_DTYPES, PRECISIONS
+from .errors import ErrorLog
+from .expressions import Expression, ExpressionError, parse_expression
+from .spec import ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec
+from .yaml_source import Document
+
+KINDS = ("elementwise", "matmul")
+MASK_POLICIES = ("always", "never", "auto")
+CONFIG_MODES = ("auto", "autotune", "fixed")
+ORDERS = ("grouped", "row_major")
+LAUNCHES = ("tiled",)
+TOP_LEVEL_KEYS = ("op", "kind", "doc", "inputs", "outputs", "scalars", "compute", "epilogue",
+                  "dtypes", "tiles", "masks", "schedule", "configs", "test", "bench", "reference")
+
+OP_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+VALUE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+AXIS_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,30}$")
+BLOCK_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,30}$")
+
+# Names the generated code uses itself; a spec may not shadow them.
+RESERVED_VALUE_NAMES = frozenset({
+    "acc", "out", "tl", "triton", "torch", "math", "pid", "grid", "config", "mask", "offsets",
+    "numel", "tests", "bench", "self", "cls", "none", "true", "false",
+})
+RESERVED_VALUE_PREFIXES = ("stride_", "offs_", "mask_", "num_", "pid_", "tilegen")
+RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "NUM_SMS", "DOT_PRECISION"})
+RESERVED_BLOCK_PREFIXES = ("EVEN_", "MASK_", "HAS_", "OUT_", "IN_")
+MAX_SIZES = 8
+MAX_TEST_SHAPES = 32
+MAX_DIM = 1 << 20
+
+ELEMENTWISE_BLOCK_RANGE = (16, 1 << 16)
+MATMUL_BLOCK_RANGE = (16, 256)
+
+
+def _listing(values) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+class _Validator:
+    def __init__(self, doc: Document, errors: ErrorLog):
+        self.doc = doc
+        self.data: dict = doc.data  # type: ignore[assignment]
+        self.errors = errors
+        self.count = len(errors.errors)
+
+    def error(self, key: str, message: str, allowed: str = "") -> None:
+        self.errors.add(self.doc.path, self.doc.line(key), key, message, allowed)
+
+    @property
+    def failed(self) -> bool:
+        return len(self.errors.errors) > self.count
+
+    # ---- generic shape checks -------------------------------------------------------------
+
+    def mapping(self, key: str, value, allowed_keys=None, required=()) -> dict | None:
+        if not isinstance(value, dict):
+            self.error(key, f"expected a mapping, got {_type_name(value)}")
+            return None
+        if allowed_keys is not None:
+            for name in value:
+                if name not in allowed_keys:
+                    self.unknown_key(f"{key}.{name}" if key else name, name, allowed_keys)
+        for name in required:
+            if name not in value:
+                self.error(key, f"missing required key {name!r}")
+        return value
+
+    def unknown_key(self, key: str, name: str, allowed) -> None:
+        guess = difflib.get_close_matches(str(name), list(allowed), n=1)
+        hint = f"; did you mean {guess[0]!r}?" if guess else ""
+        self.error(key, f"unknown key {name!r}{hint}", f"allowed: {_listing(allowed)}")
+
+    def string(self, key: str, value, pattern: re.Pattern | None = None, what: str = "") -> str | None:
+        if not isinstance(value, str):
+            self.error(key, f"expected a string, got {_type_name(value)}")
+            return None
+        if pattern is not None and not pattern.match(value):
+            self.error(key, f"{value!r} is not a valid {what}", f"must match {pattern.pattern}")
+            return None
+        return value
+
+    def choice(self, key: str, value, choices) -> str | None:
+        if not isinstance(value, str) or value not in choices:
+            self.error(key, f"{_show(value)} is not allowed", f"one of: {_listing(choices)}")
+            return None
+        return value
+
+    def int_list(self, key: str, value, low: int, high: int, power_of_two=False) -> tuple[int, ...]:
+        if not isinstance(value, list) or not value:
+            self.error(key, f"expected a non-empty list, got {_show(value)}")
+            return ()
+        if len(value) > MAX_SIZES:
+            self.error(key, f"{len(value)} entries", f"at most {MAX_SIZES}")
+            return ()
+        out = []
+        for index, item in enumerate(value):
+            item_key = f"{key}.{index}"
+            if type(item) is not int:
+                self.error(item_key, f"expected an integer, got {_show(item)}")
+            elif not low <= item <= high:
+                self.error(item_key, f"{item} is out of range", f"{low} to {high}")
+            elif power_of_two and item & (item - 1):
+                self.error(item_key, f"{item} is not a power of two", "16, 32, 64, ...")
+            elif item in out:
+                self.error(item_key, f"{item} is listed twice")
+            else:
+                out.append(item)
+        return tuple(out)
+
+    def value_name(self, key: str, name, taken: dict[str, str]) -> bool:
+        if not isinstance(name, str) or not VALUE_NAME.match(name):
+            self.error(key, f"{_show(name)} is not a valid name", f"must match {VALUE_NAME.pattern}")
+            return False
+        if keyword.iskeyword(name) or name in RESERVED_VALUE_NAMES or name.startswith(RESERVED_VALUE_PREFIXES) \
+                or name in DTYPES:
+            self.error(key, f"name {name!r} is reserved", "choose another name")
+            return False
+        if name in taken:
+            self.error(key, f"name {name!r} is already used by {taken[name]}")
+            return False
+        return True
+
+    # ---- sections ---------------------------------------------------------------------------
+
+    def run(self) -> Spec | None:
+        for name in self.data:
+            if name not in TOP_LEVEL_KEYS:
+                self.unknown_key(str(name), name, TOP_LEVEL_KEYS)
+        op = self.op_name()
+        kind = self.choice("kind", self.data.get("kind"), KINDS) if "kind" in self.data else None
+        if "kind" not in self.data:
+            self.error("", "missing required key 'kind'", f"one of: {_listing(KINDS)}")
+        doc = self.doc_line(op)
+        taken: dict[str, str] = {}
+        inputs = self.tensors("inputs", taken, kind, required=True)
+        outputs = self.tensors("outputs", taken, kind, required=True)
+        scalars = self.scalars(taken)
+        dtypes = self.resolve_dtypes(inputs, outputs, kind)
+        tiles = self.tiles(kind, inputs, outputs)
+        masks = self.masks(tiles)
+        policy = self.dtype_policy(kind)
+        schedule = self.schedule(kind)
+        configs = self.configs(kind, tiles)
+        shapes = self.structure(kind, inputs, outputs)
+        body = self.body(kind, inputs, outputs, scalars)
+        reference = self.reference(kind, inputs, outputs, scalars)
+        test_shapes = self.shape_list("test", kind)
+        bench_shapes = self.shape_list("bench", kind)
+        if self.failed or op is None or kind is None:
+            return None
+        resolved_inputs = tuple(TensorSpec(n, *dtypes[n], s) for n, s in inputs.items())
+        resolved_outputs = tuple(TensorSpec(n, *dtypes[n], s) for n, s in outputs.items())
+        del shapes
+        return Spec(
+            path=self.doc.path, op=op, kind=kind, doc=doc,
+            inputs=resolved_inputs, outputs=resolved_outputs, scalars=tuple(scalars.values()),
+            body=body, accumulate=policy[0], compute=policy[1], precision=policy[2],
+            tiles=tiles, masks=masks, group_m=schedule, configs=configs,
+            test_shapes=test_shapes, bench_shapes=bench_shapes, reference=reference,
+        )
+
+    def op_name(self) -> str | None:
+        if "op" not in self.data:
+            self.error("", "missing required key 'op'", "a lowercase name such as matmul_relu")
+            return None
+        op = self.string("op", self.data["op"], OP_NAME, "op name")
+        if op is None:
+            return None
+        if keyword.iskeyword(op) or keyword.issoftkeyword(op) or op.startswith("_") or op in RESERVED_VALUE_NAMES:
+            self.error("op", f"{op!r} is reserved", "a name that is not a Python keyword or tilegen module")
+            return None
+        return op
+
+    def doc_line(self, op: str | None) -> str:
+        if "doc" not in self.data:
+            return f"The {op} op." if op else ""
+        doc = self.string("doc", self.data["doc"])
+        if doc is None:
+            return ""
+        if len(doc) > 300 or any(ord(ch) < 32 for ch in doc):
+            self.error("doc", "doc must be one line of at most 300 printable characters")
+            return ""
+        return doc.strip()
+
+    def tensors(self, section: str, taken: dict[str, str], kind, required: bool) -> dict:
+        value = self.data.get(section)
+        if value is None:
+            if required:
+                self.error("", f"missing required key {section!r}", "a mapping of name -> {dtype, shape}")
+            return {}
+        entries = self.mapping(section, value)
+        if not entries:
+            if entries is not None:
+                self.error(section, "needs at least one entry")
+            return {}
+        out = {}
+        for name, entry in entries.items():
+            key = f"{section}.{name}"
+            if not self.value_name(key, name, taken):
+                continue
+            taken[name] = section[:-1]
+            entry = self.mapping(key, entry, ("dtype", "shape"), required=("dtype",))
+            if entry is None:
+                continue
+            shape = None
+            if "shape" in entry:
+                shape = self.axes(f"{key}.shape", entry["shape"])
+            elif kind == "matmul":
+                self.error(key, "missing required key 'shape'", "a list of axis symbols such as [M, K]")
+            out[name] = shape
+        return out
+
+    def axes(self, key: str, value) -> tuple[str, ...] | None:
+        if not isinstance(value, list) or not value or len(value) > 8:
+            self.error(key, f"expected a list of 1 to 8 axis symbols, got {_show(value)}")
+            return None
+        axes = []
+        for index, axis in enumerate(value):
+            if not isinstance(axis, str) or not AXIS_NAME.match(axis):
+                self.error(f"{key}.{index}", f"{_show(axis)} is not an axis symbol",
+                           f"uppercase, must match {AXIS_NAME.pattern}")
+                return None
+            axes.append(axis)
+        if len(set(axes)) != len(axes):
+            self.error(key, f"axis repeated in {axes}")
+            return None
+        return tuple(axes)
+
+    def scalars(self, taken: dict[str, str]) -> dict[str, ScalarSpec]:
+        value = self.data.get("scalars")
+        if value is None:
+            return {}
+        entries = self.mapping("scalars", value) or {}
+        out = {}
+        for name, entry in entries.items():
+            key = f"scalars.{name}"
+            if not self.value_name(key, name, taken):
+                continue
+            taken[name] = "scalar"
+            entry = self.mapping(key, entry, ("type", "default"), required=("type",))
+            if entry is None or "type" not in entry:
+                continue
+            kind = self.choice(f"{key}.type", entry["type"], ("float", "int"))
+            default = entry.get("default")
+            if kind and default is not None:
+                ok = type(default) is int if kind == "int" else type(default) in (int, float)
+                if not ok or (kind == "float" and not abs(default) <= 1e30):
+                    self.error(f"{key}.default", f"{_show(default)} is not a valid {kind}")
+                    continue
+                default = float(default) if kind == "float" else default
+            if kind:
+                out[name] = ScalarSpec(name, kind, default)
+        return out
+
+    def resolve_dtypes(self, inputs: dict, outputs: dict, kind) -> dict[str, tuple]:
+        """Each tensor's accepted dtypes and the input whose dtype it follows."""
+        raw = {}
+        for section, names in (("inputs", inputs), ("outputs", outputs)):
+            for name in names:
+                raw[name] = (section, self.data[section][name].get("dtype"))
+        allowed_dtypes = MATMUL_DTYPES if kind == "matmul" else tuple(DTYPES)
+        resolved: dict[str, tuple] = {}
+
+        def resolve(name: str, trail: tuple[str, ...]):
+            if name in resolved:
+                return resolved[name]
+            section, value = raw[name]
+            key = f"{section}.{name}.dtype"
+            result = None
+            if isinstance(value, str) and value in DTYPES:
+                value = [value]
+            if isinstance(value, list):
+                listed = []
+                for index, item in enumerate(value):
+                    if not isinstance(item, str) or item not in allowed_dtypes:
+                        self.error(f"{key}.{index}", f"unknown or unsupported dtype {_show(item)}",
+                                   f"one of: {_listing(allowed_dtypes)}")
+                    elif item in listed:
+                        self.error(f"{key}.{index}", f"dtype {item} is listed twice")
+                    else:
+                        listed.append(item)
+                if not value:
+                    self.error(key, "the dtype list is empty", f"one or more of: {_listing(allowed_dtypes)}")
+                if listed and len(listed) == len(value):
+                    if section == "outputs" and len(listed) > 1:
+                        self.error(key, "an output needs one dtype or the name of an input",
+                                   "for example dtype: a")
+                    else:
+                        result = (tuple(listed), name)
+            elif isinstance(value, str):
+                if value in trail or value == name:
+                    self.error(key, f"dtype reference cycle: {' -> '.join(trail + (name, value))}")
+                elif value not in inputs:
+                    known = _listing(inputs) or "none"
+                    self.error(key, f"{value!r} is neither a dtype nor an input",
+                               f"dtypes: {_listing(allowed_dtypes)}; inputs: {known}")
+                else:
+                    target = resolve(value, trail + (name,))
+                    if target is not None:
+                        result = target
+            else:
+                self.error(key, f"expected a dtype list or an input name, got {_show(value)}")
+            resolved[name] = result
+            return result
+
+        for name in raw:
+            resolve(name, ())
+        return {name: value for name, value in resolved.items() if value is not None}
+
+    def tiles(self, kind, inputs: dict, outputs: dict) -> tuple[TileSpec, ...]:
+        value = self.data.get("tiles")
+        if value is None:
+            self.error("", "missing required key 'tiles'", "axis -> {block: NAME, sizes: [...]}")
+            return ()
+        entries = self.mapping("tiles", value) or {}
+        low, high = MATMUL_BLOCK_RANGE if kind == "matmul" else ELEMENTWISE_BLOCK_RANGE
+        tiles, blocks = [], set()
+        for axis, entry in entries.items():
+            key = f"tiles.{axis}"
+            if not isinstance(axis, str) or not AXIS_NAME.match(axis):
+                self.error(key, f"{_show(axis)} is not an axis symbol", f"must match {AXIS_NAME.pattern}")
+                continue
+            entry = self.mapping(key, entry, ("block", "sizes"), required=("block", "sizes"))
+            if entry is None or "block" not in entry or "sizes" not in entry:
+                continue
+            block = self.string(f"{key}.block", entry["block"], BLOCK_NAME, "constexpr name")
+            if block and (block in RESERVED_BLOCK_NAMES or block.startswith(RESERVED_BLOCK_PREFIXES)):
+                self.error(f"{key}.block", f"block name {block!r} is reserved", "choose another name")
+                block = None
+            if block and block in blocks:
+                self.error(f"{key}.block", f"block name {block!r} is used twice")
+                block = None
+            sizes = self.int_list(f"{key}.sizes", entry["sizes"], low, high, power_of_two=True)
+            if block and sizes:
+                blocks.add(block)
+                tiles.append(TileSpec(axis, block, sizes))
+        if kind == "elementwise" and len(entries) != 1:
+            self.error("tiles", f"an elementwise op tiles exactly one axis, got {len(entries)}",
+                       "for example N: {block: BLOCK, sizes: [1024]}")
+        if kind == "matmul":
+            expected = _matmul_axes(inputs, outputs)
+            if expected is not None and set(entries) != set(expected):
+                self.error("tiles", f"tiles cover {_listing(sorted(map(str, entries)))}",
+                           f"a matmul tiles exactly its axes {_listing(expected)}")
+        return tuple(tiles)
+
+    def masks(self, tiles) -> tuple[tuple[str, str], ...]:
+        value = self.data.get("masks", {})
+        entries = self.mapping("masks", value) or {}
+        axes = [t.axis for t in tiles]
+        out = {axis: "auto" for axis in axes}
+        for axis, policy in entries.items():
+            key = f"masks.{axis}"
+            if axis not in axes:
+                self.error(key, f"{_show(axis)} is not a tiled axis", f"tiled axes: {_listing(axes) or 'none'}")
+                continue
+            policy = self.choice(key, policy, MASK_POLICIES)
+            if policy:
+                out[axis] = policy
+        return tuple(out.items())
+
+    def dtype_policy(self, kind) -> tuple[str, str | None, str]:
+        value = self.data.get("dtypes", {})
+        entries = self.mapping("dtypes", value, ("accumulate", "compute", "precision")) or {}
+        accumulate, compute, precision = "float32", None, "ieee"
+        if "accumulate" in entries:
+            accumulate = self.choice("dtypes.accumulate", entries["accumulate"], ACCUMULATE_DTYPES) or accumulate
+            if kind == "elementwise":
+                self.error("dtypes.accumulate", "only matmul kinds accumulate", "use dtypes.compute")
+        if "compute" in entries:
+            compute = self.choice("dtypes.compute", entries["compute"], ("float32", "float64"))
+            if kind == "matmul":
+                self.error("dtypes.compute", "a matmul epilogue computes in the accumulator dtype",
+                           "use dtypes.accumulate")
+        if "precision" in entries:
+            precision = self.choice("dtypes.precision", entries["precision"], PRECISIONS) or precision
+            if kind == "elementwise":
+                self.error("dtypes.precision", "precision applies to matmul dots only")
+        return accumulate, compute, precision
+
+    def schedule(self, kind) -> int:
+        value = self.data.get("schedule")
+        if value is None:
+            return 8
+        entries = self.mapping("schedule", value, ("order", "group_m", "launch")) or {}
+        if kind != "matmul":
+            self.error("schedule", "a schedule applies to matmul kinds only")
+            return 8
+        order = self.choice("schedule.order", entries.get("order", "grouped"), ORDERS)
+        if "launch" in entries:
+            self.choice("schedule.launch", entries["launch"], LAUNCHES)
+        group_m = entries.get("group_m", 8)
+        if type(group_m) is not int or not 1 <= group_m <= 64:
+            self.error("schedule.group_m", f"{_show(group_m)} is not allowed", "an integer from 1 to 64")
+            group_m = 8
+        if order == "row_major":
+            if "group_m" in entries:
+                self.error("schedule.group_m", "group_m needs order: grouped")
+            return 1
+        return group_m
+
+    def configs(self, kind, tiles) -> ConfigPolicy:
+        value = self.data.get("configs")
+        if value is None:
+            return ConfigPolicy("auto")
+        keys = ("mode", "key", "num_warps", "num_stages", "fixed")
+        entries = self.mapping("configs", value, keys, required=("mode",)) or {}
+        mode = self.choice("configs.mode", entries.get("mode"), CONFIG_MODES) if "mode" in entries else None
+        axes = [t.axis for t in tiles]
+        key: tuple[str, ...] = ()
+        if "key" in entries:
+            raw = entries["key"]
+            if not isinstance(raw, list) or not raw or any(a not in axes for a in raw):
+                self.error("configs.key", f"{_show(raw)} is not a list of tiled axes", f"from: {_listing(axes)}")
+            else:
+                key = tuple(raw)
+            if mode != "autotune":
+                self.error("configs.key", "a key applies to mode: autotune only")
+        warps = self.int_list("configs.num_warps", entries["num_warps"], 1, 16, True) \
+            if "num_warps" in entries else ()
+        stages = self.int_list("configs.num_stages", entries["num_stages"], 1, 8) \
+            if "num_stages" in entries else ()
+        fixed: tuple = ()
+        if mode == "fixed":
+            raw = self.mapping("configs.fixed", entries.get("fixed")) if "fixed" in entries else None
+            if "fixed" not in entries:
+                self.error("configs", "mode: fixed needs a 'fixed' mapping",
+                           "block names with a size each, plus optional num_warps, num_stages")
+            if raw is not None:
+                fixed = self.fixed_config(raw, tiles)
+        elif "fixed" in entries:
+            self.error("configs.fixed", "'fixed' needs mode: fixed")
+        return ConfigPolicy(mode or "auto", key or axes_key(kind, axes), fixed, warps, stages)
+
+    def fixed_config(self, raw: dict, tiles) -> tuple[tuple[str, int], ...]:
+        sizes = {t.block: t.sizes for t in tiles}
+        out = {}
+        for name, value in raw.items():
+            key = f"configs.fixed.{name}"
+            if name in sizes:
+                if value not in sizes[name]:
+                    self.error(key, f"{_show(value)} is not a candidate size", f"one of: {_listing(sizes[name])}")
+                    continue
+            elif name == "num_warps":
+                if type(value) is not int or value not in (1, 2, 4, 8, 16):
+                    self.error(key, f"{_show(value)} is not allowed", "1, 2, 4, 8 or 16")
+                    continue
+            elif name == "num_stages":
+                if type(value) is not int or not 1 <= value <= 8:
+                    self.error(key, f"{_show(value)} is not allowed", "an integer from 1 to 8")
+                    continue
+            else:
+                self.unknown_key(key, name, list(sizes) + ["num_warps", "num_stages"])
+                continue
+            out[name] = value
+        for block in sizes:
+            if block not in raw:
+                self.error("configs.fixed", f"missing block size {block!r}")
+        return tuple(sorted(out.items()))
+
+    def structure(self, kind, inputs: dict, outputs: dict):
+        """Kind-specific shape rules: same shapes for elementwise, [M,K] @ [K,N] for matmul."""
+        if kind == "elementwise":
+            shapes = {s for s in list(inputs.values()) + list(outputs.values())}
+            if len(shapes) > 1:
+                self.error("inputs", "elementwise tensors must all have the same shape (or none)",
+                           "give every tensor the same shape list, or omit shape")
+            return None
+        if kind != "matmul" or not outputs or not inputs:
+            return None
+        for name, shape in outputs.items():
+            if shape is not None and len(shape) != 2:
+                self.error(f"outputs.{name}.shape", f"a matmul output is 2-D, got {list(shape)}", "[M, N]")
+        out_shapes = {s for s in outputs.values() if s is not None}
+        if len(out_shapes) != 1:
+            self.error("outputs", "matmul outputs must share one shape", "[M, N]")
+            return None
+        (m, n), = out_shapes if len(next(iter(out_shapes))) == 2 else (("", ""),)
+        if not m:
+            return None
+        operands = [name for name, s in inputs.items() if s is not None and (set(s) - {m, n})]
+        if len(operands) != 2:
+            self.error("inputs", f"a matmul needs exactly two operands over a reduction axis, found "
+                       f"{len(operands)}", "a: [M, K] and b: [K, N]; other inputs use only output axes")
+            return None
+        a, b = (inputs[name] for name in operands)
+        reduction = set(a) - {m, n}
+        k = next(iter(reduction))
+        if len(a) != 2 or len(b) != 2 or a != (m, k) or b != (k, n):
+            self.error(f"inputs.{operands[1]}.shape",
+                       f"operands {operands[0]}{list(a)} and {operands[1]}{list(b)} do not agree",
+                       f"{operands[0]}: [{m}, {k}] and {operands[1]}: [{k}, {n}]")
+            return None
+        b_dtype = self.data["inputs"][operands[1]].get("dtype")
+        a_dtype = self.data["inputs"][operands[0]].get("dtype")
+        if b_dtype != operands[0] and b_dtype != a_dtype:
+            self.error(f"inputs.{operands[1]}.dtype", "the second operand must have the first's dtype",
+                       f"dtype: {operands[0]}")
+        for name, shape in inputs.items():
+            if name not in operands and shape not in ((m,), (n,), (m, n)):
+                self.error(f"inputs.{name}.shape", f"an epilogue input must be indexed by output axes, "
+                           f"got {list(shape or ())}", f"[{n}], [{m}] or [{m}, {n}]")
+        return m, n, k
+
+    def body(self, kind, inputs: dict, outputs: dict, scalars: dict) -> tuple[tuple[str, Expression], ...]:
+        section = "compute" if kind == "elementwise" else "epilogue"
+        other = "epilogue" if kind == "elementwise" else "compute"
+        if other in self.data and kind:
+            self.error(other, f"{other!r} is not used by {kind} kinds", f"use {section!r}")
+        value = self.data.get(section)
+        if value is None:
+            if kind == "elementwise":
+                self.error("", "missing required key 'compute'", "output name -> expression")
+                return ()
+            value = {name: "acc" for name in outputs}
+        if kind is None:
+            return ()
+        entries = self.mapping(section, value) or {}
+        extras = set(inputs) if kind == "elementwise" else set(inputs) - set(self._operands(inputs, outputs))
+        names = extras | set(scalars) | ({"acc"} if kind == "matmul" else set())
+        return self.expressions(section, entries, outputs, names, required=True)
+
+    def reference(self, kind, inputs: dict, outputs: dict, scalars: dict):
+        value = self.data.get("reference")
+        if value is None or kind is None:
+            return ()
+        entries = self.mapping("reference", value) or {}
+        extras = set(inputs) if kind == "elementwise" else set(inputs) - set(self._operands(inputs, outputs))
+        names = extras | set(scalars) | ({"acc"} if kind == "matmul" else set())
+        return self.expressions("reference", entries, outputs, names, required=False)
+
+    def expressions(self, section, entries, outputs, names, required):
+        out = []
+        for name, source in entries.items():
+            key = f"{section}.{name}"
+            if name not in outputs:
+                self.error(key, f"{_show(name)} is not an output", f"outputs: {_listing(outputs) or 'none'}")
+                continue
+            try:
+                out.append((name, parse_expression(source, names)))
+            except ExpressionError as exc:
+                self.error(key, exc.message, exc.allowed)
+        if required:
+            for name in outputs:
+                if name not in entries:
+                    self.error(section, f"no expression for output {name!r}")
+        return tuple(out)
+
+    @staticmethod
+    def _operands(inputs: dict, outputs: dict) -> list[str]:
+        out_axes = {axis for s in outputs.values() if s for axis in s}
+        return [name for name, s in inputs.items() if s is not None and set(s) - out_axes]
+
+    def shape_list(self, section: str, kind) -> tuple[tuple[int, ...], ...]:
+        value = self.data.get(section)
+        if value is None:
+            return ()
+        entries = self.mapping(section, value, ("shapes",)) or {}
+        raw = entries.get("shapes", [])
+        if not isinstance(raw, list) or len(raw) > MAX_TEST_SHAPES:
+            self.error(f"{section}.shapes", f"expected a list of at most {MAX_TEST_SHAPES} shapes")
+            return ()
+        shapes = []
+        for index, shape in enumerate(raw):
+            key = f"{section}.shapes.{index}"
+            rank_ok = isinstance(shape, list) and (len(shape) == 3 if kind == "matmul" else 1 <= len(shape) <= 8)
+            if not rank_ok or any(type(d) is not int or not 0 <= d <= MAX_DIM for d in shape):
+                want = "[M, N, K]" if kind == "matmul" else "a list of 1 to 8 sizes"
+                self.error(key, f"{_show(shape)} is not a shape", f"{want}, each 0 to {MAX_DIM}")
+                continue
+            shapes.append(tuple(shape))
+        return tuple(shapes)
+
+
+def axes_key(kind, axes) -> tuple[str, ...]:
+    return tuple(axes)
+
+
+def _matmul_axes(inputs: dict, outputs: dict) -> tuple[str, ...] | None:
+    axes: list[str] = []
+    for shape in list(outputs.values()) + list(inputs.values()):
+        for axis in shape or ():
+            if axis not in axes:
+                axes.append(axis)
+    return tuple(axes) if len(axes) == 3 else None
+
+
+def _type_name(value) -> str:
+    return "nothing" if value is None else type(value).__name__
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def validate_document(doc: Document, errors: ErrorLog) -> Spec | None:
+    """The `Spec` for `doc`, or None with every problem logged to `errors`."""
+    return _Validator(doc, errors).run()
