@@ -170,9 +170,18 @@ def test(ops, out, pytest_args):
             _fail(f"tilegen: unknown op {op!r} (generated ops: {', '.join(known) or 'none'})")
         targets.append(str(path))
     env = dict(os.environ)
+    if not _cuda_available():
+        # No GPU: the generated tests run in Triton's interpreter on CPU tensors.
+        env.setdefault("TRITON_INTERPRET", "1")
     command = [sys.executable, "-m", "pytest", *(targets or [str(tests_dir)]), *pytest_args.split()]
     code = subprocess.call(command, env=env, cwd=str(Path(out).resolve().parent))
     sys.exit(0 if code == 0 else EXIT_FAILED if code in (1, 5) else EXIT_BAD_INPUT)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @main.command()

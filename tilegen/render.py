@@ -30,7 +30,6 @@ KIND_TEMPLATES = {
 SHARED_FILES = {  # generated path -> template
     "_runtime.py": "runtime.py.jinja",
     "tests/__init__.py": "tests_init.py.jinja",
-    "tests/conftest.py": "conftest.py.jinja",
     "tests/_support.py": "support.py.jinja",
 }
 CONTEXT_BUILDERS = {"elementwise": elementwise_context, "matmul": matmul_context}
