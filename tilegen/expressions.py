@@ -31,10 +31,8 @@ class Function:
 # Each lowering reads like the code it emits; `{0}` is the first argument.
 FUNCTIONS: dict[str, Function] = {
     "where": Function(3, "tl.where({0}, {1}, {2})", "torch.where({0}, {1}, {2})"),
-    "maximum": Function(2, "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
-                        "torch.maximum({0}, torch.as_tensor({1}, dtype=torch.float64))"),
-    "minimum": Function(2, "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
-                        "torch.minimum({0}, torch.as_tensor({1}, dtype=torch.float64))"),
+    "maximum": Function(2, "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)", "torch.maximum({0}, {1})"),
+    "minimum": Function(2, "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)", "torch.minimum({0}, {1})"),
     "abs": Function(1, "tl.abs({0})", "torch.abs({0})"),
     "exp": Function(1, "tl.exp({0})", "torch.exp({0})"),
     "log": Function(1, "tl.log({0})", "torch.log({0})"),
@@ -164,6 +162,8 @@ class _Checker:
             if node.keywords:
                 raise ExpressionError(f"{func.id}() takes no keyword arguments")
             spec = FUNCTIONS[func.id]
+            if not any(isinstance(n, ast.Name) for arg in node.args for n in ast.walk(arg)):
+                raise ExpressionError(f"{func.id}() of constants only", "write its value as a number")
             if len(node.args) != spec.arity:
                 raise ExpressionError(f"{func.id}() takes {spec.arity} argument(s), got {len(node.args)}")
             for index, arg in enumerate(node.args):
@@ -200,9 +200,17 @@ class _Emitter:
             return f"({self.emit(node.left)} {_COMPARE[type(node.ops[0])]} {self.emit(node.comparators[0])})"
         if isinstance(node, ast.Call):
             spec = FUNCTIONS[node.func.id]
-            template = spec.triton if self.target == "triton" else spec.torch
-            return template.format(*(self.emit(arg) for arg in node.args))
+            if self.target == "triton":
+                return spec.triton.format(*(self.emit(arg) for arg in node.args))
+            # PyTorch functions take tensors: constant arguments become float64 scalar tensors.
+            return spec.torch.format(*(self.emit(arg) if _reads_names(arg)
+                                       else f"torch.tensor({self.emit(arg)}, dtype=torch.float64)"
+                                       for arg in node.args))
         raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
+
+
+def _reads_names(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Name) for n in ast.walk(node))
 
 
 def tidy(source: str) -> str:

@@ -531,7 +531,7 @@ class _Validator:
         entries = self.mapping(section, value) or {}
         extras = set(inputs) if kind == "elementwise" else set(inputs) - set(self._operands(inputs, outputs))
         names = extras | set(scalars) | ({"acc"} if kind == "matmul" else set())
-        return self.expressions(section, entries, outputs, names, required=True)
+        return self.expressions(section, entries, outputs, names, required=True, tensors=names - set(scalars))
 
     def reference(self, kind, inputs: dict, outputs: dict, scalars: dict):
         value = self.data.get("reference")
@@ -540,9 +540,10 @@ class _Validator:
         entries = self.mapping("reference", value) or {}
         extras = set(inputs) if kind == "elementwise" else set(inputs) - set(self._operands(inputs, outputs))
         names = extras | set(scalars) | ({"acc"} if kind == "matmul" else set())
-        return self.expressions("reference", entries, outputs, names, required=False)
+        return self.expressions("reference", entries, outputs, names, required=False,
+                                tensors=names - set(scalars))
 
-    def expressions(self, section, entries, outputs, names, required):
+    def expressions(self, section, entries, outputs, names, required, tensors):
         out = []
         for name, source in entries.items():
             key = f"{section}.{name}"
@@ -550,9 +551,14 @@ class _Validator:
                 self.error(key, f"{_show(name)} is not an output", f"outputs: {_listing(outputs) or 'none'}")
                 continue
             try:
-                out.append((name, parse_expression(source, names)))
+                expression = parse_expression(source, names)
             except ExpressionError as exc:
                 self.error(key, exc.message, exc.allowed)
+                continue
+            if not set(expression.names) & tensors:
+                self.error(key, "the expression reads no tensor", f"use at least one of: {_listing(sorted(tensors))}")
+                continue
+            out.append((name, expression))
         if required:
             for name in outputs:
                 if name not in entries:

@@ -22,7 +22,7 @@ def reference(a, b):
     a = a.detach().cpu().double()
     b = b.detach().cpu().double()
     acc = a @ b
-    c = torch.where(acc > 0.0, acc, 0.0)
+    c = torch.where(acc > 0.0, acc, torch.tensor(0.0, dtype=torch.float64))
     return c
 
 

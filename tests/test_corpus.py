@@ -1,0 +1,58 @@
+"""Malformed and hostile specs: each must fail with exit 2, clean one-line errors, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import snapshot
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+CASES = sorted(p.stem for p in CORPUS.glob("*.yaml"))
+
+
+def test_corpus_is_large_enough():
+    assert len(CASES) >= 40
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_spec_gets_one_clean_error(case, cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    expected = (CORPUS / f"{case}.expect").read_text().strip()
+    spec = tmp_path / "specs" / f"{case}.yaml"
+    spec.parent.mkdir()
+    spec.write_bytes((CORPUS / f"{case}.yaml").read_bytes())
+    result = cli("build", "specs", "-o", "generated")
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert "Traceback" not in result.output
+    assert lines[-1].startswith("tilegen: ") and "nothing was written" in lines[-1]
+    errors = lines[:-1]
+    assert errors, result.output
+    for line in errors:
+        # path:line: key: message
+        assert line.startswith(f"specs/{case}.yaml:"), line
+        assert line.split(":")[1].isdigit(), line
+    assert any(expected in line for line in errors), f"{expected!r} not in {errors}"
+    assert not (tmp_path / "generated").exists()
+    assert snapshot(tmp_path) == {f"specs/{case}.yaml": (CORPUS / f"{case}.yaml").read_bytes()}
+
+
+def test_all_errors_of_a_build_are_reported_at_once(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    for case in ("unknown_dtype", "expr_import", "bad_mask_value"):
+        (specs / f"{case}.yaml").write_bytes((CORPUS / f"{case}.yaml").read_bytes())
+    result = cli("check", "specs")
+    assert result.exit_code == 2
+    files = {line.split(":")[0] for line in result.output.splitlines() if line.startswith("specs/")}
+    assert files == {f"specs/{c}.yaml" for c in ("unknown_dtype", "expr_import", "bad_mask_value")}
+
+
+def test_op_names_colliding_across_files(cli, project):
+    (project / "specs" / "add_again.yaml").write_text((project / "specs" / "add.yaml").read_text())
+    result = cli("check", "specs")
+    assert result.exit_code == 2
+    assert "op 'add' is already defined in specs/add.yaml" in result.output

@@ -1,0 +1,110 @@
+"""The expression language: what it accepts, what it rejects, what it emits."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tilegen.expressions import FUNCTIONS, ExpressionError, parse_expression, tidy
+
+NAMES = {"a", "b", "acc", "alpha"}
+
+
+@pytest.mark.parametrize("source, triton, torch_", [
+    ("a + b", "a + b", "a + b"),
+    ("where(acc > 0, acc, 0)", "tl.where(acc > 0, acc, 0)",
+     "torch.where(acc > 0.0, acc, torch.tensor(0.0, dtype=torch.float64))"),
+    ("maximum(0, a)", "tl.maximum(0, a, propagate_nan=tl.PropagateNan.ALL)",
+     "torch.maximum(torch.tensor(0.0, dtype=torch.float64), a)"),
+    ("alpha * silu(a) * b", "alpha * (a * tl.sigmoid(a)) * b", "alpha * torch.nn.functional.silu(a) * b"),
+    ("a ** 3", "a * a * a", "a * a * a"),
+    ("-a", "-a", "-a"),
+    ("gelu(acc + a)", "0.5 * (acc + a) * (1.0 + tl.erf((acc + a) * 0.7071067811865476))",
+     "torch.nn.functional.gelu(acc + a)"),
+])
+def test_emits_triton_and_torch(source, triton, torch_):
+    expression = parse_expression(source, NAMES)
+    assert tidy(expression.to_triton()) == triton
+    assert tidy(expression.to_torch()) == torch_
+
+
+def test_records_the_names_it_reads():
+    assert parse_expression("alpha * a + 1", NAMES).names == ("a", "alpha")
+
+
+def test_every_function_lowers_to_valid_python():
+    for name, function in FUNCTIONS.items():
+        args = ", ".join(["a > b" if name == "where" and i == 0 else "a" for i in range(function.arity)])
+        expression = parse_expression(f"{name}({args})", NAMES)
+        compile(expression.to_triton(), "<triton>", "eval")
+        compile(expression.to_torch(), "<torch>", "eval")
+
+
+@pytest.mark.parametrize("source, message", [
+    ("__import__('os')", "function '__import__' is not allowed"),
+    ("a.__class__", "Attribute is not allowed"),
+    ("a[0]", "Subscript is not allowed"),
+    ("(lambda: 1)()", "only plain function calls"),
+    ("{x: 1 for x in a}", "DictComp is not allowed"),
+    ("a if b else a", "IfExp is not allowed"),
+    ("a and b", "BoolOp is not allowed"),
+    ("a @ b", "BinOp is not allowed"),
+    ("a // b", "BinOp is not allowed"),
+    ("a ** b", "exponent of ** must be an integer literal"),
+    ("a ** 9", "exponent of ** must be an integer literal"),
+    ("1e31", "out of range"),
+    ("True", "is not a number"),
+    ("zz", "unknown name 'zz'"),
+    ("", "expression is empty"),
+    ("a; b", "invalid syntax"),
+    ("(" * 500 + "a" + ")" * 500, ""),
+])
+def test_rejects(source, message):
+    with pytest.raises(ExpressionError) as info:
+        parse_expression(source, NAMES)
+    assert message in info.value.message
+    assert info.value.allowed
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(max_size=80))
+def test_any_text_is_accepted_or_cleanly_rejected(text):
+    try:
+        expression = parse_expression(text, NAMES)
+    except ExpressionError as exc:
+        assert exc.message
+        return
+    compile(expression.to_triton(), "<triton>", "eval")
+    compile(expression.to_torch(), "<torch>", "eval")
+
+
+_atoms = st.sampled_from(["a", "b", "acc", "alpha", "1", "2.5", "0"])
+
+
+@st.composite
+def _expressions(draw, depth=0):
+    if depth > 3 or draw(st.booleans()):
+        return draw(_atoms)
+    kind = draw(st.sampled_from(["bin", "neg", "call", "pow"]))
+    if kind == "bin":
+        op = draw(st.sampled_from(["+", "-", "*", "/"]))
+        return f"({draw(_expressions(depth + 1))} {op} {draw(_expressions(depth + 1))})"
+    if kind == "neg":
+        return f"-{draw(_expressions(depth + 1))}"
+    if kind == "pow":
+        return f"({draw(_expressions(depth + 1))}) ** {draw(st.integers(1, 8))}"
+    name = draw(st.sampled_from(sorted(FUNCTIONS)))
+    args = [draw(_expressions(depth + 1)) for _ in range(FUNCTIONS[name].arity)]
+    args[-1] = f"({args[-1]}) + a"  # a call of constants only is rejected
+    if name == "where":
+        args[0] = f"{args[0]} > {draw(_atoms)}"
+    return f"{name}({', '.join(args)})"
+
+
+@settings(max_examples=300, deadline=None)
+@given(_expressions())
+def test_generated_expressions_round_trip(source):
+    expression = parse_expression(source, NAMES)
+    compile(expression.to_triton(), "<triton>", "eval")
+    compile(expression.to_torch(), "<torch>", "eval")
