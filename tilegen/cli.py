@@ -178,6 +178,42 @@ def test(ops, out, pytest_args):
     sys.exit(0 if code == 0 else EXIT_FAILED if code in (1, 5) else EXIT_BAD_INPUT)
 
 
+@main.command()
+@click.argument("ops", nargs=-1)
+@click.option("-o", "--out", "out_dir", default="bench/out", show_default=True, help="Folder for the table, CSV, JSON and plots.")
+@click.option("--package", default=DEFAULT_OUT, show_default=True, help="Folder of the generated package.")
+@click.option("--shapes", default=None, help="Shapes instead of the defaults: 4096x4096x4096,16x4096x4096 (matmul: MxNxK) or 2^20,4096.")
+@click.option("--compile", "compile_too", is_flag=True, help="Also time torch.compile (max-autotune, no CUDA graphs).")
+def bench(ops, out_dir, package, shapes, compile_too):
+    """Time OPS (default: every op) against PyTorch on a CUDA GPU.
+
+    Prints a table, writes results.csv, results.json, README.md and one PNG plot per op to OUT.
+
+    \b
+    Examples:
+      tilegen bench --out bench/results/h200
+      tilegen bench matmul_relu --shapes 4096x4096x4096 --compile
+    """
+    from . import bench as bench_module
+
+    command = "tilegen bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "tilegen bench"
+    try:
+        report = bench_module.run(list(ops), package, Path(out_dir), shapes, compile_too, command)
+    except bench_module.BenchError as exc:
+        _fail(f"tilegen bench: {exc}")
+    table = bench_module.format_table(report.rows)
+    summary = bench_module.summary_lines(report.rows)
+    click.echo(table)
+    click.echo("")
+    click.echo("\n".join(summary))
+    for host in report.host_us:
+        click.echo(f"host overhead {host['op']:<24} tilegen {host['tilegen_us']:.1f} us, torch {host['torch_us']:.1f} us")
+    out = Path(out_dir)
+    written = bench_module.write_reports(report, out) + bench_module.write_plots(report, out)
+    written.append(bench_module.write_readme(report, out, table, summary))
+    click.echo(f"wrote {', '.join(str(p) for p in written)}")
+
+
 def _cuda_available() -> bool:
     import torch
 

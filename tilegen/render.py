@@ -30,6 +30,7 @@ KIND_TEMPLATES = {
 SHARED_FILES = {  # generated path -> template
     "_runtime.py": "runtime.py.jinja",
     "tests/__init__.py": "tests_init.py.jinja",
+    "bench/__init__.py": "tests_init.py.jinja",
     "tests/_support.py": "support.py.jinja",
 }
 CONTEXT_BUILDERS = {"elementwise": elementwise_context, "matmul": matmul_context}
@@ -95,6 +96,12 @@ class Renderer:
         header = self.header(item.display, item.raw, self._template_bytes(test_template))
         return self.render(test_template, test_context(item.spec, header, self.package))
 
+    def op_bench(self, item: SpecSource) -> str:
+        from .benchgen import bench_context
+
+        header = self.header(item.display, item.raw, self._template_bytes("bench_op.py.jinja"))
+        return self.render("bench_op.py.jinja", bench_context(item.spec, header, self.package))
+
     def package_files(self, items: list[SpecSource], specs_display: str) -> dict[str, str]:
         """Every file of the generated package, by relative path."""
         items = sorted(items, key=lambda i: i.spec.op)
@@ -103,6 +110,7 @@ class Renderer:
         for item in items:
             files[f"{item.spec.op}.py"] = self.op_module(item)
             files[f"tests/test_{item.spec.op}.py"] = self.op_test(item)
+            files[f"bench/bench_{item.spec.op}.py"] = self.op_bench(item)
         spec_bytes = b"".join(i.raw for i in items)
         init_header = self.header(specs_display, spec_bytes, self._template_bytes("init.py.jinja"))
         files["__init__.py"] = self.render("init.py.jinja", dict(header=init_header, ops=ops))

@@ -65,8 +65,22 @@ def _common(spec: Spec, header: str, package: str) -> dict:
         scalars=[dict(name=s.name, type=s.type) for s in scalars],
         scalar_values=", ".join(f'"{s.name}": {_scalar_test_value(s)}' for s in scalars),
         follower=followers[0] if followers else "",
-        positive=any(name in _POSITIVE_DOMAIN for _, e in spec.body for name in _called(e)),
+        positive=_positive_domain(spec),
     )
+
+
+def _positive_domain(spec: Spec) -> bool:
+    return any(name in _POSITIVE_DOMAIN for _, e in spec.body for name in _called(e))
+
+
+def _operands_of(spec: Spec):
+    """(a, b, M, N, K, epilogue inputs) of a matmul spec."""
+    from .lowering import _operands
+
+    a, b = _operands(spec)
+    m, k = a.shape
+    n = b.shape[1]
+    return a, b, m, n, k, [t for t in spec.inputs if t not in (a, b)]
 
 
 def _called(expression) -> set[str]:
@@ -100,13 +114,8 @@ def elementwise_test_context(spec: Spec, header: str, package: str) -> dict:
 
 
 def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
-    from .lowering import _operands
-
     ctx = _common(spec, header, package)
-    a, b = _operands(spec)
-    m, k = a.shape
-    n = b.shape[1]
-    extras = [t for t in spec.inputs if t not in (a, b)]
+    a, b, m, n, k, extras = _operands_of(spec)
     tiles = {t.axis: t for t in spec.tiles}
     never = {axis: spec.mask(axis) == "never" for axis in (m, n, k)}
     unit = {axis: max(tiles[axis].sizes) if never[axis] else 1 for axis in (m, n, k)}

@@ -1,0 +1,108 @@
+"""The bench logic that needs no GPU: shapes, metrics, reports, the no-GPU exit."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import pytest
+import torch
+
+from tests.conftest import REPO
+from tilegen import bench
+
+
+def test_parse_shapes():
+    assert bench.parse_shapes("1024x1024x1024, 16x4096x4096", "matmul") == [(1024, 1024, 1024), (16, 4096, 4096)]
+    assert bench.parse_shapes("2^20,4096", "elementwise") == [(1 << 20,), (4096,)]
+    assert bench.parse_shapes(None, "matmul") is None
+    with pytest.raises(bench.BenchError, match="is not MxNxK"):
+        bench.parse_shapes("1024x1024", "matmul")
+    with pytest.raises(bench.BenchError, match="is not a size"):
+        bench.parse_shapes("12ax3", "elementwise")
+    with pytest.raises(bench.BenchError, match="empty dimension"):
+        bench.parse_shapes("0x4x4", "matmul")
+
+
+def test_metric_math():
+    tflops, gbs = bench.throughput(2.0, 2 * 4096**3, 0)
+    assert tflops == pytest.approx(2 * 4096**3 / 2e-3 / 1e12)
+    assert gbs is None
+    tflops, gbs = bench.throughput(0.5, 0, 3 * 2**20 * 2)
+    assert tflops is None and gbs == pytest.approx(3 * 2**21 / 0.5e-3 / 1e9)
+    assert bench.geometric_mean([2.0, 0.5]) == pytest.approx(1.0)
+    assert bench.shape_label((1 << 20,)) == "2^20" and bench.shape_label((16, 4096, 4096)) == "16x4096x4096"
+
+
+def _rows():
+    rows = [
+        bench.Row("matmul", "matmul", "float16", "4096x4096x4096", "tilegen", 0.2, 687.2, None),
+        bench.Row("matmul", "matmul", "float16", "4096x4096x4096", "torch", 0.25, 549.8, None),
+        bench.Row("add", "elementwise", "float32", "2^20", "tilegen", 0.004, None, 3000.0),
+        bench.Row("add", "elementwise", "float32", "2^20", "torch", 0.002, None, 6000.0),
+    ]
+    limits = {"copy_gbs": 4000.0, "matmul_tflops": {"float16": 700.0}}
+    bench.attach_ratios(rows, limits)
+    return rows, limits
+
+
+def test_ratios_and_fractions():
+    rows, _ = _rows()
+    assert rows[0].speedup_vs_torch == pytest.approx(1.25)
+    assert rows[0].fraction_of_limit == pytest.approx(687.2 / 700.0)
+    assert rows[1].speedup_vs_torch == pytest.approx(1.0)
+    assert rows[2].speedup_vs_torch == pytest.approx(0.5)
+    assert rows[2].fraction_of_limit == pytest.approx(0.75)
+
+
+def test_reports_are_written(tmp_path):
+    rows, limits = _rows()
+    report = bench.Report({"gpu": "Test GPU", "torch": "x", "triton": "y"}, limits, rows, [
+        {"op": "matmul", "tilegen_us": 12.0, "torch_us": 13.0}], command="tilegen bench")
+    table = bench.format_table(rows)
+    assert "1.25x" in table and "0.50x" in table
+    summary = bench.summary_lines(rows)
+    assert any("worst 0.50x at 2^20" in line for line in summary)
+    paths = bench.write_reports(report, tmp_path)
+    bench.write_readme(report, tmp_path, table, summary)
+    lines = (tmp_path / "results.csv").read_text().splitlines()
+    assert lines[0].startswith("op,kind,dtype,shape,provider,ms") and lines[0].endswith("gpu,torch,triton")
+    assert len(lines) == 5 and lines[1].endswith("Test GPU,x,y")
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["limits"]["copy_gbs"] == 4000.0 and len(data["rows"]) == 4
+    readme = (tmp_path / "README.md").read_text()
+    assert "tilegen bench" in readme and "Test GPU" in readme
+    assert len(paths) == 2
+
+
+def test_plots_are_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows, limits = _rows()
+    paths = bench.write_plots(bench.Report({}, limits, rows), tmp_path)
+    assert sorted(p.name for p in paths) == ["add.png", "matmul.png"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
+
+
+def test_no_gpu_exits_2_with_one_line(cli, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.chdir(REPO)
+    result = cli("bench")
+    assert result.exit_code == 2
+    assert result.output.strip().count("\n") == 0
+    assert "no CUDA GPU found" in result.output
+
+
+@pytest.mark.parametrize("op", sorted(p.stem[6:] for p in (REPO / "generated" / "bench").glob("bench_*.py")))
+def test_eager_equivalent_agrees_with_the_kernel(op, monkeypatch):
+    """The PyTorch side of each benchmark computes the same function (checked in the interpreter)."""
+    monkeypatch.syspath_prepend(str(REPO))
+    module = importlib.import_module(f"generated.bench.bench_{op}")
+    shape = module.SMALL_SHAPE
+    inputs = module.make_inputs(shape, torch.float32 if torch.float32 in module.DTYPES else module.DTYPES[0],
+                                device="cpu")
+    if inputs[0].dtype == torch.bfloat16:
+        pytest.skip("Triton's interpreter cannot run bfloat16")
+    got, want = module.run_tilegen(inputs), module.run_torch(inputs)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        torch.testing.assert_close(g.float(), w.float(), atol=2e-2, rtol=2e-2)
+    assert module.bytes_moved(shape, inputs[0].dtype) > 0

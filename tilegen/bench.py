@@ -1,0 +1,357 @@
+"""`tilegen bench`: time every generated op beside its PyTorch counterpart on a CUDA GPU.
+
+For each op, dtype and shape: check tilegen and PyTorch agree on the same inputs, then time
+both with triton.testing.do_bench (median). Metrics are latency, TFLOP/s (matmul) or GB/s
+(bytes read + written), the speedup over PyTorch, and the fraction of the machine's limits,
+measured once per run: device-to-device copy bandwidth and cuBLAS's best dense rate per dtype.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import json
+import math
+import platform
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+LIMIT_MATMUL = 8192
+COPY_BYTES = 1 << 30
+
+
+class BenchError(Exception):
+    """Bad input to `tilegen bench` (exit 2)."""
+
+
+@dataclass
+class Row:
+    op: str
+    kind: str
+    dtype: str
+    shape: str
+    provider: str            # "tilegen", "torch" or "torch.compile"
+    ms: float
+    tflops: float | None
+    gbs: float | None
+    speedup_vs_torch: float | None = None
+    fraction_of_limit: float | None = None
+
+
+@dataclass
+class Report:
+    environment: dict
+    limits: dict
+    rows: list[Row] = field(default_factory=list)
+    host_us: list[dict] = field(default_factory=list)
+    command: str = ""
+
+
+# ---- pure helpers (tested on the CPU) -------------------------------------------------------
+
+_SIZE = re.compile(r"^(\d+)(?:\^(\d+))?$")
+
+
+def parse_size(text: str) -> int:
+    """'4096' or '2^20' -> int."""
+    match = _SIZE.match(text.strip())
+    if not match:
+        raise BenchError(f"--shapes: {text!r} is not a size (write 4096 or 2^20)")
+    base, power = int(match.group(1)), match.group(2)
+    return base ** int(power) if power else base
+
+
+def parse_shapes(text: str | None, kind: str) -> list[tuple[int, ...]] | None:
+    """'1024x1024x1024,16x4096x4096' -> [(1024, 1024, 1024), (16, 4096, 4096)]; matmul shapes are MxNxK."""
+    if not text:
+        return None
+    shapes = []
+    for item in text.split(","):
+        dims = tuple(parse_size(part) for part in item.strip().lower().split("x"))
+        if kind == "matmul" and len(dims) != 3:
+            raise BenchError(f"--shapes: {item!r} is not MxNxK (matmul ops need three sizes)")
+        if any(d <= 0 for d in dims):
+            raise BenchError(f"--shapes: {item!r} has an empty dimension")
+        shapes.append(dims)
+    return shapes
+
+
+def shape_label(shape) -> str:
+    if len(shape) == 1 and shape[0] >= 4096 and shape[0] & (shape[0] - 1) == 0:
+        return f"2^{shape[0].bit_length() - 1}"
+    return "x".join(str(d) for d in shape)
+
+
+def throughput(ms: float, flops: int, nbytes: int) -> tuple[float | None, float | None]:
+    """(TFLOP/s, GB/s) from a time in milliseconds; None where the count is zero."""
+    seconds = ms * 1e-3
+    return (flops / seconds / 1e12 if flops else None, nbytes / seconds / 1e9 if nbytes else None)
+
+
+def fraction_of_limit(row: Row, limits: dict) -> float | None:
+    if row.tflops is not None and limits.get("matmul_tflops", {}).get(row.dtype):
+        return row.tflops / limits["matmul_tflops"][row.dtype]
+    if row.gbs is not None and limits.get("copy_gbs"):
+        return row.gbs / limits["copy_gbs"]
+    return None
+
+
+def attach_ratios(rows: list[Row], limits: dict) -> None:
+    """Fill speedup (PyTorch time / this time) and fraction of the machine's limit."""
+    torch_ms = {(r.op, r.dtype, r.shape): r.ms for r in rows if r.provider == "torch"}
+    for row in rows:
+        base = torch_ms.get((row.op, row.dtype, row.shape))
+        row.speedup_vs_torch = base / row.ms if base and row.ms else None
+        row.fraction_of_limit = fraction_of_limit(row, limits)
+
+
+def geometric_mean(values) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def format_table(rows: list[Row]) -> str:
+    """One line per (op, dtype, shape): both times, throughputs, speedup, fraction of limit."""
+    lines = [f"{'op':<24} {'dtype':<9} {'shape':<16} {'tilegen ms':>10} {'torch ms':>9} "
+             f"{'tilegen':>12} {'torch':>12} {'speedup':>8} {'of limit':>8}"]
+    by_key: dict[tuple, dict[str, Row]] = {}
+    for row in rows:
+        by_key.setdefault((row.op, row.dtype, row.shape), {})[row.provider] = row
+    for (op, dtype, shape), providers in by_key.items():
+        ours, theirs = providers.get("tilegen"), providers.get("torch")
+        if ours is None or theirs is None:
+            continue
+        unit = "TFLOP/s" if ours.tflops is not None else "GB/s"
+        value = (lambda r: r.tflops if r.tflops is not None else r.gbs)
+        lines.append(
+            f"{op:<24} {dtype:<9} {shape:<16} {ours.ms:>10.4f} {theirs.ms:>9.4f} "
+            f"{value(ours):>7.1f} {unit:<4} {value(theirs):>7.1f} {unit:<4} "
+            f"{ours.speedup_vs_torch or 0:>7.2f}x {100 * (ours.fraction_of_limit or 0):>7.1f}%")
+    return "\n".join(lines)
+
+
+def summary_lines(rows: list[Row]) -> list[str]:
+    """Geometric-mean speedup and the worst shape per op and dtype."""
+    out = []
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        if row.provider == "tilegen":
+            groups.setdefault((row.op, row.dtype), []).append(row)
+    for (op, dtype), items in groups.items():
+        mean = geometric_mean(r.speedup_vs_torch for r in items)
+        worst = min(items, key=lambda r: r.speedup_vs_torch or 0)
+        out.append(f"{op:<24} {dtype:<9} geomean speedup {mean or 0:.2f}x, "
+                   f"worst {worst.speedup_vs_torch or 0:.2f}x at {worst.shape}")
+    return out
+
+
+def write_reports(report: Report, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    csv_path = out / "results.csv"
+    with csv_path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        env = report.environment
+        columns = list(asdict(report.rows[0]).keys()) if report.rows else list(Row.__dataclass_fields__)
+        writer.writerow(columns + ["gpu", "torch", "triton"])
+        for row in report.rows:
+            writer.writerow(list(asdict(row).values()) + [env.get("gpu"), env.get("torch"), env.get("triton")])
+    written.append(csv_path)
+    json_path = out / "results.json"
+    json_path.write_text(json.dumps(asdict(report), indent=1, default=str) + "\n")
+    written.append(json_path)
+    return written
+
+
+def write_plots(report: Report, out: Path) -> list[Path]:
+    """One PNG per op: throughput of tilegen and PyTorch per shape, one panel per dtype."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("tilegen bench: matplotlib is not installed; skipping plots", file=sys.stderr)
+        return []
+    written = []
+    ops = dict.fromkeys(r.op for r in report.rows)
+    for op in ops:
+        rows = [r for r in report.rows if r.op == op]
+        dtypes = list(dict.fromkeys(r.dtype for r in rows))
+        fig, axes = plt.subplots(1, len(dtypes), figsize=(6 * len(dtypes), 4), squeeze=False)
+        for ax, dtype in zip(axes[0], dtypes):
+            for provider in dict.fromkeys(r.provider for r in rows):
+                points = [r for r in rows if r.dtype == dtype and r.provider == provider]
+                values = [r.tflops if r.tflops is not None else r.gbs for r in points]
+                ax.plot([r.shape for r in points], values, marker="o", label=provider)
+            unit = "TFLOP/s" if rows[0].tflops is not None else "GB/s"
+            ax.set_title(f"{op} ({dtype})")
+            ax.set_ylabel(unit)
+            ax.tick_params(axis="x", rotation=45)
+            ax.grid(alpha=0.3)
+            ax.legend()
+        fig.tight_layout()
+        path = out / f"{op}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write_readme(report: Report, out: Path, table: str, summary: list[str]) -> Path:
+    env = report.environment
+    limits = report.limits
+    text = [
+        f"# tilegen bench results: {env.get('gpu')}",
+        "",
+        "Made by:",
+        "",
+        f"    {report.command}",
+        "",
+        f"GPU {env.get('gpu')}, torch {env.get('torch')}, triton {env.get('triton')}, "
+        f"Python {env.get('python')}, {env.get('date')}.",
+        "",
+        f"Measured limits this run: device-to-device copy {limits.get('copy_gbs', 0):.0f} GB/s (read + write); "
+        + ", ".join(f"cuBLAS {k} {v:.0f} TFLOP/s" for k, v in limits.get("matmul_tflops", {}).items())
+        + f" ({LIMIT_MATMUL}^3).",
+        "",
+        "Speedup is PyTorch eager time / tilegen time (above 1: tilegen is faster); times are medians of "
+        "triton.testing.do_bench. 'of limit' is tilegen's throughput over the measured limit above.",
+        "",
+        "## Summary", "", "```", *summary, "```", "",
+        "## Host overhead (CPU microseconds per call, small inputs)", "", "```",
+        *[f"{h['op']:<24} tilegen {h['tilegen_us']:6.1f} us   torch {h['torch_us']:6.1f} us"
+          for h in report.host_us],
+        "```", "",
+        "## All results", "", "```", table, "```", "",
+    ]
+    path = out / "README.md"
+    path.write_text("\n".join(text))
+    return path
+
+
+# ---- GPU side --------------------------------------------------------------------------------
+
+def environment() -> dict:
+    import torch
+    import triton
+
+    return dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                python=platform.python_version(), date=time.strftime("%Y-%m-%d"))
+
+
+def measure_limits(dtypes: list[str]) -> dict:
+    """Copy bandwidth and cuBLAS's dense rate per dtype, measured on this GPU now."""
+    import torch
+    from triton.testing import do_bench
+
+    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    copy_ms = do_bench(lambda: dst.copy_(src), return_mode="median")
+    limits = {"copy_gbs": 2 * COPY_BYTES / (copy_ms * 1e-3) / 1e9, "matmul_tflops": {}}
+    del src, dst
+    for name in dtypes:
+        dtype = getattr(torch, name)
+        a = torch.randn(LIMIT_MATMUL, LIMIT_MATMUL, device="cuda", dtype=dtype)
+        b = torch.randn(LIMIT_MATMUL, LIMIT_MATMUL, device="cuda", dtype=dtype)
+        ms = do_bench(lambda: torch.mm(a, b), return_mode="median")
+        limits["matmul_tflops"][name] = 2 * LIMIT_MATMUL**3 / (ms * 1e-3) / 1e12
+    return limits
+
+
+def host_overhead(module, calls: int = 2000) -> dict:
+    """CPU time per call on a small input: launch cost, not GPU time."""
+    import torch
+
+    dtype = module.DTYPES[0]
+    inputs = module.make_inputs(module.SMALL_SHAPE, dtype)
+    result = {"op": module.OP}
+    for name, fn in (("tilegen", module.run_tilegen), ("torch", module.run_torch)):
+        for _ in range(200):
+            fn(inputs)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(inputs)
+        elapsed = time.perf_counter() - start
+        torch.cuda.synchronize()
+        result[f"{name}_us"] = elapsed / calls * 1e6
+    return result
+
+
+def _check_agreement(module, got, want, dtype, label):
+    import torch
+
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    tolerance = 2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-3
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.float(), w.float(), atol=tolerance, rtol=tolerance, equal_nan=True,
+                                   msg=lambda m: f"{label}: tilegen and PyTorch disagree: {m}")
+
+
+def bench_module(module, shapes, providers, progress) -> list[Row]:
+    import torch
+    from triton.testing import do_bench
+
+    rows = []
+    compiled = torch.compile(module.run_torch, mode="max-autotune-no-cudagraphs") if "torch.compile" in providers else None
+    for dtype in module.DTYPES:
+        dtype_name = str(dtype).replace("torch.", "")
+        for shape in shapes or module.SHAPES:
+            label = f"{module.OP} {dtype_name} {shape_label(shape)}"
+            progress(label)
+            inputs = module.make_inputs(shape, dtype)
+            _check_agreement(module, module.run_tilegen(inputs), module.run_torch(inputs), dtype, label)
+            fns = {"tilegen": module.run_tilegen, "torch": module.run_torch}
+            if compiled is not None:
+                fns["torch.compile"] = compiled
+            for provider, fn in fns.items():
+                ms = do_bench(lambda: fn(inputs), return_mode="median")
+                tflops, gbs = throughput(ms, module.flops(shape), 0 if module.KIND == "matmul"
+                                         else module.bytes_moved(shape, dtype))
+                rows.append(Row(module.OP, module.KIND, dtype_name, shape_label(shape), provider, ms, tflops, gbs))
+            del inputs
+        torch.cuda.empty_cache()
+    return rows
+
+
+def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compile_too: bool,
+        command: str) -> Report:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise BenchError("no CUDA GPU found; `tilegen bench` times compiled kernels and needs one "
+                         "(the interpreter cannot time kernels)")
+    modules = load_bench_modules(ops, package)
+    dtypes = sorted({str(d).replace("torch.", "") for m in modules for d in m.DTYPES if m.KIND == "matmul"})
+    report = Report(environment(), measure_limits(dtypes or ["float16"]), command=command)
+    providers = ["tilegen", "torch"] + (["torch.compile"] if compile_too else [])
+    total = sum(len(m.DTYPES) * len(parse_shapes(shapes_text, m.KIND) or m.SHAPES) for m in modules)
+    done = [0]
+
+    def progress(label):
+        done[0] += 1
+        print(f"[{done[0]:>3}/{total}] {label}", file=sys.stderr, flush=True)
+
+    for module in modules:
+        report.rows.extend(bench_module(module, parse_shapes(shapes_text, module.KIND), providers, progress))
+        report.host_us.append(host_overhead(module))
+    attach_ratios(report.rows, report.limits)
+    return report
+
+
+def load_bench_modules(ops: list[str], package: str):
+    root = Path(package)
+    folder = root / "bench"
+    if not folder.is_dir():
+        raise BenchError(f"{folder}: no generated benchmarks; run `tilegen build` first")
+    known = sorted(p.stem[len("bench_"):] for p in folder.glob("bench_*.py"))
+    for op in ops:
+        if op not in known:
+            raise BenchError(f"unknown op {op!r} (generated ops: {', '.join(known) or 'none'})")
+    sys.path.insert(0, str(root.resolve().parent))
+    return [importlib.import_module(f"{root.name}.bench.bench_{op}") for op in (ops or known)]

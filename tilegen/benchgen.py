@@ -1,0 +1,65 @@
+"""Plan the generated benchmark of one op: shapes, dtypes, and its eager PyTorch equivalent."""
+
+from __future__ import annotations
+
+from .dtypes import DTYPES
+from .expressions import tidy
+from .spec import Spec
+from .testgen import _dtype_exprs, _operands_of, _positive_domain, _scalar_test_value
+
+# DESIGN.md section 6: the matmul shape set, as (M, N, K).
+MATMUL_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
+                 (16, 4096, 4096), (128, 4096, 4096), (4096, 11008, 4096), (1025, 769, 513)]
+ELEMENTWISE_SHAPES = [(1 << p,) for p in range(12, 29, 2)]
+BENCH_DTYPES = {"matmul": ("float16", "bfloat16"), "elementwise": ("float16", "bfloat16", "float32")}
+
+
+def bench_context(spec: Spec, header: str, package: str) -> dict:
+    dtypes = [d for d in spec.inputs[0].dtypes if d in BENCH_DTYPES[spec.kind]] or [spec.inputs[0].dtypes[0]]
+    expressions = dict(spec.body)
+    expressions.update(dict(spec.reference))
+    torch_lines = [f"{t.name} = {tidy(expressions[t.name].to_torch())}" for t in spec.outputs]
+    names = [t.name for t in spec.outputs]
+    ctx = dict(
+        header=header, package=package, op=spec.op, kind=spec.kind,
+        dtypes_literal=", ".join(DTYPES[d].torch for d in dtypes),
+        input_names=[t.name for t in spec.inputs],
+        input_dtype_exprs=_dtype_exprs(spec, spec.inputs),
+        output_dtype_exprs=_dtype_exprs(spec, spec.outputs),
+        scalar_names=[s.name for s in spec.scalars],
+        unpack=", ".join(t.name for t in spec.inputs) + ("," if len(spec.inputs) == 1 else ""),
+        scalar_values=", ".join(f'"{s.name}": {s.default!r}' if s.default is not None
+                                else f'"{s.name}": {_scalar_test_value(s)}' for s in spec.scalars),
+        torch_lines=torch_lines,
+        result=names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)",
+        positive=_positive_domain(spec),
+    )
+    if spec.kind == "matmul":
+        a, b, m, n, k, extras = _operands_of(spec)
+        fit = _fitter(spec, (m, n, k))
+        shapes = [fit(s) for s in MATMUL_SHAPES + list(spec.bench_shapes)]
+        shape_of = {m: "mm", n: "nn", k: "kk"}
+        ctx.update(a=a.name, b=b.name, small_shape=fit((64, 64, 64)),
+                   input_shape_exprs=[_tuple_source([shape_of[x] for x in t.shape]) for t in spec.inputs])
+    else:
+        tile = spec.tiles[0]
+        unit = max(tile.sizes) if spec.mask(tile.axis) == "never" else 1
+        shapes = [(-(-s[0] // unit) * unit,) if len(s) == 1 else s
+                  for s in ELEMENTWISE_SHAPES + list(spec.bench_shapes)]
+        ctx.update(small_shape=(-(-4096 // unit) * unit,), input_shape_exprs=[])
+    ctx["shapes_literal"] = ", ".join(repr(tuple(s)) for s in dict.fromkeys(shapes))
+    return ctx
+
+
+def _tuple_source(items) -> str:
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _fitter(spec: Spec, axes):
+    tiles = {t.axis: t for t in spec.tiles}
+    units = [max(tiles[a].sizes) if spec.mask(a) == "never" else 1 for a in axes]
+
+    def fit(shape):
+        return tuple(-(-v // u) * u for v, u in zip(shape, units))
+
+    return fit
