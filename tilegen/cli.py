@@ -214,6 +214,31 @@ def bench(ops, out_dir, package, shapes, compile_too):
     click.echo(f"wrote {', '.join(str(p) for p in written)}")
 
 
+@main.command()
+@click.argument("ops", nargs=-1)
+@click.option("--package", default=DEFAULT_OUT, show_default=True, help="Folder of the generated package.")
+@click.option("--shapes", default=None, help="Shapes instead of the benchmark defaults (as for `tilegen bench`).")
+@click.option("--tables", default=None, help="Folder of the config tables (default: tilegen's own tables/).")
+def tune(ops, package, shapes, tables):
+    """Measure every candidate config of OPS (default: matmul, add) on this GPU; record the best.
+
+    Writes <kind>.json tables; run `tilegen build` afterwards so the ops launch the measured configs.
+
+    \b
+    Example:
+      tilegen tune matmul add && tilegen build specs/
+    """
+    from . import tune as tune_module
+    from .bench import BenchError
+    from .tables import TABLE_DIR
+
+    try:
+        written = tune_module.run(list(ops), package, shapes, Path(tables) if tables else TABLE_DIR)
+    except BenchError as exc:
+        _fail(f"tilegen tune: {exc}")
+    click.echo(f"wrote {', '.join(str(p) for p in written)}; now run `tilegen build`")
+
+
 def _cuda_available() -> bool:
     import torch
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from .dtypes import DTYPES
 from .expressions import tidy
 from .spec import Spec, TensorSpec
+from .tables import load_table, render_table, table_for_spec
 
 
 def _py_string(text: str) -> str:
@@ -114,6 +115,7 @@ def _common(spec: Spec, header: str) -> dict:
         signature=_signature(spec),
         arg_docs=_arg_docs(spec),
         config_mode=spec.configs.mode,
+        table=render_table(table_for_spec(spec, load_table(spec.kind))),
         scalar_params=", ".join(s.name for s in spec.scalars),
         scalar_args="(" + "".join(f"{s.name}, " for s in spec.scalars).rstrip(" ") + ")",
         input_pairs="[" + ", ".join(f'("{t.name}", {t.name})' for t in spec.inputs) + "]",
