@@ -108,3 +108,13 @@ def test_generated_expressions_round_trip(source):
     expression = parse_expression(source, NAMES)
     compile(expression.to_triton(), "<triton>", "eval")
     compile(expression.to_torch(), "<torch>", "eval")
+
+
+@pytest.mark.parametrize("source, eager", [
+    ("where(acc > 0, acc, 0)", "torch.where(acc > 0.0, acc, 0.0)"),
+    ("maximum(acc, 0)", "torch.clamp(acc, min=0.0)"),
+    ("minimum(1, a)", "torch.clamp(a, max=1.0)"),
+    ("maximum(a, b)", "torch.maximum(a, b)"),
+])
+def test_eager_form_keeps_python_scalars(source, eager):
+    assert tidy(parse_expression(source, NAMES).to_eager()) == eager

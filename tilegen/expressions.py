@@ -81,7 +81,12 @@ class Expression:
         return _Emitter(rename, "triton").emit(self.tree.body)
 
     def to_torch(self, rename: Callable[[str], str] = str) -> str:
+        """PyTorch code for the float64 test oracle (constant arguments become float64 tensors)."""
         return _Emitter(rename, "torch").emit(self.tree.body)
+
+    def to_eager(self, rename: Callable[[str], str] = str) -> str:
+        """PyTorch code as a user would write it eagerly, in the tensors' own dtype (benchmarks)."""
+        return _Emitter(rename, "eager").emit(self.tree.body)
 
 
 def parse_expression(source: object, names: set[str]) -> Expression:
@@ -185,7 +190,7 @@ class _Emitter:
         if isinstance(node, ast.Constant):
             value = node.value
             # Float literals keep float math in fp32 kernels and float64 oracles alike.
-            return repr(float(value)) if self.target == "torch" or isinstance(value, float) else repr(value)
+            return repr(float(value)) if self.target != "triton" or isinstance(value, float) else repr(value)
         if isinstance(node, ast.Name):
             return self.rename(node.id)
         if isinstance(node, ast.UnaryOp):
@@ -202,6 +207,16 @@ class _Emitter:
             spec = FUNCTIONS[node.func.id]
             if self.target == "triton":
                 return spec.triton.format(*(self.emit(arg) for arg in node.args))
+            name = node.func.id
+            constant = [not _reads_names(arg) for arg in node.args]
+            if self.target == "eager":
+                # Eager code keeps Python scalars, where PyTorch takes them, so no tensor is made per call.
+                args = [self.emit(arg) for arg in node.args]
+                if name in ("maximum", "minimum") and any(constant):
+                    tensor, scalar = (args[1], args[0]) if constant[0] else (args[0], args[1])
+                    bound = "min" if name == "maximum" else "max"
+                    return f"torch.clamp({tensor}, {bound}={scalar})"
+                return spec.torch.format(*args)
             # PyTorch functions take tensors: constant arguments become float64 scalar tensors.
             return spec.torch.format(*(self.emit(arg) if _reads_names(arg)
                                        else f"torch.tensor({self.emit(arg)}, dtype=torch.float64)"

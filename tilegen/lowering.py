@@ -53,6 +53,28 @@ def _input_checks(spec: Spec, ndims: dict[str, int | None]) -> list[str]:
     return lines
 
 
+def _fast_guard(spec: Spec, ndims: dict[str, int], dims: list[str]) -> str:
+    """One boolean expression that is True for valid arguments: the hot path's only check.
+
+    The precise checks (which raise the named errors) run only when it is False; it is
+    conservative, so a rare valid call (a Tensor subclass, an int for a float scalar) just
+    takes the precise path.
+    """
+    names = [t.name for t in spec.inputs]
+    parts = [f"type({n}) is torch.Tensor" for n in names]
+    for tensor in spec.inputs:
+        if tensor.dtype_source == tensor.name:
+            parts.append(f"{tensor.name}.dtype in {_dtype_constant(tensor.name)}")
+        else:
+            parts.append(f"{tensor.name}.dtype == {tensor.dtype_source}.dtype")
+    parts.append(f"rt.on_device({names[0]})")
+    parts += [f"{n}.device == {names[0]}.device" for n in names[1:]]
+    parts += [f"{n}.dim() == {ndims[n]}" for n in names if n in ndims]
+    parts += dims
+    parts += [f"type({s.name}) is {s.type}" for s in spec.scalars]
+    return " and\n            ".join(parts)
+
+
 def _signature(spec: Spec) -> str:
     parts = [t.name for t in spec.inputs]
     keyword_only = []
@@ -139,9 +161,11 @@ def elementwise_context(spec: Spec, header: str) -> dict:
     checks = _input_checks(spec, {})
     for name in inputs[1:]:
         checks.append(f'rt.check_same_shape("{spec.op}", "{name}", {name}, "{inputs[0]}", {inputs[0]})')
+    guard = _fast_guard(spec, {}, [f"{name}.shape == {inputs[0]}.shape" for name in inputs[1:]])
+    after = []
     if exact:
-        checks.append(f'rt.check_divisible("{spec.op}", "{tile.axis}", {inputs[0]}.numel(), '
-                      f'{min(blocks)}, "{tile.block}")')
+        after.append(f'rt.check_divisible("{spec.op}", "{tile.axis}", {inputs[0]}.numel(), '
+                     f'{min(blocks)}, "{tile.block}")')
     scalars = [s.name for s in spec.scalars]
     math_lines = [f"{name} = {tidy(expr.to_triton())}" for name, expr in spec.body]
     compute_floor = spec.compute or "float32"
@@ -156,7 +180,9 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         math_args=", ".join(inputs + scalars),
         math_lines=math_lines,
         outputs=outs,
-        checks=checks + prelude,
+        guard=guard,
+        checks=checks,
+        after_checks=after + prelude,
         first_input=inputs[0],
         result=result,
         key_expr=f"{inputs[0]}.numel()" if exact else f"rt.bucket({inputs[0]}.numel())",
@@ -174,19 +200,22 @@ def matmul_context(spec: Spec, header: str) -> dict:
     ctx = _common(spec, header)
     ndims = {t.name: len(t.shape) for t in spec.inputs}
     checks = _input_checks(spec, ndims)
-    checks.append(f"{m}, {k} = {a.name}.shape")
-    checks.append(f"{n} = {b.name}.shape[1]")
-    checks.append(f'rt.check_dim("{spec.op}", "{b.name}", {b.name}, 0, {k}, "{k}")')
-    sizes = {m: m, n: n}
+    size_source = {m: f"{a.name}.shape[0]", n: f"{b.name}.shape[1]", k: f"{a.name}.shape[1]"}
+    checks.append(f'rt.check_dim("{spec.op}", "{b.name}", {b.name}, 0, {size_source[k]}, "{k}")')
+    dims = [f"{b.name}.shape[0] == {a.name}.shape[1]"]
     for extra in extras:
         for dim, axis in enumerate(extra.shape):
-            checks.append(f'rt.check_dim("{spec.op}", "{extra.name}", {extra.name}, {dim}, {sizes[axis]}, "{axis}")')
+            checks.append(f'rt.check_dim("{spec.op}", "{extra.name}", {extra.name}, {dim}, {size_source[axis]}, '
+                          f'"{axis}")')
+            dims.append(f"{extra.name}.shape[{dim}] == {size_source[axis]}")
+    guard = _fast_guard(spec, ndims, dims)
+    after = [f"{m}, {k} = {a.name}.shape", f"{n} = {b.name}.shape[1]"]
     tiles = {t.axis: t for t in spec.tiles}
     bm, bn, bk = tiles[m], tiles[n], tiles[k]
     policies = [spec.mask(m), spec.mask(n), spec.mask(k)]
     for axis, tile, policy in zip((m, n, k), (bm, bn, bk), policies):
         if policy == "never":
-            checks.append(f'rt.check_divisible("{spec.op}", "{axis}", {axis}, {min(tile.sizes)}, "{tile.block}")')
+            after.append(f'rt.check_divisible("{spec.op}", "{axis}", {axis}, {min(tile.sizes)}, "{tile.block}")')
     outs, prelude, result = _output_context(spec, lambda name: name)
     tensor_names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
     stride_params = ", ".join(
@@ -215,7 +244,9 @@ def matmul_context(spec: Spec, header: str) -> dict:
         extras=[_extra_load(t, m, n) for t in extras],
         epilogue_lines=[f"{name} = {tidy(expr.to_triton())}" for name, expr in spec.body],
         outputs=outs,
-        checks=checks + prelude,
+        guard=guard,
+        checks=checks,
+        after_checks=after + prelude,
         result=result,
         tensor_names=tensor_names,
         key_expr=", ".join(key_parts),
