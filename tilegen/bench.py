@@ -224,7 +224,7 @@ def write_readme(report: Report, out: Path, table: str, summary: list[str]) -> P
         "## Summary", "", "```", *summary, "```", "",
         "## Host overhead (CPU microseconds per call, small inputs)", "", "```",
         *[f"{h['op']:<24} tilegen {h['tilegen_us']:6.1f} us   torch {h['torch_us']:6.1f} us"
-          for h in report.host_us],
+          f"   (direct launch: {'yes' if h.get('direct_launch') else 'no'})" for h in report.host_us],
         "```", "",
         "## All results", "", "```", table, "```", "",
     ]
@@ -279,6 +279,9 @@ def host_overhead(module, calls: int = 2000) -> dict:
         elapsed = time.perf_counter() - start
         torch.cuda.synchronize()
         result[f"{name}_us"] = elapsed / calls * 1e6
+    op_module = sys.modules.get(module.__name__.replace(".bench.bench_", "."))
+    launchers = [v for v in vars(op_module).values() if type(v).__name__ == "Launcher"] if op_module else []
+    result["direct_launch"] = any(launcher.direct and launcher.binaries for launcher in launchers)
     return result
 
 

@@ -207,7 +207,8 @@ def bench(ops, out_dir, package, shapes, compile_too):
     click.echo("")
     click.echo("\n".join(summary))
     for host in report.host_us:
-        click.echo(f"host overhead {host['op']:<24} tilegen {host['tilegen_us']:.1f} us, torch {host['torch_us']:.1f} us")
+        click.echo(f"host overhead {host['op']:<24} tilegen {host['tilegen_us']:.1f} us, torch {host['torch_us']:.1f} us"
+                   f" (direct launch: {'yes' if host.get('direct_launch') else 'no'})")
     out = Path(out_dir)
     written = bench_module.write_reports(report, out) + bench_module.write_plots(report, out)
     written.append(bench_module.write_readme(report, out, table, summary))
