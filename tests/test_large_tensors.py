@@ -1,0 +1,36 @@
+"""Sizes past 32-bit offsets, compiled on a GPU (skipped elsewhere: they need ~15 GB of GPU memory)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_properties(0).total_memory < 40 * 2**30,
+    reason="needs a CUDA GPU with 40 GB or more")
+
+
+def test_elementwise_past_2_31_elements():
+    from generated import add
+
+    n = 2**31 + 4099
+    a = torch.randn(n, device="cuda", dtype=torch.float16)
+    b = torch.randn(n, device="cuda", dtype=torch.float16)
+    c = add(a, b)
+    assert torch.equal(c, a + b)
+    # Strided: every other element of a longer buffer reaches past 2**32 elements.
+    wide = torch.randn(2 * (2**31 + 5), device="cuda", dtype=torch.float16)
+    x = wide[::2]
+    assert torch.equal(add(x, x), x + x)
+
+
+def test_matmul_offsets_past_int32():
+    from generated import matmul_relu
+
+    m, k, n = 70000, 32768, 64  # A has 2.3e9 elements: row offsets overflow int32
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16) * k**-0.25
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16) * k**-0.25
+    c = matmul_relu(a, b)
+    want = torch.relu(a @ b)
+    for rows in (slice(0, 64), slice(m // 2, m // 2 + 64), slice(m - 64, m)):
+        torch.testing.assert_close(c[rows], want[rows], atol=2e-2, rtol=2e-2)

@@ -1,0 +1,74 @@
+"""Host-side runtime helpers of the generated package, checked on the CPU."""
+
+from __future__ import annotations
+
+import torch
+
+from generated import _runtime as rt
+from tilegen.build import load_specs
+from tilegen.tables import render_table, table_for_spec
+from tests.conftest import REPO
+
+
+def test_collapse_merges_contiguous_dims_and_drops_ones():
+    t = torch.empty(4, 1, 5, 6)
+    sizes, strides = rt.collapse(t.shape, [t.stride()])
+    assert sizes == [120] and strides == [[1]]
+    u = t.transpose(0, 3)
+    sizes, strides = rt.collapse(u.shape, [u.stride(), u.contiguous().stride()])
+    assert sizes == [6, 5, 4] and strides[0] == [1, 6, 30]
+
+
+def test_needs_int64_on_huge_tensors_without_memory():
+    small = torch.empty(1024, device="meta")
+    assert not rt.needs_int64(small, extra=1024)
+    huge = torch.empty(2**31 + 1, device="meta", dtype=torch.float16)
+    assert rt.needs_int64(huge)
+    # A view whose elements are few but whose reach (strides) passes 2**31 needs it too.
+    reach = torch.empty(2**16, 2**16, device="meta", dtype=torch.float16)[:, :2]
+    assert reach.numel() < 2**31 and rt.needs_int64(reach)
+    assert rt.needs_int64(torch.empty(2**31 - 100, device="meta"), extra=1024)
+
+
+def test_generated_kernels_switch_to_64_bit_offsets():
+    for name in ("add", "matmul", "matmul_relu", "scaled_silu_mul"):
+        source = (REPO / "generated" / f"{name}.py").read_text()
+        assert "INDEX_64: tl.constexpr" in source and "INDEX_64=rt.needs_int64(" in source
+        assert ".to(tl.int64)" in source
+
+
+def test_nearest_table_entry():
+    fitting = [dict(BM=64, BN=64, BK=64, num_warps=4, num_stages=4),
+               dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)]
+    entries = {(1024, 1024, 1024, 2): dict(BM=64, BN=64, BK=64, num_warps=4, num_stages=4),
+               (4096, 4096, 4096, 2): dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3),
+               (8192, 8192, 8192, 2): dict(BM=256, BN=128, BK=64, num_warps=8, num_stages=3)}
+    assert rt.nearest_entry(entries, (4096, 4096, 4096, 2), fitting)["BM"] == 128
+    assert rt.nearest_entry(entries, (2048, 1024, 1024, 2), fitting)["BM"] == 64
+    # The nearest entry's tiles are not candidates: the next one within reach.
+    assert rt.nearest_entry(entries, (8192, 8192, 4096, 2), fitting)["BM"] == 128
+    # Another element size, or too far away: no entry (the heuristic decides).
+    assert rt.nearest_entry(entries, (4096, 4096, 4096, 4), fitting) is None
+    assert rt.nearest_entry(entries, (16, 16, 16, 2), fitting) is None
+
+
+def test_table_is_filtered_to_each_specs_tile_sizes():
+    sources = {s.spec.op: s.spec for s in load_specs([REPO / "specs"], REPO)}
+    table = {"GPU": {"64x64x64x2": dict(BM=256, BN=128, BK=64, num_warps=8, num_stages=3),
+                     "128x128x128x2": dict(BM=64, BN=64, BK=32, num_warps=4, num_stages=4)}}
+    assert list(table_for_spec(sources["matmul"], table)["GPU"]) == [(64, 64, 64, 2), (128, 128, 128, 2)]
+    assert list(table_for_spec(sources["matmul_residual_scaled"], table)["GPU"]) == [(128, 128, 128, 2)]
+    assert table_for_spec(sources["rms_scale_exp"], {"GPU": {"4096x4": dict(BLOCK=1024, num_warps=4)}}) == {}
+    assert render_table({}) == "{}"
+
+
+def test_config_chooser_modes():
+    candidates = lambda facts, key: [dict(BLOCK=1024, num_warps=4), dict(BLOCK=4096, num_warps=8)]  # noqa: E731
+    fixed = rt.ConfigChooser("fixed", candidates, rt.elementwise_heuristic)
+    assert fixed.choose((1 << 20, 2), (132, 1 << 30, ""), None)["BLOCK"] == 1024
+    table = {"GPU": {(1 << 20, 2): dict(BLOCK=4096, num_warps=8)}}
+    auto = rt.ConfigChooser("auto", candidates, rt.elementwise_heuristic, table)
+    assert auto.choose((1 << 20, 2), (132, 1 << 30, "GPU"), None)["BLOCK"] == 4096
+    assert auto.choose((1 << 20, 2), (132, 1 << 30, "Other"), None) == auto.cache[(1 << 20, 2)]
+    with auto.forcing(dict(BLOCK=1024, num_warps=4)):
+        assert auto.choose((1 << 20, 2), (132, 1 << 30, "GPU"), None)["BLOCK"] == 1024
