@@ -128,8 +128,9 @@ def load_document(path: Path, errors: ErrorLog, display: str | None = None) -> D
     except UnicodeDecodeError as exc:
         errors.add(shown, 1, "", f"not UTF-8 text (byte {exc.start})")
         return None
-    loader = _NoAliasLoader(text)
+    loader = None
     try:
+        loader = _NoAliasLoader(text)
         node = loader.get_single_node()
         if node is None:
             errors.add(shown, 1, "", "the file is empty", "a mapping with op, kind, inputs, outputs, ...")
@@ -145,11 +146,16 @@ def load_document(path: Path, errors: ErrorLog, display: str | None = None) -> D
         problem = " ".join(str(exc.problem or exc.context or "invalid YAML").split())
         errors.add(shown, line, "", f"YAML syntax error: {problem}")
         return None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        errors.add(shown, line, "", f"character {exc.character!r} is not allowed in YAML", "printable text")
+        return None
     except (yaml.YAMLError, RecursionError, ValueError, OverflowError) as exc:
         errors.add(shown, 1, "", f"YAML error: {' '.join(str(exc).split())[:200]}")
         return None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if not isinstance(data, dict):
         errors.add(shown, builder.lines.get("", 1), "", f"the document is a {type(data).__name__}",
                    "a mapping with op, kind, inputs, outputs, ...")
