@@ -148,7 +148,8 @@ def load_document(path: Path, errors: ErrorLog, display: str | None = None) -> D
         return None
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
-        errors.add(shown, line, "", f"character {exc.character!r} is not allowed in YAML", "printable text")
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        errors.add(shown, line, "", f"character U+{code:04X} is not allowed in YAML", "printable text")
         return None
     except (yaml.YAMLError, RecursionError, ValueError, OverflowError) as exc:
         errors.add(shown, 1, "", f"YAML error: {' '.join(str(exc).split())[:200]}")
