@@ -72,3 +72,18 @@ def test_config_chooser_modes():
     assert auto.choose((1 << 20, 2), (132, 1 << 30, "Other"), None) == auto.cache[(1 << 20, 2)]
     with auto.forcing(dict(BLOCK=1024, num_warps=4)):
         assert auto.choose((1 << 20, 2), (132, 1 << 30, "GPU"), None)["BLOCK"] == 1024
+
+
+def test_config_key_leaves_out_axes_not_in_configs_key():
+    calls = []
+
+    def candidates(facts, key):
+        calls.append(key)
+        return [dict(BM=64, BN=64, BK=32, num_warps=4, num_stages=3)]
+
+    chooser = rt.ConfigChooser("auto", candidates, rt.matmul_heuristic, key_mask=(True, False, False, True))
+    facts = (132, 1 << 30, "")
+    chooser.choose((64, 128, 256, 2), facts, None)
+    chooser.choose((64, 4096, 32, 2), facts, None)  # same M bucket and element size: cached
+    chooser.choose((128, 128, 256, 2), facts, None)
+    assert calls == [(64, 128, 256, 2), (128, 128, 256, 2)]

@@ -137,11 +137,22 @@ def _common(spec: Spec, header: str) -> dict:
         signature=_signature(spec),
         arg_docs=_arg_docs(spec),
         config_mode=spec.configs.mode,
+        key_mask=_key_mask(spec),
         table=render_table(table_for_spec(spec, load_table(spec.kind))),
         scalar_params=", ".join(s.name for s in spec.scalars),
         scalar_args="(" + "".join(f"{s.name}, " for s in spec.scalars).rstrip(" ") + ")",
         input_pairs="[" + ", ".join(f'("{t.name}", {t.name})' for t in spec.inputs) + "]",
     )
+
+
+def _key_mask(spec: Spec) -> str:
+    """Which axes of the config key tell configs apart (configs.key); the element size always does."""
+    if spec.kind == "matmul":
+        a, b = _operands(spec)
+        axes = (a.shape[0], b.shape[1], a.shape[1])
+    else:
+        axes = (spec.tiles[0].axis,)
+    return repr(tuple(axis in spec.configs.key for axis in axes) + (True,))
 
 
 def _fixed_or(spec: Spec, name: str, candidates):

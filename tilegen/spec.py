@@ -32,7 +32,7 @@ class TileSpec:
 @dataclass(frozen=True)
 class ConfigPolicy:
     mode: str                                    # "auto", "autotune" or "fixed"
-    key: tuple[str, ...] = ()                    # autotune: axes whose bucket keys the cache
+    key: tuple[str, ...] = ()                    # axes whose size bucket keys the config cache
     fixed: tuple[tuple[str, int], ...] = ()      # fixed: block name / num_warps / num_stages -> value
     num_warps: tuple[int, ...] = ()
     num_stages: tuple[int, ...] = ()

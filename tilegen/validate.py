@@ -154,7 +154,7 @@ class _Validator:
         policy = self.dtype_policy(kind)
         schedule = self.schedule(kind)
         configs = self.configs(kind, tiles)
-        shapes = self.structure(kind, inputs, outputs)
+        self.structure(kind, inputs, outputs)
         body = self.body(kind, inputs, outputs, scalars)
         reference = self.reference(kind, inputs, outputs, scalars)
         test_shapes = self.shape_list("test", kind)
@@ -163,7 +163,6 @@ class _Validator:
             return None
         resolved_inputs = tuple(TensorSpec(n, *dtypes[n], s) for n, s in inputs.items())
         resolved_outputs = tuple(TensorSpec(n, *dtypes[n], s) for n, s in outputs.items())
-        del shapes
         return Spec(
             path=self.doc.path, op=op, kind=kind, doc=doc,
             inputs=resolved_inputs, outputs=resolved_outputs, scalars=tuple(scalars.values()),
@@ -415,7 +414,7 @@ class _Validator:
     def configs(self, kind, tiles) -> ConfigPolicy:
         value = self.data.get("configs")
         if value is None:
-            return ConfigPolicy("auto")
+            return ConfigPolicy("auto", tuple(t.axis for t in tiles))
         keys = ("mode", "key", "num_warps", "num_stages", "fixed")
         entries = self.mapping("configs", value, keys, required=("mode",)) or {}
         mode = self.choice("configs.mode", entries.get("mode"), CONFIG_MODES) if "mode" in entries else None
@@ -443,7 +442,7 @@ class _Validator:
                 fixed = self.fixed_config(raw, tiles)
         elif "fixed" in entries:
             self.error("configs.fixed", "'fixed' needs mode: fixed")
-        return ConfigPolicy(mode or "auto", key or axes_key(kind, axes), fixed, warps, stages)
+        return ConfigPolicy(mode or "auto", key or tuple(axes), fixed, warps, stages)
 
     def fixed_config(self, raw: dict, tiles) -> tuple[tuple[str, int], ...]:
         sizes = {t.block: t.sizes for t in tiles}
@@ -589,10 +588,6 @@ class _Validator:
                 continue
             shapes.append(tuple(shape))
         return tuple(shapes)
-
-
-def axes_key(kind, axes) -> tuple[str, ...]:
-    return tuple(axes)
 
 
 def _matmul_axes(inputs: dict, outputs: dict) -> tuple[str, ...] | None:
