@@ -183,3 +183,14 @@ def test_generated_package_imports_only_torch_and_triton():
             else:
                 continue
             assert roots <= {"torch", "triton"} | set(sys.stdlib_module_names), (path.name, roots)
+
+
+def test_package_is_importable_under_the_output_folders_name(cli, project):
+    assert cli("build", "specs/", "-o", "kernels_pkg").exit_code == 0
+    code = ("import torch, kernels_pkg\n"
+            "a = torch.arange(6.0)\n"
+            "print(kernels_pkg.add(a, a).tolist(), sorted(kernels_pkg.__all__)[:2])\n")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True)
+    assert "[0.0, 2.0, 4.0, 6.0, 8.0, 10.0] ['add', 'fma_clamp']" in out.stdout, out.stderr
+    assert "from kernels_pkg import add" in (project / "kernels_pkg" / "tests" / "test_add.py").read_text()

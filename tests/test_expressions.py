@@ -118,3 +118,8 @@ def test_generated_expressions_round_trip(source):
 ])
 def test_eager_form_keeps_python_scalars(source, eager):
     assert tidy(parse_expression(source, NAMES).to_eager()) == eager
+
+
+def test_eager_form_treats_scalar_names_as_numbers():
+    expression = parse_expression("maximum(a, alpha * 2)", NAMES)
+    assert tidy(expression.to_eager(frozenset({"alpha"}))) == "torch.clamp(a, min=alpha * 2.0)"

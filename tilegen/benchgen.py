@@ -18,7 +18,8 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
     dtypes = [d for d in spec.inputs[0].dtypes if d in BENCH_DTYPES[spec.kind]] or [spec.inputs[0].dtypes[0]]
     expressions = dict(spec.body)
     expressions.update(dict(spec.reference))
-    torch_lines = [f"{t.name} = {tidy(expressions[t.name].to_eager())}" for t in spec.outputs]
+    scalars = frozenset(s.name for s in spec.scalars)
+    torch_lines = [f"{t.name} = {tidy(expressions[t.name].to_eager(scalars))}" for t in spec.outputs]
     names = [t.name for t in spec.outputs]
     ctx = dict(
         header=header, package=package, op=spec.op, kind=spec.kind,

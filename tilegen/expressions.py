@@ -84,9 +84,12 @@ class Expression:
         """PyTorch code for the float64 test oracle (constant arguments become float64 tensors)."""
         return _Emitter(rename, "torch").emit(self.tree.body)
 
-    def to_eager(self, rename: Callable[[str], str] = str) -> str:
-        """PyTorch code as a user would write it eagerly, in the tensors' own dtype (benchmarks)."""
-        return _Emitter(rename, "eager").emit(self.tree.body)
+    def to_eager(self, scalars: frozenset[str] = frozenset()) -> str:
+        """PyTorch code as a user would write it eagerly, in the tensors' own dtype (benchmarks).
+
+        `scalars` are the names bound to Python numbers rather than tensors.
+        """
+        return _Emitter(str, "eager", scalars).emit(self.tree.body)
 
 
 def parse_expression(source: object, names: set[str]) -> Expression:
@@ -182,9 +185,10 @@ class _Checker:
 class _Emitter:
     """Emits checked trees; only node kinds the checker accepted can reach it."""
 
-    def __init__(self, rename: Callable[[str], str], target: str):
+    def __init__(self, rename: Callable[[str], str], target: str, scalars: frozenset[str] = frozenset()):
         self.rename = rename
         self.target = target
+        self.scalars = scalars
 
     def emit(self, node: ast.AST) -> str:
         if isinstance(node, ast.Constant):
@@ -208,8 +212,8 @@ class _Emitter:
             if self.target == "triton":
                 return spec.triton.format(*(self.emit(arg) for arg in node.args))
             name = node.func.id
-            constant = [not _reads_names(arg) for arg in node.args]
             if self.target == "eager":
+                constant = [not _reads_names(arg, self.scalars) for arg in node.args]
                 # Eager code keeps Python scalars, where PyTorch takes them, so no tensor is made per call.
                 args = [self.emit(arg) for arg in node.args]
                 if name in ("maximum", "minimum") and any(constant):
@@ -224,8 +228,8 @@ class _Emitter:
         raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
 
 
-def _reads_names(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Name) for n in ast.walk(node))
+def _reads_names(node: ast.AST, ignoring: frozenset[str] = frozenset()) -> bool:
+    return any(isinstance(n, ast.Name) and n.id not in ignoring for n in ast.walk(node))
 
 
 def tidy(source: str) -> str:
