@@ -5,7 +5,7 @@ from __future__ import annotations
 from .dtypes import DTYPES
 from .expressions import tidy
 from .spec import Spec
-from .testgen import _dtype_exprs, _operands_of, _positive_domain, _scalar_test_value
+from .testgen import _dtype_exprs, _positive_domain, _scalar_test_value
 
 # DESIGN.md section 6: the matmul shape set, as (M, N, K).
 MATMUL_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
@@ -36,7 +36,8 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
         positive=_positive_domain(spec),
     )
     if spec.kind == "matmul":
-        a, b, m, n, k, extras = _operands_of(spec)
+        parts = spec.matmul_parts()
+        a, b, m, n, k = parts.a, parts.b, parts.m, parts.n, parts.k
         fit = _fitter(spec, (m, n, k))
         shapes = [fit(s) for s in MATMUL_SHAPES + list(spec.bench_shapes)]
         shape_of = {m: "mm", n: "nn", k: "kk"}

@@ -148,8 +148,8 @@ def _common(spec: Spec, header: str) -> dict:
 def _key_mask(spec: Spec) -> str:
     """Which axes of the config key tell configs apart (configs.key); the element size always does."""
     if spec.kind == "matmul":
-        a, b = _operands(spec)
-        axes = (a.shape[0], b.shape[1], a.shape[1])
+        parts = spec.matmul_parts()
+        axes = (parts.m, parts.n, parts.k)
     else:
         axes = (spec.tiles[0].axis,)
     return repr(tuple(axis in spec.configs.key for axis in axes) + (True,))
@@ -204,10 +204,8 @@ def elementwise_context(spec: Spec, header: str) -> dict:
 
 
 def matmul_context(spec: Spec, header: str) -> dict:
-    a, b = _operands(spec)
-    m, k = a.shape
-    n = b.shape[1]
-    extras = [t for t in spec.inputs if t not in (a, b)]
+    parts = spec.matmul_parts()
+    a, b, m, n, k, extras = parts.a, parts.b, parts.m, parts.n, parts.k, list(parts.extras)
     ctx = _common(spec, header)
     ndims = {t.name: len(t.shape) for t in spec.inputs}
     checks = _input_checks(spec, ndims)
@@ -284,9 +282,3 @@ def _extra_load(tensor: TensorSpec, m: str, n: str) -> dict:
                     mask="offs_n < N if MASK_N else None", broadcast="[None, :]")
     return dict(name=name, pointer=f"{name}_ptr + offs_m * stride_{name}_0",
                 mask="offs_m < M if MASK_M else None", broadcast="[:, None]")
-
-
-def _operands(spec: Spec) -> tuple[TensorSpec, TensorSpec]:
-    out_axes = set(spec.outputs[0].shape)
-    a, b = (t for t in spec.inputs if set(t.shape) - out_axes)
-    return a, b

@@ -68,3 +68,20 @@ class Spec:
 
     def input(self, name: str) -> TensorSpec:
         return next(t for t in self.inputs if t.name == name)
+
+    def matmul_parts(self) -> "MatmulParts":
+        """A matmul's operands, its M, N, K axis symbols, and its epilogue inputs."""
+        out_axes = set(self.outputs[0].shape)
+        a, b = (t for t in self.inputs if set(t.shape) - out_axes)
+        return MatmulParts(a, b, a.shape[0], b.shape[1], a.shape[1],
+                           tuple(t for t in self.inputs if t not in (a, b)))
+
+
+@dataclass(frozen=True)
+class MatmulParts:
+    a: TensorSpec
+    b: TensorSpec
+    m: str
+    n: str
+    k: str
+    extras: tuple[TensorSpec, ...]

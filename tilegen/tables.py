@@ -36,10 +36,8 @@ def format_key(key) -> str:
 def _block_sizes(spec: Spec) -> tuple[tuple[int, ...], ...]:
     if spec.kind == "elementwise":
         return (spec.tiles[0].sizes,)
-    from .testgen import _operands_of
-
-    _, _, m, n, k, _ = _operands_of(spec)
-    return tuple(spec.tile(axis).sizes for axis in (m, n, k))
+    parts = spec.matmul_parts()
+    return tuple(spec.tile(axis).sizes for axis in (parts.m, parts.n, parts.k))
 
 
 def table_for_spec(spec: Spec, table: dict) -> dict:

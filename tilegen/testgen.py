@@ -73,16 +73,6 @@ def _positive_domain(spec: Spec) -> bool:
     return any(name in _POSITIVE_DOMAIN for _, e in spec.body for name in _called(e))
 
 
-def _operands_of(spec: Spec):
-    """(a, b, M, N, K, epilogue inputs) of a matmul spec."""
-    from .lowering import _operands
-
-    a, b = _operands(spec)
-    m, k = a.shape
-    n = b.shape[1]
-    return a, b, m, n, k, [t for t in spec.inputs if t not in (a, b)]
-
-
 def _called(expression) -> set[str]:
     import ast
 
@@ -115,7 +105,8 @@ def elementwise_test_context(spec: Spec, header: str, package: str) -> dict:
 
 def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
     ctx = _common(spec, header, package)
-    a, b, m, n, k, extras = _operands_of(spec)
+    parts = spec.matmul_parts()
+    a, b, m, n, k, extras = parts.a, parts.b, parts.m, parts.n, parts.k, list(parts.extras)
     tiles = {t.axis: t for t in spec.tiles}
     never = {axis: spec.mask(axis) == "never" for axis in (m, n, k)}
     unit = {axis: max(tiles[axis].sizes) if never[axis] else 1 for axis in (m, n, k)}

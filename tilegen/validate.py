@@ -528,21 +528,26 @@ class _Validator:
         if kind is None:
             return ()
         entries = self.mapping(section, value) or {}
-        extras = set(inputs) if kind == "elementwise" else set(inputs) - set(self._operands(inputs, outputs))
-        names = extras | set(scalars) | ({"acc"} if kind == "matmul" else set())
-        return self.expressions(section, entries, outputs, names, required=True, tensors=names - set(scalars))
+        return self.expressions(section, entries, outputs, kind, inputs, scalars, required=True)
 
     def reference(self, kind, inputs: dict, outputs: dict, scalars: dict):
         value = self.data.get("reference")
         if value is None or kind is None:
             return ()
         entries = self.mapping("reference", value) or {}
-        extras = set(inputs) if kind == "elementwise" else set(inputs) - set(self._operands(inputs, outputs))
-        names = extras | set(scalars) | ({"acc"} if kind == "matmul" else set())
-        return self.expressions("reference", entries, outputs, names, required=False,
-                                tensors=names - set(scalars))
+        return self.expressions("reference", entries, outputs, kind, inputs, scalars, required=False)
 
-    def expressions(self, section, entries, outputs, names, required, tensors):
+    def expressions(self, section, entries, outputs, kind, inputs, scalars, required):
+        """Check output -> expression entries; the names they may read depend on the kind.
+
+        Elementwise: every input and scalar. Matmul: `acc`, the scalars, and the epilogue inputs
+        (not the operands, which only the accumulator reads).
+        """
+        if kind == "elementwise":
+            tensors = set(inputs)
+        else:
+            tensors = (set(inputs) - set(self._operands(inputs, outputs))) | {"acc"}
+        names = tensors | set(scalars)
         out = []
         for name, source in entries.items():
             key = f"{section}.{name}"
