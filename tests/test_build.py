@@ -194,3 +194,17 @@ def test_package_is_importable_under_the_output_folders_name(cli, project):
     out = subprocess.run([sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True)
     assert "[0.0, 2.0, 4.0, 6.0, 8.0, 10.0] ['add', 'fma_clamp']" in out.stdout, out.stderr
     assert "from kernels_pkg import add" in (project / "kernels_pkg" / "tests" / "test_add.py").read_text()
+
+
+def test_tilegen_test_runs_the_generated_tests_of_named_ops(cli, project):
+    assert cli("build", "specs/").exit_code == 0
+    result = cli("test", "nope")
+    assert result.exit_code == 2 and "unknown op 'nope'" in result.output
+    code = subprocess.call([sys.executable, "-m", "tilegen", "test", "add", "--pytest-args", "-q -x -k reference"],
+                           cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert code == 0
+    module = project / "generated" / "add.py"
+    module.write_text(module.read_text().replace("c = a + b", "c = a - b"))
+    code = subprocess.call([sys.executable, "-m", "tilegen", "test", "add", "--pytest-args", "-q -x -k reference"],
+                           cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert code == 1
