@@ -16,8 +16,7 @@ BENCH_DTYPES = {"matmul": ("float16", "bfloat16"), "elementwise": ("float16", "b
 
 def bench_context(spec: Spec, header: str, package: str) -> dict:
     dtypes = [d for d in spec.inputs[0].dtypes if d in BENCH_DTYPES[spec.kind]] or [spec.inputs[0].dtypes[0]]
-    expressions = dict(spec.body)
-    expressions.update(dict(spec.reference))
+    expressions = spec.output_expressions()
     scalars = frozenset(s.name for s in spec.scalars)
     torch_lines = [f"{t.name} = {tidy(expressions[t.name].to_eager(scalars))}" for t in spec.outputs]
     names = [t.name for t in spec.outputs]
@@ -38,30 +37,18 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
     if spec.kind == "matmul":
         parts = spec.matmul_parts()
         a, b, m, n, k = parts.a, parts.b, parts.m, parts.n, parts.k
-        fit = _fitter(spec, (m, n, k))
-        shapes = [fit(s) for s in MATMUL_SHAPES + list(spec.bench_shapes)]
+        shapes = [spec.fit_to_blocks((m, n, k), s) for s in MATMUL_SHAPES + list(spec.bench_shapes)]
         shape_of = {m: "mm", n: "nn", k: "kk"}
-        ctx.update(a=a.name, b=b.name, small_shape=fit((64, 64, 64)),
+        ctx.update(a=a.name, b=b.name, small_shape=spec.fit_to_blocks((m, n, k), (64, 64, 64)),
                    input_shape_exprs=[_tuple_source([shape_of[x] for x in t.shape]) for t in spec.inputs])
     else:
-        tile = spec.tiles[0]
-        unit = max(tile.sizes) if spec.mask(tile.axis) == "never" else 1
-        shapes = [(-(-s[0] // unit) * unit,) if len(s) == 1 else s
+        axis = (spec.tiles[0].axis,)
+        shapes = [spec.fit_to_blocks(axis, s) if len(s) == 1 else s
                   for s in ELEMENTWISE_SHAPES + list(spec.bench_shapes)]
-        ctx.update(small_shape=(-(-4096 // unit) * unit,), input_shape_exprs=[])
+        ctx.update(small_shape=spec.fit_to_blocks(axis, (4096,)), input_shape_exprs=[])
     ctx["shapes_literal"] = ", ".join(repr(tuple(s)) for s in dict.fromkeys(shapes))
     return ctx
 
 
 def _tuple_source(items) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-
-
-def _fitter(spec: Spec, axes):
-    tiles = {t.axis: t for t in spec.tiles}
-    units = [max(tiles[a].sizes) if spec.mask(a) == "never" else 1 for a in axes]
-
-    def fit(shape):
-        return tuple(-(-v // u) * u for v, u in zip(shape, units))
-
-    return fit

@@ -36,14 +36,12 @@ def _input_checks(spec: Spec, ndims: dict[str, int | None]) -> list[str]:
     op = repr(spec.op).replace("'", '"')
     lines = []
     for tensor in spec.inputs:
+        # An input's dtype source is itself (its own list) or the input it follows.
+        source = tensor.dtype_source
         ndim = ndims.get(tensor.name)
-        source = tensor.dtype_source if tensor.dtype_source in {t.name for t in spec.inputs} else tensor.name
-        constant = _dtype_constant(source) if source == tensor.dtype_source else None
         suffix = f", ndim={ndim}" if ndim is not None else ""
-        if constant and source == tensor.name:
-            lines.append(f'rt.check_tensor({op}, "{tensor.name}", {tensor.name}, {constant}{suffix})')
-        else:
-            lines.append(f'rt.check_tensor({op}, "{tensor.name}", {tensor.name}, {_dtype_constant(source)}{suffix})')
+        lines.append(f'rt.check_tensor({op}, "{tensor.name}", {tensor.name}, {_dtype_constant(source)}{suffix})')
+        if source != tensor.name:
             lines.append(f'rt.check_same_dtype({op}, "{tensor.name}", {tensor.name}, "{source}", {source})')
     pairs = ", ".join(f'("{t.name}", {t.name})' for t in spec.inputs)
     if len(spec.inputs) > 1:
@@ -104,7 +102,7 @@ def _arg_docs(spec: Spec) -> list[str]:
     return lines
 
 
-def _output_context(spec: Spec, value_of) -> tuple[list[dict], list[str], str]:
+def _output_context(spec: Spec) -> tuple[list[dict], list[str], str]:
     """Per-output allocation info, the lines that unpack `out=`, and the return expression."""
     outputs, prelude = [], []
     single = len(spec.outputs) == 1
@@ -121,7 +119,7 @@ def _output_context(spec: Spec, value_of) -> tuple[list[dict], list[str], str]:
             arg="out" if single else f"{tensor.name}_out",
             arg_name="out" if single else f"out[{index}]",
             dtype_expr=dtype_expr,
-            value=value_of(tensor.name),
+            value=tensor.name,
             index_suffix="" if single else f"[{index}]",
         ))
     result = spec.outputs[0].name if single else "(" + ", ".join(t.name for t in spec.outputs) + ",)"
@@ -168,7 +166,7 @@ def elementwise_context(spec: Spec, header: str) -> dict:
     ctx = _common(spec, header)
     blocks = _fixed_or(spec, tile.block, tile.sizes)
     warps = _fixed_or(spec, "num_warps", spec.configs.num_warps)
-    outs, prelude, result = _output_context(spec, lambda name: name)
+    outs, prelude, result = _output_context(spec)
     checks = _input_checks(spec, {})
     for name in inputs[1:]:
         checks.append(f'rt.check_same_shape("{spec.op}", "{name}", {name}, "{inputs[0]}", {inputs[0]})')
@@ -225,7 +223,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
     for axis, tile, policy in zip((m, n, k), (bm, bn, bk), policies):
         if policy == "never":
             after.append(f'rt.check_divisible("{spec.op}", "{axis}", {axis}, {min(tile.sizes)}, "{tile.block}")')
-    outs, prelude, result = _output_context(spec, lambda name: name)
+    outs, prelude, result = _output_context(spec)
     tensor_names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
     stride_params = ", ".join(
         f"stride_{t.name}_{d}" for t in list(spec.inputs) + list(spec.outputs) for d in range(len(t.shape)))
@@ -249,7 +247,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         pointer_params=", ".join(f"{name}_ptr" for name in tensor_names),
         stride_params=stride_params,
         acc_dtype=acc_dtype,
-        dot_options=_dot_options(spec, a),
+        dot_options=_dot_options(spec),
         extras=[_extra_load(t, m, n) for t in extras],
         epilogue_lines=[f"{name} = {tidy(expr.to_triton())}" for name, expr in spec.body],
         outputs=outs,
@@ -267,7 +265,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
     return ctx
 
 
-def _dot_options(spec: Spec, a: TensorSpec) -> str:
+def _dot_options(spec: Spec) -> str:
     # Triton's default for float32 dots is tf32; PyTorch's is full precision. Follow the spec.
     return f', input_precision="{spec.precision}"'
 

@@ -69,6 +69,15 @@ class Spec:
     def input(self, name: str) -> TensorSpec:
         return next(t for t in self.inputs if t.name == name)
 
+    def output_expressions(self) -> dict[str, Expression]:
+        """Each output's expression for oracles: `reference` where given, else compute/epilogue."""
+        return {**dict(self.body), **dict(self.reference)}
+
+    def fit_to_blocks(self, axes, shape) -> tuple[int, ...]:
+        """`shape` with each size on a masks: never axis rounded up to that axis's largest block."""
+        units = [max(self.tile(axis).sizes) if self.mask(axis) == "never" else 1 for axis in axes]
+        return tuple(-(-size // unit) * unit for size, unit in zip(shape, units))
+
     def matmul_parts(self) -> "MatmulParts":
         """A matmul's operands, its M, N, K axis symbols, and its epilogue inputs."""
         out_axes = set(self.outputs[0].shape)

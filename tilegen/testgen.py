@@ -27,10 +27,8 @@ def _dtype_exprs(spec: Spec, tensors) -> list[str]:
 
 
 def _oracle(spec: Spec) -> tuple[list[str], str]:
-    expressions = dict(spec.body)
-    expressions.update(dict(spec.reference))
-    lines = [f"{name} = {tidy(expressions[t.name].to_torch())}"
-             for t in spec.outputs for name in [t.name]]
+    expressions = spec.output_expressions()
+    lines = [f"{t.name} = {tidy(expressions[t.name].to_torch())}" for t in spec.outputs]
     names = [t.name for t in spec.outputs]
     # A result that does not depend on any tensor (a constant) still needs the output's shape.
     result = names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)"
@@ -107,13 +105,10 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
     ctx = _common(spec, header, package)
     parts = spec.matmul_parts()
     a, b, m, n, k, extras = parts.a, parts.b, parts.m, parts.n, parts.k, list(parts.extras)
-    tiles = {t.axis: t for t in spec.tiles}
     never = {axis: spec.mask(axis) == "never" for axis in (m, n, k)}
-    unit = {axis: max(tiles[axis].sizes) if never[axis] else 1 for axis in (m, n, k)}
 
-    def fit(mm, nn, kk):
-        # Round each size up to the block where the spec says masks: never.
-        return tuple(-(-v // unit[axis]) * unit[axis] if v else 0 for v, axis in zip((mm, nn, kk), (m, n, k)))
+    def fit(*shape):
+        return spec.fit_to_blocks((m, n, k), shape)
 
     shapes = [fit(*s) for s in [(256, 256, 256), (1, 1, 1), (127, 65, 129), (33, 200, 17), (200, 16, 300),
                                 (64, 64, 64)]]
