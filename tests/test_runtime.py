@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from generated import _runtime as rt
@@ -87,3 +88,58 @@ def test_config_key_leaves_out_axes_not_in_configs_key():
     chooser.choose((64, 4096, 32, 2), facts, None)  # same M bucket and element size: cached
     chooser.choose((128, 128, 256, 2), facts, None)
     assert calls == [(64, 128, 256, 2), (128, 128, 256, 2)]
+
+
+def test_launch_plans_repeat_a_call_with_the_same_signature():
+    from generated import add, matmul_relu
+    from generated.matmul_relu import _CONFIGS
+    from generated.tests import _support as s
+
+    _CONFIGS.reset()
+    a, b = s.random((70, 90), torch.float32, 0), s.random((90, 40), torch.float32, 1)
+    first = matmul_relu(a, b)
+    assert len(_CONFIGS.plans) == 1
+    # New data, same signature: the plan launches it, and the result is that of the new data.
+    a2 = s.random((70, 90), torch.float32, 2)
+    torch.testing.assert_close(matmul_relu(a2, b), torch.relu(a2 @ b), atol=1e-4, rtol=1e-4)
+    assert len(_CONFIGS.plans) == 1 and not torch.equal(first, matmul_relu(a2, b))
+    # Another layout is another signature; out= takes the checked path and keeps no plan.
+    torch.testing.assert_close(matmul_relu(a, b.t().contiguous().t()), first, atol=1e-5, rtol=1e-5)
+    matmul_relu(a, b, out=torch.empty_like(first))
+    assert len(_CONFIGS.plans) == 2
+    # Bad arguments still get the named errors once plans exist.
+    with pytest.raises(TypeError, match="matmul_relu: argument 'a' must be a torch.Tensor"):
+        matmul_relu(a.tolist(), b)
+    with pytest.raises(TypeError, match="matmul_relu: argument 'b' has dtype float16"):
+        matmul_relu(a, b.half())
+    with pytest.raises(ValueError, match="matmul_relu: argument 'b' is on meta"):
+        matmul_relu(a, b.to("meta"))
+    # Forcing a config drops the plans, so the forced config is the one launched.
+    with _CONFIGS.forcing(dict(BM=64, BN=64, BK=32, SPLIT_K=2, num_warps=4, num_stages=2)):
+        assert not _CONFIGS.plans
+        matmul_relu(a, b)
+        assert not _CONFIGS.plans
+    x = s.random((3, 5), torch.float32, 3)
+    torch.testing.assert_close(add(x, x.t().contiguous().t()), x + x)
+    torch.testing.assert_close(add(x, x), x + x)
+
+
+def test_plans_are_bounded():
+    chooser = rt.ConfigChooser("fixed", lambda facts, key: [dict(BLOCK=1, num_warps=1)], rt.elementwise_heuristic)
+    for i in range(rt.MAX_PLANS + 5):
+        chooser.remember(i, print)
+    assert len(chooser.plans) == 5
+
+
+def test_split_k_candidates_only_where_tiles_leave_the_gpu_idle():
+    candidates = rt.matmul_candidates([64, 128, 256], [64, 128, 256], [32, 64, 128], [], [], (False,) * 3,
+                                      splits=(1, 2, 4, 8))
+    facts = (132, 232448, "")
+    large = candidates(facts, (4096, 4096, 4096, 2))
+    assert {c["SPLIT_K"] for c in large} == {1} and {c["BM"] for c in large} == {64, 128, 256}
+    skinny = candidates(facts, (16, 4096, 4096, 2))
+    assert {c["BM"] for c in skinny} == {64} and {c["SPLIT_K"] for c in skinny} == {1, 2, 4, 8}
+    assert all(4096 // c["BN"] * c["SPLIT_K"] <= 2 * 132 for c in skinny)
+    # The heuristic splits K for a skinny shape and keeps whole tiles for a large one.
+    assert rt.matmul_heuristic(skinny, facts, (16, 4096, 4096, 2))["SPLIT_K"] > 1
+    assert rt.matmul_heuristic(large, facts, (4096, 4096, 4096, 2))["SPLIT_K"] == 1

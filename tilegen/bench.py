@@ -47,6 +47,7 @@ class Report:
     limits: dict
     rows: list[Row] = field(default_factory=list)
     host_us: list[dict] = field(default_factory=list)
+    cold_start: list[dict] = field(default_factory=list)
     command: str = ""
 
 
@@ -228,6 +229,11 @@ def write_readme(report: Report, out: Path, table: str, summary: list[str]) -> P
         "```", "",
         "## All results", "", "```", table, "```", "",
     ]
+    if report.cold_start:
+        from .coldstart import format_row
+
+        text[-6:-6] = ["## Time to first result (fresh process, first call, compile included)", "", "```",
+                       *[format_row(row) for row in report.cold_start], "```", ""]
     path = out / "README.md"
     path.write_text("\n".join(text))
     return path
@@ -281,7 +287,7 @@ def host_overhead(module, calls: int = 2000) -> dict:
         result[f"{name}_us"] = elapsed / calls * 1e6
     op_module = sys.modules.get(module.__name__.replace(".bench.bench_", "."))
     launchers = [v for v in vars(op_module).values() if type(v).__name__ == "Launcher"] if op_module else []
-    result["direct_launch"] = any(launcher.direct and launcher.binaries for launcher in launchers)
+    result["direct_launch"] = any(launcher.direct and launcher.plans_made for launcher in launchers)
     return result
 
 
@@ -323,13 +329,14 @@ def bench_module(module, shapes, providers, progress) -> list[Row]:
 
 
 def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compile_too: bool,
-        command: str) -> Report:
+        command: str, cold_start_ops: list[str] = ()) -> Report:
     import torch
 
     if not torch.cuda.is_available():
         raise BenchError("no CUDA GPU found; `tilegen bench` times compiled kernels and needs one "
                          "(the interpreter cannot time kernels)")
     modules = load_bench_modules(ops, package)
+    load_bench_modules(list(cold_start_ops), package)  # unknown names fail here, before any timing
     dtypes = sorted({str(d).replace("torch.", "") for m in modules for d in m.DTYPES if m.KIND == "matmul"})
     report = Report(environment(), measure_limits(dtypes or ["float16"]), command=command)
     providers = ["tilegen", "torch"] + (["torch.compile"] if compile_too else [])
@@ -343,6 +350,11 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
     for module in modules:
         report.rows.extend(bench_module(module, parse_shapes(shapes_text, module.KIND), providers, progress))
         report.host_us.append(host_overhead(module))
+    if cold_start_ops:
+        from .coldstart import measure
+
+        report.cold_start = measure(Path(package), list(cold_start_ops),
+                                    lambda line: print(f"cold start: {line}", file=sys.stderr, flush=True))
     attach_ratios(report.rows, report.limits)
     return report
 

@@ -184,7 +184,10 @@ def test(ops, out, pytest_args):
 @click.option("--package", default=DEFAULT_OUT, show_default=True, help="Folder of the generated package.")
 @click.option("--shapes", default=None, help="Shapes instead of the defaults: 4096x4096x4096,16x4096x4096 (matmul: MxNxK) or 2^20,4096.")
 @click.option("--compile", "compile_too", is_flag=True, help="Also time torch.compile (max-autotune, no CUDA graphs).")
-def bench(ops, out_dir, package, shapes, compile_too):
+@click.option("--cold-start", "cold_start", default="", metavar="OPS",
+              help="Also time the first call of these ops (comma-separated) in fresh processes: with the "
+                   "tuned table (fresh and warm compile cache) and with runtime autotuning.")
+def bench(ops, out_dir, package, shapes, compile_too, cold_start):
     """Time OPS (default: every op) against PyTorch on a CUDA GPU.
 
     Prints a table, writes results.csv, results.json, README.md and one PNG plot per op to OUT.
@@ -193,12 +196,14 @@ def bench(ops, out_dir, package, shapes, compile_too):
     Examples:
       tilegen bench --out bench/results/h200
       tilegen bench matmul_relu --shapes 4096x4096x4096 --compile
+      tilegen bench matmul add --cold-start matmul,add
     """
     from . import bench as bench_module
 
     command = "tilegen bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "tilegen bench"
     try:
-        report = bench_module.run(list(ops), package, Path(out_dir), shapes, compile_too, command)
+        report = bench_module.run(list(ops), package, Path(out_dir), shapes, compile_too, command,
+                                  [op for op in cold_start.split(",") if op])
     except bench_module.BenchError as exc:
         _fail(f"tilegen bench: {exc}")
     table = bench_module.format_table(report.rows)
@@ -220,7 +225,9 @@ def bench(ops, out_dir, package, shapes, compile_too):
 @click.option("--package", default=DEFAULT_OUT, show_default=True, help="Folder of the generated package.")
 @click.option("--shapes", default=None, help="Shapes instead of the benchmark defaults (as for `tilegen bench`).")
 @click.option("--tables", default=None, help="Folder of the config tables (default: tilegen's own tables/).")
-def tune(ops, package, shapes, tables):
+@click.option("--dtype", "dtypes", multiple=True, help="Tune these dtypes only (entries are per element size, "
+              "so float16 also serves bfloat16); default: every dtype the benchmark runs.")
+def tune(ops, package, shapes, tables, dtypes):
     """Measure every candidate config of OPS (default: matmul, add) on this GPU; record the best.
 
     Writes <kind>.json tables; run `tilegen build` afterwards so the ops launch the measured configs.
@@ -234,7 +241,8 @@ def tune(ops, package, shapes, tables):
     from .tables import TABLE_DIR
 
     try:
-        written = tune_module.run(list(ops), package, shapes, Path(tables) if tables else TABLE_DIR)
+        written = tune_module.run(list(ops), package, shapes, Path(tables) if tables else TABLE_DIR,
+                                  list(dtypes))
     except BenchError as exc:
         _fail(f"tilegen tune: {exc}")
     click.echo(f"wrote {', '.join(str(p) for p in written)}; now run `tilegen build`")

@@ -140,6 +140,20 @@ def _common(spec: Spec, header: str) -> dict:
         scalar_params=", ".join(s.name for s in spec.scalars),
         scalar_args="(" + "".join(f"{s.name}, " for s in spec.scalars).rstrip(" ") + ")",
         input_pairs="[" + ", ".join(f'("{t.name}", {t.name})' for t in spec.inputs) + "]",
+        **_plan_context(spec),
+    )
+
+
+def _plan_context(spec: Spec) -> dict:
+    """Names for the wrappers' hot path: the call signature and the plan's arguments."""
+    inputs = [t.name for t in spec.inputs]
+    scalars = [s.name for s in spec.scalars]
+    parts = [f"{n}.shape, {n}.stride(), {n}.dtype, {n}.device, {n}.data_ptr() % 16" for n in inputs]
+    parts += [f"rt.scalar_signature({n})" for n in scalars]
+    return dict(
+        plan_params=", ".join(inputs + scalars),
+        plan_args=", ".join(inputs + [t.name for t in spec.outputs] + scalars),
+        signature_parts=",\n            ".join(parts) + ",",
     )
 
 
@@ -234,7 +248,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         f"{_fixed_or(spec, bm.block, bm.sizes)}, {_fixed_or(spec, bn.block, bn.sizes)}, "
         f"{_fixed_or(spec, bk.block, bk.sizes)}, {_fixed_or(spec, 'num_warps', spec.configs.num_warps)}, "
         f"{_fixed_or(spec, 'num_stages', spec.configs.num_stages)}, "
-        f"exact=({', '.join(str(p == 'never') for p in policies)}))"
+        f"exact=({', '.join(str(p == 'never') for p in policies)}), splits={spec.split_k})"
     )
     mask_exprs = []
     for axis, block, policy in zip(("M", "N", "K"), ("bm", "bn", "bk"), policies):

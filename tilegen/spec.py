@@ -54,6 +54,7 @@ class Spec:
     tiles: tuple[TileSpec, ...]
     masks: tuple[tuple[str, str], ...]
     group_m: int
+    split_k: tuple[int, ...]
     configs: ConfigPolicy
     test_shapes: tuple[tuple[int, ...], ...] = ()
     bench_shapes: tuple[tuple[int, ...], ...] = ()

@@ -13,7 +13,10 @@ from pathlib import Path
 from .spec import Spec
 
 TABLE_DIR = Path(__file__).resolve().parent / "tables"
-CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "num_warps", "num_stages"), "elementwise": ("BLOCK", "num_warps")}
+CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stages"),
+                 "elementwise": ("BLOCK", "num_warps")}
+# Fields that entries written before the field existed leave out, with the value they meant.
+FIELD_DEFAULTS = {"SPLIT_K": 1}
 
 
 def table_path(kind: str, folder: Path = TABLE_DIR) -> Path:
@@ -37,7 +40,7 @@ def _block_sizes(spec: Spec) -> tuple[tuple[int, ...], ...]:
     if spec.kind == "elementwise":
         return (spec.tiles[0].sizes,)
     parts = spec.matmul_parts()
-    return tuple(spec.tile(axis).sizes for axis in (parts.m, parts.n, parts.k))
+    return tuple(spec.tile(axis).sizes for axis in (parts.m, parts.n, parts.k)) + (spec.split_k,)
 
 
 def table_for_spec(spec: Spec, table: dict) -> dict:
@@ -50,7 +53,7 @@ def table_for_spec(spec: Spec, table: dict) -> dict:
     for gpu in sorted(table):
         entries = {}
         for key_text in sorted(table[gpu], key=parse_key):
-            config = table[gpu][key_text]
+            config = {**FIELD_DEFAULTS, **table[gpu][key_text]}
             blocks = [config[name] for name in fields if not name.startswith("num_")]
             if all(b in allowed for b, allowed in zip(blocks, sizes)):
                 entries[parse_key(key_text)] = {name: config[name] for name in fields}

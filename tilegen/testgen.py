@@ -124,6 +124,9 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
         shapes_literal=_shape_literal(dict.fromkeys(shapes)),
         empty_literal=_shape_literal(empty),
         odd_shape=fit(127, 65, 129),
+        # Config keys whose candidates hold every tile, and every split of K.
+        large_key=", ".join(map(str, fit(4096, 4096, 4096))),
+        skinny_key=", ".join(map(str, fit(64, 4096, 4096))),
         never_axes=never_axes,
         precision_key=f'"{spec.precision}" if dtype == torch.float32 else dtype'
         if spec.precision != "ieee" else "dtype",

@@ -29,7 +29,7 @@ def _warm_up_gpu(seconds: float = 1.0) -> None:
         torch.cuda.synchronize()
 
 
-def tune_module(module, op_module, shapes, progress) -> dict[str, dict]:
+def tune_module(module, op_module, shapes, progress, dtypes=()) -> dict[str, dict]:
     """{key: best config} for one op over its dtypes and shapes.
 
     Kernels are timed inside CUDA graphs (GPU time only, no host launch cost). Dtypes of one
@@ -43,10 +43,11 @@ def tune_module(module, op_module, shapes, progress) -> dict[str, dict]:
     facts = op_module.rt.device_facts(torch.device("cuda"))
     scores: dict[tuple, dict[tuple, float]] = {}
     configs: dict[tuple, dict] = {}
-    for dtype in module.DTYPES:
+    for dtype in [d for d in module.DTYPES if not dtypes or str(d).replace("torch.", "") in dtypes]:
         for shape in shapes or module.SHAPES:
             inputs = module.make_inputs(shape, dtype)
             want = module.run_torch(inputs)
+            chooser.reset()  # a remembered plan would skip the choice that records the key
             module.run_tilegen(inputs)
             key = chooser.last_key
             timings = []
@@ -69,7 +70,8 @@ def tune_module(module, op_module, shapes, progress) -> dict[str, dict]:
     return {format_key(key): configs[min(per_config, key=per_config.get)] for key, per_config in scores.items()}
 
 
-def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TABLE_DIR) -> list[Path]:
+def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TABLE_DIR,
+        dtypes: list[str] | None = None) -> list[Path]:
     import torch
 
     if not torch.cuda.is_available():
@@ -81,7 +83,8 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
     for module in modules:
         op_module = sys.modules[f"{Path(package).name}.{module.OP}"]
         shapes = parse_shapes(shapes_text, module.KIND)
-        found = tune_module(module, op_module, shapes, lambda line: print(line, file=sys.stderr, flush=True))
+        found = tune_module(module, op_module, shapes, lambda line: print(line, file=sys.stderr, flush=True),
+                            dtypes or ())
         updates.setdefault(module.KIND, {}).update(found)
     written = []
     for kind, entries in updates.items():

@@ -21,6 +21,8 @@ MASK_POLICIES = ("always", "never", "auto")
 CONFIG_MODES = ("auto", "autotune", "fixed")
 ORDERS = ("grouped", "row_major")
 LAUNCHES = ("tiled",)
+# Split-K factors tried by default: 1 (no split) and the splits that fill the GPU for skinny shapes.
+SPLIT_K_AUTO = (1, 2, 4, 8)
 TOP_LEVEL_KEYS = ("op", "kind", "doc", "inputs", "outputs", "scalars", "compute", "epilogue",
                   "dtypes", "tiles", "masks", "schedule", "configs", "test", "bench", "reference")
 
@@ -153,6 +155,7 @@ class _Validator:
         masks = self.masks(tiles)
         policy = self.dtype_policy(kind)
         schedule = self.schedule(kind)
+        split_k = self.split_k(kind)
         configs = self.configs(kind, tiles)
         self.structure(kind, inputs, outputs)
         body = self.body(kind, inputs, outputs, scalars)
@@ -167,7 +170,7 @@ class _Validator:
             path=self.doc.path, op=op, kind=kind, doc=doc,
             inputs=resolved_inputs, outputs=resolved_outputs, scalars=tuple(scalars.values()),
             body=body, accumulate=policy[0], compute=policy[1], precision=policy[2],
-            tiles=tiles, masks=masks, group_m=schedule, configs=configs,
+            tiles=tiles, masks=masks, group_m=schedule, split_k=split_k, configs=configs,
             test_shapes=test_shapes, bench_shapes=bench_shapes, reference=reference,
         )
 
@@ -394,7 +397,7 @@ class _Validator:
         value = self.data.get("schedule")
         if value is None:
             return 8
-        entries = self.mapping("schedule", value, ("order", "group_m", "launch")) or {}
+        entries = self.mapping("schedule", value, ("order", "group_m", "launch", "split_k")) or {}
         if kind != "matmul":
             self.error("schedule", "a schedule applies to matmul kinds only")
             return 8
@@ -410,6 +413,19 @@ class _Validator:
                 self.error("schedule.group_m", "group_m needs order: grouped")
             return 1
         return group_m
+
+    def split_k(self, kind) -> tuple[int, ...]:
+        """Split-K factors the config choice may use: `auto` (the default), `never`, or a list."""
+        value = self.data.get("schedule")
+        raw = value.get("split_k", "auto") if isinstance(value, dict) and kind == "matmul" else "auto"
+        if raw == "auto":
+            return SPLIT_K_AUTO
+        if raw == "never":
+            return (1,)
+        if not isinstance(raw, list):
+            self.error("schedule.split_k", f"{_show(raw)} is not allowed", "auto, never, or a list of integers 1 to 64")
+            return SPLIT_K_AUTO
+        return tuple(sorted(self.int_list("schedule.split_k", raw, 1, 64))) or SPLIT_K_AUTO
 
     def configs(self, kind, tiles) -> ConfigPolicy:
         value = self.data.get("configs")
