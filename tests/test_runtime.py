@@ -103,10 +103,15 @@ def test_launch_plans_repeat_a_call_with_the_same_signature():
     a2 = s.random((70, 90), torch.float32, 2)
     torch.testing.assert_close(matmul_relu(a2, b), torch.relu(a2 @ b), atol=1e-4, rtol=1e-4)
     assert len(_CONFIGS.plans) == 1 and not torch.equal(first, matmul_relu(a2, b))
-    # Another layout is another signature; out= takes the checked path and keeps no plan.
+    # Another layout is another signature; so is each out= layout (after the checks, which run).
     torch.testing.assert_close(matmul_relu(a, b.t().contiguous().t()), first, atol=1e-5, rtol=1e-5)
-    matmul_relu(a, b, out=torch.empty_like(first))
-    assert len(_CONFIGS.plans) == 2
+    out = torch.empty_like(first)
+    assert matmul_relu(a, b, out=out) is out and len(_CONFIGS.plans) == 3
+    transposed = torch.empty(40, 70, dtype=first.dtype, device=first.device).t()
+    assert matmul_relu(a2, b, out=transposed) is transposed and len(_CONFIGS.plans) == 4
+    torch.testing.assert_close(transposed, torch.relu(a2 @ b), atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="matmul_relu: argument 'out' shares memory with input 'a'"):
+        matmul_relu(a, b, out=a[:, :40])
     # Bad arguments still get the named errors once plans exist.
     with pytest.raises(TypeError, match="matmul_relu: argument 'a' must be a torch.Tensor"):
         matmul_relu(a.tolist(), b)

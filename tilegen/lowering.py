@@ -114,7 +114,11 @@ def _output_context(spec: Spec) -> tuple[list[dict], list[str], str]:
             dtype_expr = DTYPES[tensor.dtypes[0]].torch
         else:
             dtype_expr = f"{tensor.dtype_source}.dtype"
+        first = spec.inputs[0].name
         outputs.append(dict(
+            # Hot-path allocation: new_empty inherits the first input's device (and dtype, when
+            # the output's is the same), and costs less host time than torch.empty's keywords.
+            new_empty_dtype="" if dtype_expr == f"{first}.dtype" else f", dtype={dtype_expr}",
             name=tensor.name,
             arg="out" if single else f"{tensor.name}_out",
             arg_name="out" if single else f"out[{index}]",
@@ -154,6 +158,7 @@ def _plan_context(spec: Spec) -> dict:
         plan_params=", ".join(inputs + scalars),
         plan_args=", ".join(inputs + [t.name for t in spec.outputs] + scalars),
         signature_parts=",\n            ".join(parts) + ",",
+        out_signature=" ".join(f"rt.tensor_signature({t.name})," for t in spec.outputs),
     )
 
 
