@@ -119,11 +119,13 @@ def test_launch_plans_repeat_a_call_with_the_same_signature():
         matmul_relu(a, b.half())
     with pytest.raises(ValueError, match="matmul_relu: argument 'b' is on meta"):
         matmul_relu(a, b.to("meta"))
-    # Forcing a config drops the plans, so the forced config is the one launched.
-    with _CONFIGS.forcing(dict(BM=64, BN=64, BK=32, SPLIT_K=2, num_warps=4, num_stages=2)):
+    # Forcing a config drops the plans, so the forced config is the one launched, then and after.
+    forced = dict(BM=64, BN=64, BK=32, SPLIT_K=2, num_warps=4, num_stages=2)
+    with _CONFIGS.forcing(forced):
         assert not _CONFIGS.plans
         matmul_relu(a, b)
-        assert not _CONFIGS.plans
+        assert len(_CONFIGS.plans) == 1 and _CONFIGS.last_key is not None
+    assert not _CONFIGS.plans
     x = s.random((3, 5), torch.float32, 3)
     torch.testing.assert_close(add(x, x.t().contiguous().t()), x + x)
     torch.testing.assert_close(add(x, x), x + x)
