@@ -107,3 +107,29 @@ def test_eager_equivalent_agrees_with_the_kernel(op, monkeypatch):
     for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
         torch.testing.assert_close(g.float(), w.float(), atol=2e-2, rtol=2e-2)
     assert module.bytes_moved(shape, inputs[0].dtype) > 0
+
+
+def test_cold_start_rows_reach_the_readme(tmp_path):
+    from tilegen import coldstart
+
+    rows, limits = _rows()
+    cold = [dict(op="matmul", mode="table", shape=[1024, 1024, 1024], dtype="float16", import_s=3.1,
+                 first_call_s=1.404, second_call_s=0.00015, config=None),
+            dict(op="matmul", mode="autotune", error="RuntimeError: boom")]
+    report = bench.Report({"gpu": "Test GPU"}, limits, rows, cold_start=cold, command="tilegen bench")
+    bench.write_readme(report, tmp_path, bench.format_table(rows), bench.summary_lines(rows))
+    readme = (tmp_path / "README.md").read_text()
+    section = readme.index("## Time to first result")
+    assert section < readme.index("## All results")
+    assert "matmul                   table              first call     1404 ms   second   0.15 ms" in readme
+    assert "(1024x1024x1024 float16, import 3.1 s)" in readme
+    assert "autotune           failed: RuntimeError: boom" in readme
+    assert coldstart.MODES == ("table", "table, warm cache", "autotune")
+
+
+def test_unknown_cold_start_op_is_refused_before_timing(cli, monkeypatch):
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "environment", lambda: pytest.fail("timed before checking the op names"))
+    result = cli("bench", "add", "--cold-start", "nope")
+    assert result.exit_code == 2 and "unknown op 'nope'" in result.output

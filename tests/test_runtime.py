@@ -150,3 +150,20 @@ def test_split_k_candidates_only_where_tiles_leave_the_gpu_idle():
     # The heuristic splits K for a skinny shape and keeps whole tiles for a large one.
     assert rt.matmul_heuristic(skinny, facts, (16, 4096, 4096, 2))["SPLIT_K"] > 1
     assert rt.matmul_heuristic(large, facts, (4096, 4096, 4096, 2))["SPLIT_K"] == 1
+
+
+@pytest.mark.parametrize("value, factors", [(None, (1, 2, 4, 8)), ("auto", (1, 2, 4, 8)), ("never", (1,)),
+                                            ([4, 1, 2], (1, 2, 4))])
+def test_schedule_split_k(tmp_path, value, factors):
+    text = (REPO / "specs" / "matmul_relu.yaml").read_text()
+    if value is not None:
+        text += f"schedule:\n  split_k: {value}\n"
+    (tmp_path / "op.yaml").write_text(text)
+    spec = load_specs([tmp_path / "op.yaml"], tmp_path)[0].spec
+    assert spec.split_k == factors
+    # Table entries with a split the spec does not allow are left out; older ones without a split mean 1.
+    table = {"GPU": {"16x4096x4096x2": dict(BM=64, BN=64, BK=128, SPLIT_K=4, num_warps=4, num_stages=4),
+                     "4096x4096x4096x2": dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)}}
+    entries = table_for_spec(spec, table)["GPU"]
+    assert entries[(4096, 4096, 4096, 2)]["SPLIT_K"] == 1
+    assert ((16, 4096, 4096, 2) in entries) == (4 in factors)
