@@ -352,7 +352,8 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
         raise BenchError("no CUDA GPU found; `tilegen bench` times compiled kernels and needs one "
                          "(the interpreter cannot time kernels)")
     modules = load_bench_modules(ops, package)
-    load_bench_modules(list(cold_start_ops), package)  # unknown names fail here, before any timing
+    if cold_start_ops:
+        load_bench_modules(list(cold_start_ops), package)  # unknown names fail here, before any timing
     dtypes = sorted({str(d).replace("torch.", "") for m in modules for d in m.DTYPES if m.KIND == "matmul"})
     report = Report(environment(), measure_limits(dtypes or ["float16"]), command=command)
     providers = ["tilegen", "torch"] + (["torch.compile"] if compile_too else [])

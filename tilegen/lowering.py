@@ -152,6 +152,8 @@ def _plan_context(spec: Spec) -> dict:
     """Names for the wrappers' hot path: the call signature and the plan's arguments."""
     inputs = [t.name for t in spec.inputs]
     scalars = [s.name for s in spec.scalars]
+    # rt.tensor_signature's fields, written out for the inputs: one call fewer per input on the
+    # hot path, which computes this on every call (outputs, with out= only, use the helper).
     parts = [f"{n}.shape, {n}.stride(), {n}.dtype, {n}.device, {n}.data_ptr() % 16" for n in inputs]
     parts += [f"rt.scalar_signature({n})" for n in scalars]
     return dict(

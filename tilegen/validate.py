@@ -154,8 +154,7 @@ class _Validator:
         tiles = self.tiles(kind, inputs, outputs)
         masks = self.masks(tiles)
         policy = self.dtype_policy(kind)
-        schedule = self.schedule(kind)
-        split_k = self.split_k(kind)
+        group_m, split_k = self.schedule(kind)
         configs = self.configs(kind, tiles)
         self.structure(kind, inputs, outputs)
         body = self.body(kind, inputs, outputs, scalars)
@@ -170,7 +169,7 @@ class _Validator:
             path=self.doc.path, op=op, kind=kind, doc=doc,
             inputs=resolved_inputs, outputs=resolved_outputs, scalars=tuple(scalars.values()),
             body=body, accumulate=policy[0], compute=policy[1], precision=policy[2],
-            tiles=tiles, masks=masks, group_m=schedule, split_k=split_k, configs=configs,
+            tiles=tiles, masks=masks, group_m=group_m, split_k=split_k, configs=configs,
             test_shapes=test_shapes, bench_shapes=bench_shapes, reference=reference,
         )
 
@@ -393,17 +392,19 @@ class _Validator:
                 self.error("dtypes.precision", "precision applies to matmul dots only")
         return accumulate, compute, precision
 
-    def schedule(self, kind) -> int:
+    def schedule(self, kind) -> tuple[int, tuple[int, ...]]:
+        """(group_m, split-K factors) from the optional `schedule` mapping."""
         value = self.data.get("schedule")
         if value is None:
-            return 8
+            return 8, SPLIT_K_AUTO
         entries = self.mapping("schedule", value, ("order", "group_m", "launch", "split_k")) or {}
         if kind != "matmul":
             self.error("schedule", "a schedule applies to matmul kinds only")
-            return 8
+            return 8, SPLIT_K_AUTO
         order = self.choice("schedule.order", entries.get("order", "grouped"), ORDERS)
         if "launch" in entries:
             self.choice("schedule.launch", entries["launch"], LAUNCHES)
+        split_k = self.split_k(entries.get("split_k", "auto"))
         group_m = entries.get("group_m", 8)
         if type(group_m) is not int or not 1 <= group_m <= 64:
             self.error("schedule.group_m", f"{_show(group_m)} is not allowed", "an integer from 1 to 64")
@@ -411,21 +412,19 @@ class _Validator:
         if order == "row_major":
             if "group_m" in entries:
                 self.error("schedule.group_m", "group_m needs order: grouped")
-            return 1
-        return group_m
+            return 1, split_k
+        return group_m, split_k
 
-    def split_k(self, kind) -> tuple[int, ...]:
+    def split_k(self, value) -> tuple[int, ...]:
         """Split-K factors the config choice may use: `auto` (the default), `never`, or a list."""
-        value = self.data.get("schedule")
-        raw = value.get("split_k", "auto") if isinstance(value, dict) and kind == "matmul" else "auto"
-        if raw == "auto":
+        if value == "auto":
             return SPLIT_K_AUTO
-        if raw == "never":
+        if value == "never":
             return (1,)
-        if not isinstance(raw, list):
-            self.error("schedule.split_k", f"{_show(raw)} is not allowed", "auto, never, or a list of integers 1 to 64")
+        if not isinstance(value, list):
+            self.error("schedule.split_k", f"{_show(value)} is not allowed", "auto, never, or a list of integers 1 to 64")
             return SPLIT_K_AUTO
-        return tuple(sorted(self.int_list("schedule.split_k", raw, 1, 64))) or SPLIT_K_AUTO
+        return tuple(sorted(self.int_list("schedule.split_k", value, 1, 64))) or SPLIT_K_AUTO
 
     def configs(self, kind, tiles) -> ConfigPolicy:
         value = self.data.get("configs")
