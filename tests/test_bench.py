@@ -133,3 +133,15 @@ def test_unknown_cold_start_op_is_refused_before_timing(cli, monkeypatch):
     monkeypatch.setattr(bench, "environment", lambda: pytest.fail("timed before checking the op names"))
     result = cli("bench", "add", "--cold-start", "nope")
     assert result.exit_code == 2 and "unknown op 'nope'" in result.output
+
+
+def test_tune_refuses_bad_arguments_in_one_line(cli, monkeypatch):
+    monkeypatch.chdir(REPO)
+    result = cli("tune", "matmul", "--dtype", "float8")
+    assert result.exit_code == 2 and result.output.strip().count("\n") == 0
+    assert "--dtype 'float8' is not a dtype these ops benchmark (one of: bfloat16, float16)" in result.output
+    result = cli("tune", "nope")
+    assert result.exit_code == 2 and "unknown op 'nope'" in result.output
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = cli("tune", "matmul", "--dtype", "float16")
+    assert result.exit_code == 2 and "no CUDA GPU found" in result.output

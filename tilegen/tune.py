@@ -75,9 +75,13 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
         dtypes: list[str] | None = None) -> list[Path]:
     import torch
 
+    modules = load_bench_modules(ops or ["matmul", "add"], package)
+    known = sorted({str(d).replace("torch.", "") for m in modules for d in m.DTYPES})
+    unknown = [d for d in dtypes or () if d not in known]
+    if unknown:
+        raise BenchError(f"--dtype {unknown[0]!r} is not a dtype these ops benchmark (one of: {', '.join(known)})")
     if not torch.cuda.is_available():
         raise BenchError("no CUDA GPU found; `tilegen tune` measures compiled kernels and needs one")
-    modules = load_bench_modules(ops or ["matmul", "add"], package)
     gpu = torch.cuda.get_device_name()
     _warm_up_gpu()
     updates: dict[str, dict] = {}
