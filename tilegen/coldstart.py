@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .bench import shape_label
+
 MODES = ("table", "table, warm cache", "autotune")
 
 _CHILD = r"""
@@ -76,6 +78,6 @@ def measure(package: Path, ops: list[str], progress=lambda line: None) -> list[d
 def format_row(row: dict) -> str:
     if "error" in row:
         return f"{row['op']:<24} {row['mode']:<18} failed: {row['error']}"
-    shape = "x".join(map(str, row["shape"]))
+    shape = shape_label(row["shape"])
     return (f"{row['op']:<24} {row['mode']:<18} first call {row['first_call_s'] * 1e3:8.0f} ms   "
             f"second {row['second_call_s'] * 1e3:6.2f} ms   ({shape} {row['dtype']}, import {row['import_s']:.1f} s)")
