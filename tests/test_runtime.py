@@ -146,7 +146,7 @@ def test_split_k_candidates_only_where_tiles_leave_the_gpu_idle():
     assert {c["SPLIT_K"] for c in large} == {1} and {c["BM"] for c in large} == {64, 128, 256}
     skinny = candidates(facts, (16, 4096, 4096, 2))
     assert {c["BM"] for c in skinny} == {64} and {c["SPLIT_K"] for c in skinny} == {1, 2, 4, 8}
-    assert all(4096 // c["BN"] * c["SPLIT_K"] <= 2 * 132 for c in skinny)
+    assert all(4096 // c["BN"] * c["SPLIT_K"] <= 4 * 132 for c in skinny)
     # The heuristic splits K for a skinny shape and keeps whole tiles for a large one.
     assert rt.matmul_heuristic(skinny, facts, (16, 4096, 4096, 2))["SPLIT_K"] > 1
     assert rt.matmul_heuristic(large, facts, (4096, 4096, 4096, 2))["SPLIT_K"] == 1
