@@ -227,8 +227,13 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start):
 @click.option("--tables", default=None, help="Folder of the config tables (default: tilegen's own tables/).")
 @click.option("--dtype", "dtypes", multiple=True, help="Tune these dtypes only (entries are per element size, "
               "so float16 also serves bfloat16); default: every dtype the benchmark runs.")
-def tune(ops, package, shapes, tables, dtypes):
-    """Measure every candidate config of OPS (default: matmul, add) on this GPU; record the best.
+@click.option("--jobs", type=click.IntRange(min=1), default=min(16, os.cpu_count() or 1), show_default=True,
+              help="Processes that compile candidate configs ahead of timing (1: compile while timing).")
+def tune(ops, package, shapes, tables, dtypes, jobs):
+    """Measure candidate configs of OPS (default: matmul, add) on this GPU; record the best.
+
+    Every candidate tile is timed with default warps and stages; the fastest few tiles are then
+    timed with the other warps and stages the spec leaves open.
 
     Writes <kind>.json tables; run `tilegen build` afterwards so the ops launch the measured configs.
 
@@ -242,7 +247,7 @@ def tune(ops, package, shapes, tables, dtypes):
 
     try:
         written = tune_module.run(list(ops), package, shapes, Path(tables) if tables else TABLE_DIR,
-                                  list(dtypes))
+                                  list(dtypes), jobs)
     except BenchError as exc:
         _fail(f"tilegen tune: {exc}")
     click.echo(f"wrote {', '.join(str(p) for p in written)}; now run `tilegen build`")

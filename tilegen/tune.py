@@ -29,20 +29,33 @@ def _warm_up_gpu(seconds: float = 1.0) -> None:
         torch.cuda.synchronize()
 
 
-def tune_module(module, op_module, shapes, progress, dtypes=()) -> dict[str, dict]:
+# Tiles kept from the first pass whose warps and stages are then varied.
+REFINED_TILES = 4
+
+
+def tile_of(config: dict) -> tuple:
+    """The parts of a config that decide whether a table entry applies (not warps or stages)."""
+    return tuple((k, v) for k, v in sorted(config.items()) if not k.startswith("num_"))
+
+
+def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -> dict[str, dict]:
     """{key: best config} for one op over its dtypes and shapes.
 
+    Two passes per shape: every candidate tile with its default warps and stages, then the
+    REFINED_TILES fastest tiles with the other warps and stages the spec leaves open.
     Kernels are timed as `tilegen bench` times them (triton.testing.do_bench, which empties
     L2 before each run, so operands come from HBM as a model's weights do). Dtypes of one
-    element size share a key: the config with the least total time, each dtype's times taken
-    relative to its fastest, wins.
+    element size share a key: among the configs timed for all of them, the least total time,
+    each dtype's times taken relative to its fastest, wins. `compiler` (a ParallelCompiler)
+    compiles each pass's configs on several cores before the timing loop needs them.
     """
     import torch
+    from triton.runtime.errors import OutOfResources
     from triton.testing import do_bench
 
     chooser = op_module._CONFIGS
     facts = op_module.rt.device_facts(torch.device("cuda"))
-    scores: dict[tuple, dict[tuple, float]] = {}
+    scores: dict[tuple, dict[tuple, list[float]]] = {}
     configs: dict[tuple, dict] = {}
     for dtype in [d for d in module.DTYPES if not dtypes or str(d).replace("torch.", "") in dtypes]:
         for shape in shapes or module.SHAPES:
@@ -52,27 +65,89 @@ def tune_module(module, op_module, shapes, progress, dtypes=()) -> dict[str, dic
             module.run_tilegen(inputs)
             key = chooser.last_key
             timings = []
-            for config in chooser.all_candidates(facts, key):
-                with chooser.forcing(config):
-                    got = module.run_tilegen(inputs)
-                    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
-                        torch.testing.assert_close(g.float(), w.float(), atol=5e-2, rtol=5e-2, equal_nan=True)
-                    ms = do_bench(lambda: module.run_tilegen(inputs), return_mode="median")
-                    timings.append((ms, len(timings), config))
+
+            def measure(candidates):
+                if compiler is not None:
+                    compiler.compile(module.OP, shape, dtype, candidates)
+                for config in candidates:
+                    with chooser.forcing(config):
+                        try:
+                            got = module.run_tilegen(inputs)
+                        except OutOfResources as exc:  # the estimate of shared memory was short
+                            progress(f"{module.OP}: skipped {config}: {exc}")
+                            continue
+                        for g, w in zip(got if isinstance(got, tuple) else (got,),
+                                        want if isinstance(want, tuple) else (want,)):
+                            torch.testing.assert_close(g.float(), w.float(), atol=5e-2, rtol=5e-2, equal_nan=True)
+                        ms = do_bench(lambda: module.run_tilegen(inputs), warmup=10, rep=40, return_mode="median")
+                        timings.append((ms, len(timings), config))
+
+            base = chooser.all_candidates(facts, key)
+            measure(base)
+            best_tiles = []
+            for _, _, config in sorted(timings):
+                if tile_of(config) not in best_tiles:
+                    best_tiles.append(tile_of(config))
+            seen = {tuple(sorted(c.items())) for c in base}
+            measure([c for c in chooser.all_candidates(facts, key, explore=True)
+                     if tile_of(c) in best_tiles[:REFINED_TILES] and tuple(sorted(c.items())) not in seen])
+            if not timings:
+                raise BenchError(f"{module.OP} {shape_label(shape)}: no candidate config could run")
             fastest = min(timings)
             for ms, _, config in timings:
                 identity = tuple(sorted(config.items()))
                 configs[identity] = dict(config)
-                key_scores = scores.setdefault(key, {})
-                key_scores[identity] = key_scores.get(identity, 0.0) + ms / fastest[0]
+                scores.setdefault(key, {}).setdefault(identity, []).append(ms / fastest[0])
             progress(f"{module.OP} {str(dtype)[6:]} {shape_label(shape)}: fastest {dict(fastest[2])} "
                      f"{fastest[0] * 1e3:.1f} us (of {len(timings)} candidates)")
-            del inputs, want
-    return {format_key(key): configs[min(per_config, key=per_config.get)] for key, per_config in scores.items()}
+    best = {}
+    for key, per_config in scores.items():
+        runs = max(len(times) for times in per_config.values())
+        everywhere = {identity: sum(times) for identity, times in per_config.items() if len(times) == runs}
+        best[format_key(key)] = configs[min(everywhere, key=everywhere.get)]
+    return best
+
+
+class ParallelCompiler:
+    """Compiles configs in worker processes ahead of timing: Triton's disk cache then hands the
+    timing loop each binary at once, instead of one compile after another on one core."""
+
+    def __init__(self, package: str, jobs: int):
+        import concurrent.futures
+        import multiprocessing
+
+        self.package = package
+        self.jobs = jobs
+        self.pool = concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
+
+    def compile(self, op, shape, dtype, configs):
+        name = str(dtype).replace("torch.", "")
+        chunks = [configs[i::self.jobs] for i in range(self.jobs)]
+        for future in [self.pool.submit(_compile_configs, self.package, op, shape, name, c) for c in chunks if c]:
+            future.result()
+
+    def close(self):
+        self.pool.shutdown()
+
+
+def _compile_configs(package, op, shape, dtype_name, configs):
+    """Worker: launch each config once. Failures are left for the timing loop to meet and report."""
+    import torch
+
+    module = load_bench_modules([op], package)[0]
+    chooser = sys.modules[f"{Path(package).name}.{op}"]._CONFIGS
+    inputs = module.make_inputs(shape, getattr(torch, dtype_name))
+    for config in configs:
+        with chooser.forcing(config):
+            try:
+                module.run_tilegen(inputs)
+            except Exception:  # noqa: BLE001 - the timing loop compiles it again and reports
+                pass
+    torch.cuda.synchronize()
 
 
 def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TABLE_DIR,
-        dtypes: list[str] | None = None) -> list[Path]:
+        dtypes: list[str] | None = None, jobs: int = 1) -> list[Path]:
     import torch
 
     modules = load_bench_modules(ops or ["matmul", "add"], package)
@@ -80,17 +155,24 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
     unknown = [d for d in dtypes or () if d not in known]
     if unknown:
         raise BenchError(f"--dtype {unknown[0]!r} is not a dtype these ops benchmark (one of: {', '.join(known)})")
+    if jobs < 1:
+        raise BenchError(f"--jobs must be at least 1, got {jobs}")
     if not torch.cuda.is_available():
         raise BenchError("no CUDA GPU found; `tilegen tune` measures compiled kernels and needs one")
     gpu = torch.cuda.get_device_name()
+    compiler = ParallelCompiler(package, jobs) if jobs > 1 else None
     _warm_up_gpu()
     updates: dict[str, dict] = {}
-    for module in modules:
-        op_module = sys.modules[f"{Path(package).name}.{module.OP}"]
-        shapes = parse_shapes(shapes_text, module.KIND)
-        found = tune_module(module, op_module, shapes, lambda line: print(line, file=sys.stderr, flush=True),
-                            dtypes or ())
-        updates.setdefault(module.KIND, {}).update(found)
+    try:
+        for module in modules:
+            op_module = sys.modules[f"{Path(package).name}.{module.OP}"]
+            shapes = parse_shapes(shapes_text, module.KIND)
+            found = tune_module(module, op_module, shapes, lambda line: print(line, file=sys.stderr, flush=True),
+                                dtypes or (), compiler)
+            updates.setdefault(module.KIND, {}).update(found)
+    finally:
+        if compiler is not None:
+            compiler.close()
     written = []
     for kind, entries in updates.items():
         table = load_table(kind, tables)
