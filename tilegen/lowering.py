@@ -246,8 +246,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
             after.append(f'rt.check_divisible("{spec.op}", "{axis}", {axis}, {min(tile.sizes)}, "{tile.block}")')
     outs, prelude, result = _output_context(spec)
     tensor_names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
-    stride_params = ", ".join(
-        f"stride_{t.name}_{d}" for t in list(spec.inputs) + list(spec.outputs) for d in range(len(t.shape)))
+    stride_names = [f"stride_{t.name}_{d}" for t in list(spec.inputs) + list(spec.outputs) for d in range(len(t.shape))]
     acc_dtype = DTYPES[spec.accumulate].triton
     key_parts = [axis if policy == "never" else f"rt.bucket({axis})" for axis, policy in zip((m, n, k), policies)]
     candidates = (
@@ -266,7 +265,10 @@ def matmul_context(spec: Spec, header: str) -> dict:
         a_stride_m=f"stride_{a.name}_0", a_stride_k=f"stride_{a.name}_1",
         b_stride_k=f"stride_{b.name}_0", b_stride_n=f"stride_{b.name}_1",
         pointer_params=", ".join(f"{name}_ptr" for name in tensor_names),
-        stride_params=stride_params,
+        stride_params=", ".join(stride_names),
+        stride_names=stride_names,
+        stride_factor_params=", ".join(f"{name.upper()}_FACTOR: tl.constexpr" for name in stride_names),
+        stride_factor_names=", ".join(f'"{name.upper()}_FACTOR"' for name in stride_names),
         acc_dtype=acc_dtype,
         dot_options=_dot_options(spec),
         extras=[_extra_load(t, m, n) for t in extras],
