@@ -4,11 +4,12 @@
 #   compiled test matrix (bf16 included), full benchmark, torch.compile side by side for the
 #   epilogue ops, time to first result.
 # Everything lands under $OUT (default bench/out/h200-check); each step has its own time limit,
-# so one slow step cannot take the others' results with it. All steps take about 15 minutes;
+# so one slow step cannot take the others' results with it. All steps take about 20 minutes;
 # STEPS picks some, to fit a machine lent by the call:
 #
 #   OUT=/tmp/check STEPS="build tests" bash bench/h200_check.sh     # about 4 minutes
-#   OUT=/tmp/check STEPS="bench compile" bash bench/h200_check.sh   # about 5 minutes
+#   OUT=/tmp/check STEPS="bench" bash bench/h200_check.sh           # about 2 minutes
+#   OUT=/tmp/check STEPS="compile:matmul_relu" bash bench/h200_check.sh  # about 5 minutes (one op)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -17,15 +18,18 @@ steps=" ${STEPS:-build tests bench compile cold_start} "
 mkdir -p "$out"
 
 step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $out/NAME.log, report the status
-    local name=$1 limit=$2
+    # NAME is GROUP or GROUP:PART; STEPS may name either.
+    local name=$1 limit=$2 log="$out/${1/:/_}.log"
     shift 2
-    [[ $steps == *" $name "* ]] || return 0
-    timeout "$limit" "$@" > "$out/$name.log" 2>&1
-    echo "$name: exit $? ($(tail -1 "$out/$name.log"))"
+    [[ $steps == *" $name "* || $steps == *" ${name%%:*} "* ]] || return 0
+    timeout "$limit" "$@" > "$log" 2>&1
+    echo "$name: exit $? ($(tail -1 "$log"))"
 }
 
 step build 60 python3 -m tilegen build specs/ --check
 step tests 300 python3 -m pytest -q -n 16 -p no:cacheprovider
 step bench 300 python3 -m tilegen bench --out "$out/bench"
-step compile 300 python3 -m tilegen bench matmul_relu matmul_bias_gelu --compile --out "$out/compile"
+# max-autotune compiles each shape afresh (about 16 s a shape): one op per step, each about 5 minutes.
+step compile:matmul_relu 420 python3 -m tilegen bench matmul_relu --compile --out "$out/compile/matmul_relu"
+step compile:matmul_bias_gelu 420 python3 -m tilegen bench matmul_bias_gelu --compile --out "$out/compile/matmul_bias_gelu"
 step cold_start 200 python3 -m tilegen bench add --shapes 2^24 --cold-start matmul,add --out "$out/cold_start"

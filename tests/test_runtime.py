@@ -138,6 +138,36 @@ def test_plans_are_bounded():
     assert len(chooser.plans) == 5
 
 
+def test_stride_factor_is_the_largest_power_of_two_dividing_the_stride():
+    strides = (1, 2, 12, 300, 1000, 4096, 769, 0)
+    assert [rt.stride_factor(s) for s in strides] == [1, 2, 4, 4, 8, 16, 1, 16]
+    assert all(s // rt.stride_factor(s) * rt.stride_factor(s) == s for s in strides)
+    # Past 32 bits the stride stays whole, so multiplying it back never needs a wider type.
+    assert rt.stride_factor(2**31 + 16) == 1
+
+
+def test_exploring_varies_warps_and_stages_around_the_same_tiles():
+    candidates = rt.matmul_candidates([64, 128, 256], [64, 128, 256], [32, 64, 128], [], [], (False,) * 3,
+                                      splits=(1, 2, 4, 8))
+    facts, key = (132, 232448, "H200"), (2048, 2048, 2048, 2)
+    base, wide = candidates(facts, key), candidates(facts, key, explore=True)
+
+    def tile(c):
+        return tuple(v for k, v in c.items() if not k.startswith("num_"))
+    assert {tile(c) for c in wide} == {tile(c) for c in base} and all(c in wide for c in base)
+    assert {c["num_warps"] for c in wide} == {4, 8} and {c["num_stages"] for c in wide} == {2, 3, 4, 5}
+    assert all((c["BM"] + c["BN"]) * c["BK"] * 2 * c["num_stages"] <= facts[1] for c in wide)
+    # Accumulators of 128x256 need 8 warps, exploring or not.
+    assert {c["num_warps"] for c in wide if c["BM"] * c["BN"] == 128 * 256} == {8}
+    # Warps and stages the spec lists are all there is to explore.
+    fixed = rt.matmul_candidates([64], [64], [32], [4], [3], (False,) * 3)
+    assert fixed(facts, key, explore=True) == fixed(facts, key) == [
+        dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=3)]
+    blocks = rt.elementwise_candidates([1024, 4096], [], False)
+    assert blocks(facts, (1 << 20, 2)) == [dict(BLOCK=1024, num_warps=4), dict(BLOCK=4096, num_warps=8)]
+    assert [c["num_warps"] for c in blocks(facts, (1 << 20, 2), explore=True)] == [2, 4, 8, 4, 8, 16]
+
+
 def test_split_k_candidates_only_where_tiles_leave_the_gpu_idle():
     candidates = rt.matmul_candidates([64, 128, 256], [64, 128, 256], [32, 64, 128], [], [], (False,) * 3,
                                       splits=(1, 2, 4, 8))

@@ -1,0 +1,82 @@
+"""`tilegen tune`'s search, checked on the CPU with a stand-in op whose timings are known."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+import triton.testing
+from triton.runtime.errors import OutOfResources
+
+from generated import _runtime as rt
+from tilegen import tune
+
+FACTS = (132, 232448, "stand-in GPU")
+
+
+def stand_in(costs, dtypes):
+    """An op whose candidate tiles are 64/128 x 64/128 x 32 and whose time is costs[dtype](config)."""
+    chooser = rt.ConfigChooser("auto", rt.matmul_candidates([64, 128], [64, 128], [32], [], [], (False,) * 3),
+                               rt.matmul_heuristic)
+    timed = []
+    state = {}
+
+    def run_tilegen(inputs):
+        config = chooser.choose((1024, 1024, 1024, 2), FACTS, launch=None)
+        if costs[state["dtype"]](config) is None:
+            raise OutOfResources(300000, 232448, "shared memory")
+        return inputs.clone()
+
+    def make_inputs(shape, dtype):
+        state["dtype"] = dtype
+        return torch.ones(3)
+
+    def do_bench(fn, **_):
+        fn()
+        timed.append((state["dtype"], dict(chooser.forced)))
+        return costs[state["dtype"]](chooser.forced)
+
+    module = SimpleNamespace(OP="stand_in", DTYPES=dtypes, SHAPES=[(1000, 1000, 1000)], make_inputs=make_inputs,
+                             run_torch=lambda inputs: inputs.clone(), run_tilegen=run_tilegen)
+    op_module = SimpleNamespace(_CONFIGS=chooser, rt=SimpleNamespace(device_facts=lambda device: FACTS))
+    return module, op_module, timed, do_bench
+
+
+def cost(base, variants):
+    """Time of a config: base[tile] with default warps/stages (4, 4), variants[(tile, warps, stages)] otherwise."""
+    def of(config):
+        tile = (config["BM"], config["BN"])
+        return variants.get((tile, config["num_warps"], config["num_stages"]),
+                            base[tile] + 0.5 * ((config["num_warps"], config["num_stages"]) != (4, 4)))
+    return of
+
+
+def test_second_pass_varies_only_the_fastest_tiles(monkeypatch):
+    fp16 = cost({(64, 64): 10, (64, 128): 11, (128, 64): 12, (128, 128): 13},
+                {((64, 64), 4, 5): 9, ((128, 128), 8, 3): 1, ((64, 128), 8, 5): None})
+    module, op_module, timed, do_bench = stand_in({torch.float16: fp16}, [torch.float16])
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(tune, "REFINED_TILES", 2)
+    lines = []
+    best = tune.tune_module(module, op_module, None, lines.append)
+    assert best == {"1024x1024x1024x2": dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=5)}
+    tiles = [(c["BM"], c["BN"]) for _, c in timed]
+    # Every tile once with its defaults, then variants of the two fastest only (the 128x128 variant
+    # that would have won is never timed), and a config that runs out of resources is skipped.
+    assert sorted(tiles[:4]) == [(64, 64), (64, 128), (128, 64), (128, 128)]
+    assert set(tiles[4:]) == {(64, 64), (64, 128)} and len(timed) == 4 + 2 + 4
+    assert any("skipped" in line for line in lines) and "of 10 candidates" in lines[-1]
+
+
+def test_dtypes_sharing_a_key_pick_among_configs_timed_for_both(monkeypatch):
+    # float16 refines 64x64 and 64x128, bfloat16 64x128 and 128x64: the very fast 64x64 variant
+    # was timed for float16 only, so it cannot stand for bfloat16.
+    fp16 = cost({(64, 64): 10, (64, 128): 11, (128, 64): 12, (128, 128): 13},
+                {((64, 64), 4, 5): 5, ((64, 128), 8, 5): 9})
+    bf16 = cost({(64, 64): 13, (64, 128): 10, (128, 64): 11, (128, 128): 12}, {((64, 128), 8, 5): 9})
+    module, op_module, _, do_bench = stand_in({torch.float16: fp16, torch.bfloat16: bf16},
+                                              [torch.float16, torch.bfloat16])
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(tune, "REFINED_TILES", 2)
+    best = tune.tune_module(module, op_module, None, lambda line: None)
+    assert best == {"1024x1024x1024x2": dict(BM=64, BN=128, BK=32, SPLIT_K=1, num_warps=8, num_stages=5)}
