@@ -33,9 +33,14 @@ def _warm_up_gpu(seconds: float = 1.0) -> None:
 REFINED_TILES = 4
 
 
+def identity(config: dict) -> tuple:
+    """A config as a hashable value."""
+    return tuple(sorted(config.items()))
+
+
 def tile_of(config: dict) -> tuple:
     """The parts of a config that decide whether a table entry applies (not warps or stages)."""
-    return tuple((k, v) for k, v in sorted(config.items()) if not k.startswith("num_"))
+    return tuple((k, v) for k, v in identity(config) if not k.startswith("num_"))
 
 
 def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -> dict[str, dict]:
@@ -88,22 +93,21 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
             for _, _, config in sorted(timings):
                 if tile_of(config) not in best_tiles:
                     best_tiles.append(tile_of(config))
-            seen = {tuple(sorted(c.items())) for c in base}
+            seen = {identity(c) for c in base}
             measure([c for c in chooser.all_candidates(facts, key, explore=True)
-                     if tile_of(c) in best_tiles[:REFINED_TILES] and tuple(sorted(c.items())) not in seen])
+                     if tile_of(c) in best_tiles[:REFINED_TILES] and identity(c) not in seen])
             if not timings:
                 raise BenchError(f"{module.OP} {shape_label(shape)}: no candidate config could run")
             fastest = min(timings)
             for ms, _, config in timings:
-                identity = tuple(sorted(config.items()))
-                configs[identity] = dict(config)
-                scores.setdefault(key, {}).setdefault(identity, []).append(ms / fastest[0])
+                configs[identity(config)] = dict(config)
+                scores.setdefault(key, {}).setdefault(identity(config), []).append(ms / fastest[0])
             progress(f"{module.OP} {str(dtype)[6:]} {shape_label(shape)}: fastest {dict(fastest[2])} "
                      f"{fastest[0] * 1e3:.1f} us (of {len(timings)} candidates)")
     best = {}
     for key, per_config in scores.items():
         runs = max(len(times) for times in per_config.values())
-        everywhere = {identity: sum(times) for identity, times in per_config.items() if len(times) == runs}
+        everywhere = {config: sum(times) for config, times in per_config.items() if len(times) == runs}
         best[format_key(key)] = configs[min(everywhere, key=everywhere.get)]
     return best
 
