@@ -83,6 +83,25 @@ def test_plots_are_written(tmp_path):
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
 
 
+def test_each_point_reports_its_times_as_it_finishes(monkeypatch):
+    from types import SimpleNamespace
+
+    import triton.testing
+
+    from tilegen.bench import bench_module
+
+    module = SimpleNamespace(OP="stand_in", KIND="elementwise", DTYPES=[torch.float32], SHAPES=[(1024,)],
+                             make_inputs=lambda shape, dtype: [torch.ones(shape, dtype=dtype)],
+                             run_tilegen=lambda inputs: inputs[0] * 2, run_torch=lambda inputs: inputs[0] + inputs[0],
+                             flops=lambda shape: 0, bytes_moved=lambda shape, dtype: 3 * 4 * shape[0])
+    times = iter([0.010, 0.020])  # ms, in the order bench times them: tilegen, then torch
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, return_mode: next(times))
+    lines = []
+    rows = bench_module(module, None, ["tilegen", "torch"], lines.append)
+    assert [(r.provider, r.ms) for r in rows] == [("tilegen", 0.010), ("torch", 0.020)]
+    assert lines == ["stand_in float32 1024: tilegen 10.0 us, torch 20.0 us"]
+
+
 def test_no_gpu_exits_2_with_one_line(cli, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.chdir(REPO)

@@ -328,17 +328,20 @@ def bench_module(module, shapes, providers, progress) -> list[Row]:
         dtype_name = str(dtype).replace("torch.", "")
         for shape in shapes or module.SHAPES:
             label = f"{module.OP} {dtype_name} {shape_label(shape)}"
-            progress(label)
             inputs = module.make_inputs(shape, dtype)
             _check_agreement(module, module.run_tilegen(inputs), module.run_torch(inputs), dtype, label)
             fns = {"tilegen": module.run_tilegen, "torch": module.run_torch}
             if "torch.compile" in providers:
                 fns["torch.compile"] = compile_for_one_shape(module.run_torch, inputs)
+            times = []
             for provider, fn in fns.items():
                 ms = do_bench(lambda: fn(inputs), return_mode="median")
                 tflops, gbs = throughput(ms, module.flops(shape), 0 if module.KIND == "matmul"
                                          else module.bytes_moved(shape, dtype))
                 rows.append(Row(module.OP, module.KIND, dtype_name, shape_label(shape), provider, ms, tflops, gbs))
+                times.append(f"{provider} {ms * 1e3:.1f} us")
+            # Each point's times reach the log as it finishes, so a run cut short keeps them.
+            progress(f"{label}: {', '.join(times)}")
             del inputs
         torch.cuda.empty_cache()
     return rows
