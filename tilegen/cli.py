@@ -227,7 +227,7 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start):
 @click.option("--tables", default=None, help="Folder of the config tables (default: tilegen's own tables/).")
 @click.option("--dtype", "dtypes", multiple=True, help="Tune these dtypes only (entries are per element size, "
               "so float16 also serves bfloat16); default: every dtype the benchmark runs.")
-@click.option("--jobs", type=click.IntRange(min=1), default=min(16, os.cpu_count() or 1), show_default=True,
+@click.option("--jobs", type=int, default=min(16, os.cpu_count() or 1), show_default=True,
               help="Processes that compile candidate configs ahead of timing (1: compile while timing).")
 def tune(ops, package, shapes, tables, dtypes, jobs):
     """Measure candidate configs of OPS (default: matmul, add) on this GPU; record the best.
