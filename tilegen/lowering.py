@@ -214,6 +214,7 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         checks=checks,
         after_checks=after + prelude,
         first_input=inputs[0],
+        output_shape=f"{inputs[0]}.shape",
         result=result,
         key_expr=f"{inputs[0]}.numel()" if exact else f"rt.bucket({inputs[0]}.numel())",
         contiguous_call=", ".join([f"{n}.contiguous()" for n in inputs] + [f"{s}={s}" for s in scalars]),
@@ -261,6 +262,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         mask_exprs.append({"always": "True", "never": "False", "auto": f"{axis} % {block} != 0"}[policy])
     ctx.update(
         a=a.name, b=b.name, m=m, n=n, k=k,
+        output_shape=f"({a.name}.shape[0], {b.name}.shape[1])",
         bm=bm.block, bn=bn.block, bk=bk.block,
         a_stride_m=f"stride_{a.name}_0", a_stride_k=f"stride_{a.name}_1",
         b_stride_k=f"stride_{b.name}_0", b_stride_n=f"stride_{b.name}_1",

@@ -88,14 +88,14 @@ class Renderer:
 
     def op_module(self, item: SpecSource) -> str:
         module_template, _ = KIND_TEMPLATES[item.spec.kind]
-        header = self.header(item.display, item.raw, self._template_bytes(module_template, "runtime.py.jinja"),
+        header = self.header(item.display, item.raw, self._template_bytes(module_template, "wrapper_parts.jinja", "runtime.py.jinja"),
                              table_path(item.spec.kind).read_bytes() if table_path(item.spec.kind).is_file() else b"")
         context = CONTEXT_BUILDERS[item.spec.kind](item.spec, header)
         return self.render(module_template, context)
 
     def op_test(self, item: SpecSource) -> str:
         _, test_template = KIND_TEMPLATES[item.spec.kind]
-        header = self.header(item.display, item.raw, self._template_bytes(test_template))
+        header = self.header(item.display, item.raw, self._template_bytes(test_template, "test_parts.jinja"))
         return self.render(test_template, test_context(item.spec, header, self.package))
 
     def op_bench(self, item: SpecSource) -> str:
