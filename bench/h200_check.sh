@@ -8,6 +8,8 @@
 # STEPS picks some, to fit a machine lent by the call:
 #
 #   OUT=/tmp/check STEPS="build tests" bash bench/h200_check.sh     # about 4 minutes
+#   OUT=/tmp/check STEPS="tune build tests" TUNE="matmul --dtype float16 --shapes 1025x769x513" \
+#       bash bench/h200_check.sh                                     # tune first, then as above
 #   OUT=/tmp/check STEPS="bench" bash bench/h200_check.sh           # about 2 minutes
 #   OUT=/tmp/check STEPS="compile:matmul_relu" bash bench/h200_check.sh  # about 5 minutes (one op)
 set -uo pipefail
@@ -26,7 +28,15 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $out/NAME.log
     echo "$name: exit $? ($(tail -1 "$log"))"
 }
 
-step build 60 python3 -m tilegen build specs/ --check
+# tune (only when STEPS names it): TUNE holds tune's arguments; the new table lands in $out too,
+# and the build step then renders it (instead of checking that generated/ is up to date).
+if [[ $steps == *" tune "* ]]; then
+    step tune 400 python3 -m tilegen tune ${TUNE:-matmul --dtype float16}
+    cp tilegen/tables/*.json "$out/"
+    step build 60 python3 -m tilegen build specs/
+else
+    step build 60 python3 -m tilegen build specs/ --check
+fi
 step tests 300 python3 -m pytest -q -n 16 -p no:cacheprovider
 step bench 300 python3 -m tilegen bench --out "$out/bench"
 # max-autotune compiles each shape afresh (about 16 s a shape): one op per step, each about 5 minutes.
