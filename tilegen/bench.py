@@ -27,6 +27,11 @@ class BenchError(Exception):
     """Bad input to `tilegen bench` (exit 2)."""
 
 
+def dtype_name(dtype) -> str:
+    """torch.float16 -> 'float16', as reports and command lines spell dtypes."""
+    return str(dtype).replace("torch.", "")
+
+
 @dataclass
 class Row:
     op: str
@@ -325,9 +330,9 @@ def bench_module(module, shapes, providers, progress) -> list[Row]:
 
     rows = []
     for dtype in module.DTYPES:
-        dtype_name = str(dtype).replace("torch.", "")
+        name = dtype_name(dtype)
         for shape in shapes or module.SHAPES:
-            label = f"{module.OP} {dtype_name} {shape_label(shape)}"
+            label = f"{module.OP} {name} {shape_label(shape)}"
             inputs = module.make_inputs(shape, dtype)
             _check_agreement(module, module.run_tilegen(inputs), module.run_torch(inputs), dtype, label)
             fns = {"tilegen": module.run_tilegen, "torch": module.run_torch}
@@ -338,7 +343,7 @@ def bench_module(module, shapes, providers, progress) -> list[Row]:
                 ms = do_bench(lambda: fn(inputs), return_mode="median")
                 tflops, gbs = throughput(ms, module.flops(shape), 0 if module.KIND == "matmul"
                                          else module.bytes_moved(shape, dtype))
-                rows.append(Row(module.OP, module.KIND, dtype_name, shape_label(shape), provider, ms, tflops, gbs))
+                rows.append(Row(module.OP, module.KIND, name, shape_label(shape), provider, ms, tflops, gbs))
                 times.append(f"{provider} {ms * 1e3:.1f} us")
             # Each point's times reach the log as it finishes, so a run cut short keeps them.
             progress(f"{label}: {', '.join(times)}")
@@ -357,7 +362,7 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
     modules = load_bench_modules(ops, package)
     if cold_start_ops:
         load_bench_modules(list(cold_start_ops), package)  # unknown names fail here, before any timing
-    dtypes = sorted({str(d).replace("torch.", "") for m in modules for d in m.DTYPES if m.KIND == "matmul"})
+    dtypes = sorted({dtype_name(d) for m in modules for d in m.DTYPES if m.KIND == "matmul"})
     report = Report(environment(), measure_limits(dtypes or ["float16"]), command=command)
     providers = ["tilegen", "torch"] + (["torch.compile"] if compile_too else [])
     total = sum(len(m.DTYPES) * len(parse_shapes(shapes_text, m.KIND) or m.SHAPES) for m in modules)

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from .bench import BenchError, load_bench_modules, parse_shapes, shape_label
+from .bench import BenchError, dtype_name, load_bench_modules, parse_shapes, shape_label
 from .tables import TABLE_DIR, format_key, load_table, parse_key, table_path
 
 
@@ -62,7 +62,7 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
     facts = op_module.rt.device_facts(torch.device("cuda"))
     scores: dict[tuple, dict[tuple, list[float]]] = {}
     configs: dict[tuple, dict] = {}
-    for dtype in [d for d in module.DTYPES if not dtypes or str(d).replace("torch.", "") in dtypes]:
+    for dtype in [d for d in module.DTYPES if not dtypes or dtype_name(d) in dtypes]:
         for shape in shapes or module.SHAPES:
             inputs = module.make_inputs(shape, dtype)
             want = module.run_torch(inputs)
@@ -102,7 +102,7 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
             for ms, _, config in timings:
                 configs[identity(config)] = dict(config)
                 scores.setdefault(key, {}).setdefault(identity(config), []).append(ms / fastest[0])
-            progress(f"{module.OP} {str(dtype)[6:]} {shape_label(shape)}: fastest {dict(fastest[2])} "
+            progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)}: fastest {dict(fastest[2])} "
                      f"{fastest[0] * 1e3:.1f} us (of {len(timings)} candidates)")
     best = {}
     for key, per_config in scores.items():
@@ -125,7 +125,7 @@ class ParallelCompiler:
         self.pool = concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
 
     def compile(self, op, shape, dtype, configs):
-        name = str(dtype).replace("torch.", "")
+        name = dtype_name(dtype)
         chunks = [configs[i::self.jobs] for i in range(self.jobs)]
         for future in [self.pool.submit(_compile_configs, self.package, op, shape, name, c) for c in chunks if c]:
             future.result()
@@ -155,7 +155,7 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
     import torch
 
     modules = load_bench_modules(ops or ["matmul", "add"], package)
-    known = sorted({str(d).replace("torch.", "") for m in modules for d in m.DTYPES})
+    known = sorted({dtype_name(d) for m in modules for d in m.DTYPES})
     unknown = [d for d in dtypes or () if d not in known]
     if unknown:
         raise BenchError(f"--dtype {unknown[0]!r} is not a dtype these ops benchmark (one of: {', '.join(known)})")
