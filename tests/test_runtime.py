@@ -146,6 +146,14 @@ def test_stride_factor_is_the_largest_power_of_two_dividing_the_stride():
     assert rt.stride_factor(2**31 + 16) == 1
 
 
+def test_k_rows_load_wide_only_from_aligned_rows_along_k():
+    odd_a, odd_b = torch.empty(64, 513, dtype=torch.float16), torch.empty(513, 64, dtype=torch.float16)
+    assert rt.k_rows_load_wide(torch.empty(64, 1000, dtype=torch.float16), odd_b)  # A: K contiguous, rows of 2000 bytes
+    assert not rt.k_rows_load_wide(odd_a, odd_b)  # rows of 1026 bytes; B holds N contiguously
+    assert rt.k_rows_load_wide(odd_a, torch.empty(64, 520, dtype=torch.float16).t()[:513])  # B: K contiguous
+    assert not rt.k_rows_load_wide(torch.empty(1, 64 * 1000 + 1, dtype=torch.float16)[0, 1:].view(64, 1000), odd_b)
+
+
 def test_exploring_varies_warps_and_stages_around_the_same_tiles():
     candidates = rt.matmul_candidates([64, 128, 256], [64, 128, 256], [32, 64, 128], [], [], (False,) * 3,
                                       splits=(1, 2, 4, 8))

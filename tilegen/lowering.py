@@ -269,6 +269,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         pointer_params=", ".join(f"{name}_ptr" for name in tensor_names),
         stride_params=", ".join(stride_names),
         stride_names=stride_names,
+        peel_k=_peel_k(mask_exprs[2], tensor_names.index(a.name), tensor_names.index(b.name)),
         stride_factor_params=", ".join(f"{name.upper()}_FACTOR: tl.constexpr" for name in stride_names),
         stride_factor_names=", ".join(f'"{name.upper()}_FACTOR"' for name in stride_names),
         acc_dtype=acc_dtype,
@@ -288,6 +289,12 @@ def matmul_context(spec: Spec, header: str) -> dict:
         mask_m=mask_exprs[0], mask_n=mask_exprs[1], mask_k=mask_exprs[2],
     )
     return ctx
+
+
+def _peel_k(mask_k: str, a_index: int, b_index: int) -> str:
+    """The wrapper's PEEL_K expression: a K mask exists and K rows load wide (see the kernel)."""
+    wide = f"rt.k_rows_load_wide(tensors[{a_index}], tensors[{b_index}])"
+    return {"False": "False", "True": wide}.get(mask_k, f"{mask_k} and {wide}")
 
 
 def _dot_options(spec: Spec) -> str:
