@@ -160,17 +160,18 @@ def test_exploring_varies_warps_and_stages_around_the_same_tiles():
     facts, key = (132, 232448, "H200"), (2048, 2048, 2048, 2)
     base, wide = candidates(facts, key), candidates(facts, key, explore=True)
 
-    def tile(c):
-        return tuple(v for k, v in c.items() if not k.startswith("num_"))
-    assert {tile(c) for c in wide} == {tile(c) for c in base} and all(c in wide for c in base)
+    assert {rt.tile_of(c) for c in wide} == {rt.tile_of(c) for c in base} and all(c in wide for c in base)
+    # Every config is explored with tensor-descriptor loads too; only tuning offers them.
+    assert [c for c in wide if c.get("TMA")] == [dict(c, TMA=1) for c in wide if not c.get("TMA")]
+    assert not any("TMA" in c for c in base)
     assert {c["num_warps"] for c in wide} == {4, 8} and {c["num_stages"] for c in wide} == {2, 3, 4, 5}
     assert all((c["BM"] + c["BN"]) * c["BK"] * 2 * c["num_stages"] <= facts[1] for c in wide)
     # Accumulators of 128x256 need 8 warps, exploring or not.
     assert {c["num_warps"] for c in wide if c["BM"] * c["BN"] == 128 * 256} == {8}
-    # Warps and stages the spec lists are all there is to explore.
+    # Warps and stages the spec lists are all there is to explore, besides the loads.
     fixed = rt.matmul_candidates([64], [64], [32], [4], [3], (False,) * 3)
-    assert fixed(facts, key, explore=True) == fixed(facts, key) == [
-        dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=3)]
+    one = dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=3)
+    assert fixed(facts, key) == [one] and fixed(facts, key, explore=True) == [one, dict(one, TMA=1)]
     blocks = rt.elementwise_candidates([1024, 4096], [], False)
     assert blocks(facts, (1 << 20, 2)) == [dict(BLOCK=1024, num_warps=4), dict(BLOCK=4096, num_warps=8)]
     assert [c["num_warps"] for c in blocks(facts, (1 << 20, 2), explore=True)] == [2, 4, 8, 4, 8, 16]

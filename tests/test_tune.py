@@ -43,11 +43,13 @@ def stand_in(costs, dtypes):
 
 
 def cost(base, variants):
-    """Time of a config: base[tile] with default warps/stages (4, 4), variants[(tile, warps, stages)] otherwise."""
+    """Time of a config: base[tile] with default warps/stages (4, 4), variants[(tile, warps, stages)]
+    otherwise; tensor-descriptor loads (TMA) add a quarter (None: out of resources either way)."""
     def of(config):
         tile = (config["BM"], config["BN"])
-        return variants.get((tile, config["num_warps"], config["num_stages"]),
-                            base[tile] + 0.5 * ((config["num_warps"], config["num_stages"]) != (4, 4)))
+        ms = variants.get((tile, config["num_warps"], config["num_stages"]),
+                          base[tile] + 0.5 * ((config["num_warps"], config["num_stages"]) != (4, 4)))
+        return None if ms is None else ms + 0.25 * config.get("TMA", 0)
     return of
 
 
@@ -62,10 +64,12 @@ def test_second_pass_varies_only_the_fastest_tiles(monkeypatch):
     assert best == {"1024x1024x1024x2": dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=5)}
     tiles = [(c["BM"], c["BN"]) for _, c in timed]
     # Every tile once with its defaults, then variants of the two fastest only (the 128x128 variant
-    # that would have won is never timed), and a config that runs out of resources is skipped.
+    # that would have won is never timed), each also with TMA loads, and a config that runs out
+    # of resources is skipped: 64x64 has 2 more stage counts, 64x128 5 more warp/stage pairs less
+    # the one that does not fit.
     assert sorted(tiles[:4]) == [(64, 64), (64, 128), (128, 64), (128, 128)]
-    assert set(tiles[4:]) == {(64, 64), (64, 128)} and len(timed) == 4 + 2 + 4
-    assert any("skipped" in line for line in lines) and "of 10 candidates" in lines[-1]
+    assert set(tiles[4:]) == {(64, 64), (64, 128)} and len(timed) == 4 + (2 + 3) + (4 + 5)
+    assert any("skipped" in line for line in lines) and "of 18 candidates" in lines[-1]
 
 
 def test_dtypes_sharing_a_key_pick_among_configs_timed_for_both(monkeypatch):

@@ -269,6 +269,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         pointer_params=", ".join(f"{name}_ptr" for name in tensor_names),
         stride_params=", ".join(stride_names),
         stride_names=stride_names,
+        a_index=tensor_names.index(a.name), b_index=tensor_names.index(b.name),
         peel_k=_peel_k(mask_exprs[2], tensor_names.index(a.name), tensor_names.index(b.name)),
         stride_factor_params=", ".join(f"{name.upper()}_FACTOR: tl.constexpr" for name in stride_names),
         stride_factor_names=", ".join(f'"{name.upper()}_FACTOR"' for name in stride_names),

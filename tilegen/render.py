@@ -18,7 +18,7 @@ from . import __version__
 from .benchgen import bench_context
 from .lowering import elementwise_context, matmul_context
 from .spec import Spec
-from .tables import table_path
+from .tables import SCHEDULE_FIELDS, table_path
 from .testgen import test_context
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
@@ -116,7 +116,8 @@ class Renderer:
         files["__init__.py"] = self.render("init.py.jinja", dict(header=init_header, ops=ops))
         for path, template in SHARED_FILES.items():
             header = self.header(specs_display, self._template_bytes(template))
-            files[path] = self.render(template, dict(header=header, package=self.package))
+            files[path] = self.render(template, dict(header=header, package=self.package,
+                                                     schedule_fields=repr(SCHEDULE_FIELDS)))
         return dict(sorted(files.items()))
 
 

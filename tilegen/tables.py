@@ -13,10 +13,13 @@ from pathlib import Path
 from .spec import Spec
 
 TABLE_DIR = Path(__file__).resolve().parent / "tables"
-CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stages"),
+CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stages", "TMA"),
                  "elementwise": ("BLOCK", "num_warps")}
+# Fields that say how a tile is computed, not which: an entry applies to an op whose candidates
+# hold its other fields, whatever these say.
+SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA")
 # Fields that entries written before the field existed leave out, with the value they meant.
-FIELD_DEFAULTS = {"SPLIT_K": 1}
+FIELD_DEFAULTS = {"SPLIT_K": 1, "TMA": 0}
 
 
 def table_path(kind: str, folder: Path = TABLE_DIR) -> Path:
@@ -54,7 +57,7 @@ def table_for_spec(spec: Spec, table: dict) -> dict:
         entries = {}
         for key_text in sorted(table[gpu], key=parse_key):
             config = {**FIELD_DEFAULTS, **table[gpu][key_text]}
-            blocks = [config[name] for name in fields if not name.startswith("num_")]
+            blocks = [config[name] for name in fields if name not in SCHEDULE_FIELDS]
             if all(b in allowed for b, allowed in zip(blocks, sizes)):
                 entries[parse_key(key_text)] = {name: config[name] for name in fields}
         if entries:

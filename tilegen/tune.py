@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from .bench import BenchError, dtype_name, load_bench_modules, parse_shapes, shape_label
-from .tables import TABLE_DIR, format_key, load_table, parse_key, table_path
+from .tables import SCHEDULE_FIELDS, TABLE_DIR, format_key, load_table, parse_key, table_path
 
 
 def _warm_up_gpu(seconds: float = 1.0) -> None:
@@ -39,8 +39,8 @@ def identity(config: dict) -> tuple:
 
 
 def tile_of(config: dict) -> tuple:
-    """The parts of a config that decide whether a table entry applies (not warps or stages)."""
-    return tuple((k, v) for k, v in identity(config) if not k.startswith("num_"))
+    """The parts of a config that decide whether a table entry applies (not its schedule)."""
+    return tuple((k, v) for k, v in identity(config) if k not in SCHEDULE_FIELDS)
 
 
 def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -> dict[str, dict]:
