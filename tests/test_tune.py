@@ -14,7 +14,7 @@ from tilegen import tune
 FACTS = (132, 232448, "stand-in GPU")
 
 
-def stand_in(costs, dtypes):
+def stand_in(costs, dtypes, descriptors_fit=True):
     """An op whose candidate tiles are 64/128 x 64/128 x 32 and whose time is costs[dtype](config)."""
     chooser = rt.ConfigChooser("auto", rt.matmul_candidates([64, 128], [64, 128], [32], [], [], (False,) * 3),
                                rt.matmul_heuristic)
@@ -38,7 +38,8 @@ def stand_in(costs, dtypes):
 
     module = SimpleNamespace(OP="stand_in", DTYPES=dtypes, SHAPES=[(1000, 1000, 1000)], make_inputs=make_inputs,
                              run_torch=lambda inputs: inputs.clone(), run_tilegen=run_tilegen)
-    op_module = SimpleNamespace(_CONFIGS=chooser, rt=SimpleNamespace(device_facts=lambda device: FACTS))
+    op_module = SimpleNamespace(_CONFIGS=chooser, rt=SimpleNamespace(device_facts=lambda device: FACTS),
+                                _loads_through_descriptors=lambda config, inputs: descriptors_fit and config.get("TMA"))
     return module, op_module, timed, do_bench
 
 
@@ -84,3 +85,14 @@ def test_dtypes_sharing_a_key_pick_among_configs_timed_for_both(monkeypatch):
     monkeypatch.setattr(tune, "REFINED_TILES", 2)
     best = tune.tune_module(module, op_module, None, lambda line: None)
     assert best == {"1024x1024x1024x2": dict(BM=64, BN=128, BK=32, SPLIT_K=1, num_warps=8, num_stages=5)}
+
+
+def test_tma_variants_are_not_timed_where_the_operands_cannot_take_descriptors(monkeypatch):
+    # They would time the pointer path a second time and could win its entry by noise.
+    fp16 = cost({(64, 64): 10, (64, 128): 11, (128, 64): 12, (128, 128): 13}, {})
+    module, op_module, timed, do_bench = stand_in({torch.float16: fp16}, [torch.float16], descriptors_fit=False)
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(tune, "REFINED_TILES", 2)
+    tune.tune_module(module, op_module, None, lambda line: None)
+    assert not any(c.get("TMA") for _, c in timed)
+    assert len(timed) == 4 + 2 + 5  # the refined tiles' other warps and stages, as above, none with TMA
