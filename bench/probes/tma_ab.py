@@ -1,21 +1,17 @@
 """A/B of tensor-descriptor (TMA) loads against pointer loads for table entries, timed as bench
 times (do_bench median, L2 emptied), three interleaved rounds, torch.mm in the same rounds."""
+import sys
 import torch
 from triton.testing import do_bench
 from generated import matmul, matmul_relu
-import generated.matmul as mm_mod
-import generated.matmul_relu as relu_mod
+mm_mod, relu_mod = sys.modules["generated.matmul"], sys.modules["generated.matmul_relu"]  # the package exports the functions
 
 def cfg(bm, bn, bk, w, s, tma=0, split=1):
     return dict(BM=bm, BN=bn, BK=bk, SPLIT_K=split, num_warps=w, num_stages=s, TMA=tma)
 
 cases = [
     ((1024, 1024, 1024), [cfg(128, 64, 128, 4, 4, 1), cfg(128, 64, 128, 4, 4, 0), cfg(64, 128, 128, 4, 4, 0), cfg(64, 128, 128, 4, 4, 1)]),
-    ((2048, 2048, 2048), [cfg(128, 256, 32, 8, 5, 0), cfg(128, 256, 32, 8, 5, 1), cfg(128, 256, 64, 8, 4, 1)]),
-    ((4096, 4096, 4096), [cfg(256, 128, 64, 8, 4, 1), cfg(256, 128, 64, 8, 4, 0), cfg(128, 256, 32, 8, 4, 0)]),
-    ((8192, 8192, 8192), [cfg(128, 256, 64, 8, 4, 1), cfg(128, 256, 64, 8, 4, 0)]),
     ((128, 4096, 4096), [cfg(64, 64, 128, 4, 5, 0), cfg(64, 64, 128, 4, 5, 1)]),
-    ((4096, 11008, 4096), [cfg(128, 256, 64, 8, 4, 0), cfg(128, 256, 64, 8, 4, 1)]),
 ]
 for rnd in range(3):
     for dt in (torch.float16, torch.bfloat16):
