@@ -167,3 +167,35 @@ def test_tune_refuses_bad_arguments_in_one_line(cli, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     result = cli("tune", "matmul", "--dtype", "float16")
     assert result.exit_code == 2 and "no CUDA GPU found" in result.output
+
+
+def test_torch_compile_times_get_their_own_column_and_summary():
+    rows, limits = _rows()
+    rows.append(bench.Row("matmul", "matmul", "float16", "4096x4096x4096", "torch.compile", 0.3, 458.1, None))
+    bench.attach_ratios(rows, limits)
+    table = bench.format_table(rows).splitlines()
+    assert table[0].endswith("compile ms vs compile")
+    assert table[1].endswith("0.3000      1.50x")  # 0.3 ms compiled against tilegen's 0.2 ms
+    assert table[2].endswith("%")  # add has no compiled time, so no compile columns
+    summary = bench.summary_lines(rows)
+    assert "matmul                   float16   vs torch.compile: geomean 1.50x, worst 1.50x at 4096x4096x4096" in summary
+    assert not any("add" in line and "torch.compile" in line for line in summary)
+
+
+def test_render_writes_the_readme_again_from_results_json(cli, tmp_path):
+    rows, limits = _rows()
+    report = bench.Report({"gpu": "Test GPU", "torch": "x", "triton": "y"}, limits, rows,
+                          [{"op": "matmul", "tilegen_us": 12.0, "torch_us": 13.0}], command="tilegen bench --out x")
+    bench.write_reports(report, tmp_path)
+    result = cli("bench", "--render", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    readme = (tmp_path / "README.md").read_text()
+    assert "tilegen bench --out x" in readme and "1.25x" in readme and "Test GPU" in readme
+    assert bench.load_report(tmp_path) == report
+
+    (tmp_path / "results.json").write_text("{}")
+    result = cli("bench", "--render", str(tmp_path))
+    assert result.exit_code != 0 and "results.json: not a results file written by `tilegen bench`" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    result = cli("bench", "matmul", "--render", str(tmp_path))
+    assert result.exit_code != 0 and "--render re-renders an earlier run" in result.output

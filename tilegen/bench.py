@@ -120,9 +120,12 @@ def geometric_mean(values) -> float | None:
 
 
 def format_table(rows: list[Row]) -> str:
-    """One line per (op, dtype, shape): both times, throughputs, speedup, fraction of limit."""
-    lines = [f"{'op':<24} {'dtype':<9} {'shape':<16} {'tilegen ms':>10} {'torch ms':>9} "
-             f"{'tilegen':>12} {'torch':>12} {'speedup':>8} {'of limit':>8}"]
+    """One line per (op, dtype, shape): both times, throughputs, speedup, fraction of limit; with
+    torch.compile rows, its time and tilegen's speedup over it too."""
+    with_compile = any(r.provider == "torch.compile" for r in rows)
+    header = (f"{'op':<24} {'dtype':<9} {'shape':<16} {'tilegen ms':>10} {'torch ms':>9} "
+              f"{'tilegen':>12} {'torch':>12} {'speedup':>8} {'of limit':>8}")
+    lines = [header + (f" {'compile ms':>10} {'vs compile':>10}" if with_compile else "")]
     by_key: dict[tuple, dict[str, Row]] = {}
     for row in rows:
         by_key.setdefault((row.op, row.dtype, row.shape), {})[row.provider] = row
@@ -132,25 +135,35 @@ def format_table(rows: list[Row]) -> str:
             continue
         unit = "TFLOP/s" if ours.tflops is not None else "GB/s"
         value = (lambda r: r.tflops if r.tflops is not None else r.gbs)
-        lines.append(
-            f"{op:<24} {dtype:<9} {shape:<16} {ours.ms:>10.4f} {theirs.ms:>9.4f} "
-            f"{value(ours):>7.1f} {unit:<4} {value(theirs):>7.1f} {unit:<4} "
-            f"{ours.speedup_vs_torch or 0:>7.2f}x {100 * (ours.fraction_of_limit or 0):>7.1f}%")
+        line = (f"{op:<24} {dtype:<9} {shape:<16} {ours.ms:>10.4f} {theirs.ms:>9.4f} "
+                f"{value(ours):>7.1f} {unit:<4} {value(theirs):>7.1f} {unit:<4} "
+                f"{ours.speedup_vs_torch or 0:>7.2f}x {100 * (ours.fraction_of_limit or 0):>7.1f}%")
+        compiled = providers.get("torch.compile")
+        if compiled is not None:
+            line += f" {compiled.ms:>10.4f} {compiled.ms / ours.ms:>9.2f}x"
+        lines.append(line)
     return "\n".join(lines)
 
 
 def summary_lines(rows: list[Row]) -> list[str]:
-    """Geometric-mean speedup and the worst shape per op and dtype."""
+    """Geometric-mean speedup and the worst shape per op and dtype, against PyTorch eager and,
+    where it was timed, against torch.compile."""
     out = []
     groups: dict[tuple[str, str], list[Row]] = {}
     for row in rows:
         if row.provider == "tilegen":
             groups.setdefault((row.op, row.dtype), []).append(row)
+    compiled_ms = {(r.op, r.dtype, r.shape): r.ms for r in rows if r.provider == "torch.compile"}
     for (op, dtype), items in groups.items():
         mean = geometric_mean(r.speedup_vs_torch for r in items)
         worst = min(items, key=lambda r: r.speedup_vs_torch or 0)
         out.append(f"{op:<24} {dtype:<9} geomean speedup {mean or 0:.2f}x, "
                    f"worst {worst.speedup_vs_torch or 0:.2f}x at {worst.shape}")
+        against = {r.shape: compiled_ms[(op, dtype, r.shape)] / r.ms for r in items if (op, dtype, r.shape) in compiled_ms}
+        if against:
+            shape = min(against, key=against.get)
+            out.append(f"{op:<24} {dtype:<9} vs torch.compile: geomean {geometric_mean(against.values()):.2f}x, "
+                       f"worst {against[shape]:.2f}x at {shape}")
     return out
 
 
@@ -207,6 +220,17 @@ def write_plots(report: Report, out: Path) -> list[Path]:
     return written
 
 
+def load_report(folder: Path) -> Report:
+    """The Report a run wrote to folder/results.json, to render its README and plots again."""
+    path = folder / "results.json"
+    try:
+        data = json.loads(path.read_text())
+        rows = [Row(**row) for row in data.pop("rows")]
+        return Report(**data, rows=rows)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise BenchError(f"{path}: not a results file written by `tilegen bench` ({exc})") from None
+
+
 def write_readme(report: Report, out: Path, table: str, summary: list[str]) -> Path:
     env = report.environment
     limits = report.limits
@@ -224,8 +248,9 @@ def write_readme(report: Report, out: Path, table: str, summary: list[str]) -> P
         + ", ".join(f"cuBLAS {k} {v:.0f} TFLOP/s" for k, v in limits.get("matmul_tflops", {}).items())
         + f" ({LIMIT_MATMUL}^3).",
         "",
-        "Speedup is PyTorch eager time / tilegen time (above 1: tilegen is faster); times are medians of "
-        "triton.testing.do_bench. 'of limit' is tilegen's throughput over the measured limit above.",
+        "Speedup is PyTorch eager time / tilegen time (above 1: tilegen is faster); 'vs compile', where "
+        "present, is torch.compile time / tilegen time. Times are medians of triton.testing.do_bench. "
+        "'of limit' is tilegen's throughput over the measured limit above.",
         "",
         "## Summary", "", "```", *summary, "```", "",
         "## Host overhead (CPU microseconds per call, small inputs)", "", "```",

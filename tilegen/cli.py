@@ -187,7 +187,10 @@ def test(ops, out, pytest_args):
 @click.option("--cold-start", "cold_start", default="", metavar="OPS",
               help="Also time the first call of these ops (comma-separated) in fresh processes: with the "
                    "tuned table (fresh and warm compile cache) and with runtime autotuning.")
-def bench(ops, out_dir, package, shapes, compile_too, cold_start):
+@click.option("--render", "render_dir", default=None, metavar="DIR",
+              help="Time nothing: write README.md and the plots of an earlier run again from DIR/results.json "
+                   "(no GPU needed).")
+def bench(ops, out_dir, package, shapes, compile_too, cold_start, render_dir):
     """Time OPS (default: every op) against PyTorch on a CUDA GPU.
 
     Prints a table, writes results.csv, results.json, README.md and one PNG plot per op to OUT.
@@ -197,13 +200,22 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start):
       tilegen bench --out bench/results/h200
       tilegen bench matmul_relu --shapes 4096x4096x4096 --compile
       tilegen bench matmul add --cold-start matmul,add
+      tilegen bench --render bench/results/h200      # README and plots again, from results.json
     """
     from . import bench as bench_module
 
     command = "tilegen bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "tilegen bench"
     try:
-        report = bench_module.run(list(ops), package, Path(out_dir), shapes, compile_too, command,
-                                  [op for op in cold_start.split(",") if op])
+        if render_dir is not None:
+            if ops or shapes or compile_too or cold_start:
+                raise bench_module.BenchError("--render re-renders an earlier run; it takes no ops, --shapes, "
+                                              "--compile or --cold-start")
+            out = Path(render_dir)
+            report = bench_module.load_report(out)
+        else:
+            out = Path(out_dir)
+            report = bench_module.run(list(ops), package, out, shapes, compile_too, command,
+                                      [op for op in cold_start.split(",") if op])
     except bench_module.BenchError as exc:
         _fail(f"tilegen bench: {exc}")
     table = bench_module.format_table(report.rows)
@@ -214,8 +226,8 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start):
     for host in report.host_us:
         click.echo(f"host overhead {host['op']:<24} tilegen {host['tilegen_us']:.1f} us, torch {host['torch_us']:.1f} us"
                    f" (direct launch: {'yes' if host.get('direct_launch') else 'no'})")
-    out = Path(out_dir)
-    written = bench_module.write_reports(report, out) + bench_module.write_plots(report, out)
+    written = [] if render_dir is not None else bench_module.write_reports(report, out)
+    written += bench_module.write_plots(report, out)
     written.append(bench_module.write_readme(report, out, table, summary))
     click.echo(f"wrote {', '.join(str(p) for p in written)}")
 
