@@ -96,3 +96,26 @@ def test_tma_variants_are_not_timed_where_the_operands_cannot_take_descriptors(m
     tune.tune_module(module, op_module, None, lambda line: None)
     assert not any(c.get("TMA") for _, c in timed)
     assert len(timed) == 4 + 2 + 5  # the refined tiles' other warps and stages, as above, none with TMA
+
+
+def test_compile_worker_leaves_failing_configs_to_the_timing_loop(monkeypatch):
+    # The worker only warms Triton's cache: a config that fails there is met and reported again
+    # by the timing loop, so the worker goes on to the next config.
+    import contextlib
+    import sys
+
+    forced, ran = [], []
+
+    def run_tilegen(inputs):
+        ran.append(forced[-1])
+        if forced[-1]["BM"] == 64:
+            raise OutOfResources(300000, 232448, "shared memory")
+
+    module = SimpleNamespace(make_inputs=lambda shape, dtype: None, run_tilegen=run_tilegen)
+    chooser = SimpleNamespace(forcing=lambda config: contextlib.nullcontext(forced.append(config)))
+    monkeypatch.setattr(tune, "load_bench_modules", lambda ops, package: [module])
+    monkeypatch.setitem(sys.modules, "pkg.stand_in", SimpleNamespace(_CONFIGS=chooser))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    configs = [dict(BM=64), dict(BM=128)]
+    tune._compile_configs("pkg", "stand_in", (1, 1, 1), "float16", configs)
+    assert ran == configs

@@ -321,12 +321,15 @@ def host_overhead(module, calls: int = 2000) -> dict:
     return result
 
 
-def _check_agreement(module, got, want, dtype, label):
+def check_agreement(got, want, dtype, label, tolerance=None):
+    """Raise (naming `label`) unless tilegen's outputs `got` match PyTorch's `want`, to `tolerance`
+    (default: 2e-2 for half-precision dtypes, 1e-3 otherwise)."""
     import torch
 
     got = got if isinstance(got, tuple) else (got,)
     want = want if isinstance(want, tuple) else (want,)
-    tolerance = 2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-3
+    if tolerance is None:
+        tolerance = 2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-3
     for g, w in zip(got, want):
         torch.testing.assert_close(g.float(), w.float(), atol=tolerance, rtol=tolerance, equal_nan=True,
                                    msg=lambda m: f"{label}: tilegen and PyTorch disagree: {m}")
@@ -359,7 +362,7 @@ def bench_module(module, shapes, providers, progress) -> list[Row]:
         for shape in shapes or module.SHAPES:
             label = f"{module.OP} {name} {shape_label(shape)}"
             inputs = module.make_inputs(shape, dtype)
-            _check_agreement(module, module.run_tilegen(inputs), module.run_torch(inputs), dtype, label)
+            check_agreement(module.run_tilegen(inputs), module.run_torch(inputs), dtype, label)
             fns = {"tilegen": module.run_tilegen, "torch": module.run_torch}
             if "torch.compile" in providers:
                 fns["torch.compile"] = compile_for_one_shape(module.run_torch, inputs)
