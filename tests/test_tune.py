@@ -60,6 +60,7 @@ def test_second_pass_varies_only_the_fastest_tiles(monkeypatch):
     module, op_module, timed, do_bench = stand_in({torch.float16: fp16}, [torch.float16])
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     monkeypatch.setattr(tune, "REFINED_TILES", 2)
+    monkeypatch.setattr(tune, "CONFIRM_ROUNDS", 0)  # the passes alone (confirmation: its own test)
     lines = []
     best = tune.tune_module(module, op_module, None, lines.append)
     assert best == {"1024x1024x1024x2": dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=5)}
@@ -93,6 +94,7 @@ def test_tma_variants_are_not_timed_where_the_operands_cannot_take_descriptors(m
     module, op_module, timed, do_bench = stand_in({torch.float16: fp16}, [torch.float16], descriptors_fit=False)
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     monkeypatch.setattr(tune, "REFINED_TILES", 2)
+    monkeypatch.setattr(tune, "CONFIRM_ROUNDS", 0)
     tune.tune_module(module, op_module, None, lambda line: None)
     assert not any(c.get("TMA") for _, c in timed)
     assert len(timed) == 4 + 2 + 5  # the refined tiles' other warps and stages, as above, none with TMA
@@ -119,3 +121,31 @@ def test_compile_worker_leaves_failing_configs_to_the_timing_loop(monkeypatch):
     configs = [dict(BM=64), dict(BM=128)]
     tune._compile_configs("pkg", "stand_in", (1, 1, 1), "float16", configs)
     assert ran == configs
+
+
+def test_leaders_are_timed_again_so_no_config_wins_on_one_lucky_timing(monkeypatch):
+    # 64x64 configs time 5 ms on their first timing and 15 ms after that (as tensor-descriptor
+    # loads did at 1024^3); 128x64 holds 9 ms. One timing each would crown a 64x64 config.
+    steady = cost({(64, 64): 15, (64, 128): 11, (128, 64): 9, (128, 128): 13}, {})
+    module, op_module, _, _ = stand_in({torch.float16: steady}, [torch.float16])
+    times_timed = {}
+
+    def do_bench(fn, **_):
+        fn()
+        config = op_module._CONFIGS.forced
+        ident = tune.identity(config)
+        times_timed[ident] = times_timed.get(ident, 0) + 1
+        lucky = (config["BM"], config["BN"]) == (64, 64) and times_timed[ident] == 1
+        return 5 if lucky else steady(config)
+
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(tune, "REFINED_TILES", 1)
+    lines = []
+    best = tune.tune_module(module, op_module, None, lines.append)
+    winner = dict(BM=128, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=4)
+    assert best == {"1024x1024x1024x2": winner}
+    # Each lucky config led once, so it was timed again (and found slow); the winner was too.
+    lucky = [ident for ident in times_timed if dict(ident)["BM"] == dict(ident)["BN"] == 64]
+    assert lucky and all(times_timed[ident] == 1 + tune.CONFIRM_ROUNDS for ident in lucky)
+    assert times_timed[tune.identity(winner)] == 1 + tune.CONFIRM_ROUNDS
+    assert "timed 3 times" in lines[-1]
