@@ -12,6 +12,10 @@
 #       bash bench/h200_check.sh                                     # tune first, then as above
 #   OUT=/tmp/check STEPS="bench" bash bench/h200_check.sh           # about 2 minutes
 #   OUT=/tmp/check STEPS="compile:matmul_relu" bash bench/h200_check.sh  # about 5 minutes (one op)
+#
+# ARCHIVE=FILE packs everything into one .tar.gz at FILE when the steps are done (and removes
+# the folder), for machines that hand back only a few files:
+#   OUT=$OUT/check ARCHIVE=$OUT/check.tgz STEPS="build tests" bash bench/h200_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -43,3 +47,7 @@ step bench 300 python3 -m tilegen bench --out "$out/bench"
 step compile:matmul_relu 420 python3 -m tilegen bench matmul_relu --compile --out "$out/compile/matmul_relu"
 step compile:matmul_bias_gelu 420 python3 -m tilegen bench matmul_bias_gelu --compile --out "$out/compile/matmul_bias_gelu"
 step cold_start 200 python3 -m tilegen bench add --shapes 2^24 --cold-start matmul,add --out "$out/cold_start"
+
+if [[ -n "${ARCHIVE:-}" ]]; then
+    tar czf "$ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out" && echo "packed into $ARCHIVE"
+fi
