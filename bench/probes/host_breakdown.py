@@ -30,6 +30,7 @@ signature = add_mod._signature(a, b)
 plan = add_mod._CONFIGS.plans[signature]
 pieces = {
     "add (whole hot path)": lambda: add(a, b),
+    "add(out=c)": lambda: add(a, b, out=c),
     "_signature": lambda: add_mod._signature(a, b),
     "plans.get": lambda: add_mod._CONFIGS.plans.get(signature),
     "a.new_empty": lambda: a.new_empty(a.shape),
