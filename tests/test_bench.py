@@ -83,17 +83,22 @@ def test_plots_are_written(tmp_path):
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
 
 
-def test_each_point_reports_its_times_as_it_finishes(monkeypatch):
+def _stand_in_module():
+    """A bench module for an op that doubles its input, with the eager equivalent beside it."""
     from types import SimpleNamespace
 
+    return SimpleNamespace(OP="stand_in", KIND="elementwise", DTYPES=[torch.float32], SHAPES=[(1024,)],
+                           make_inputs=lambda shape, dtype: [torch.ones(shape, dtype=dtype)],
+                           run_tilegen=lambda inputs: inputs[0] * 2, run_torch=lambda inputs: inputs[0] + inputs[0],
+                           flops=lambda shape: 0, bytes_moved=lambda shape, dtype: 3 * 4 * shape[0])
+
+
+def test_each_point_reports_its_times_as_it_finishes(monkeypatch):
     import triton.testing
 
     from tilegen.bench import bench_module
 
-    module = SimpleNamespace(OP="stand_in", KIND="elementwise", DTYPES=[torch.float32], SHAPES=[(1024,)],
-                             make_inputs=lambda shape, dtype: [torch.ones(shape, dtype=dtype)],
-                             run_tilegen=lambda inputs: inputs[0] * 2, run_torch=lambda inputs: inputs[0] + inputs[0],
-                             flops=lambda shape: 0, bytes_moved=lambda shape, dtype: 3 * 4 * shape[0])
+    module = _stand_in_module()
     times = iter([0.010, 0.020])  # ms, in the order bench times them: tilegen, then torch
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn, return_mode: next(times))
     lines = []
@@ -209,3 +214,24 @@ def test_agreement_check_names_the_point_and_takes_a_tolerance():
     bench.check_agreement((want + 0.04,), (want,), torch.float16, "op 4", tolerance=5e-2)  # tune's looser bound
     with pytest.raises(AssertionError):
         bench.check_agreement(torch.ones(4) + 0.01, torch.ones(4), torch.float32, "op 4")  # 1e-3 for float32
+
+
+def test_rounds_interleave_the_providers_and_keep_the_median(monkeypatch):
+    import triton.testing
+
+    from tilegen.bench import bench_module
+
+    module = _stand_in_module()
+    # Timed in turns (tilegen, torch, tilegen, ...): tilegen 30, 10, 11 us; torch 20, 21, 90 us.
+    times = iter([0.030, 0.020, 0.010, 0.021, 0.011, 0.090])
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, return_mode: next(times))
+    lines = []
+    rows = bench_module(module, None, ["tilegen", "torch"], lines.append, rounds=3)
+    assert [(r.provider, r.ms) for r in rows] == [("tilegen", 0.011), ("torch", 0.021)]
+    assert lines == ["stand_in float32 1024: tilegen 11.0 us, torch 21.0 us (medians of 3 rounds)"]
+
+
+def test_rounds_below_one_are_refused_in_one_line(cli, monkeypatch):
+    monkeypatch.chdir(REPO)
+    result = cli("bench", "matmul", "--rounds", "0")
+    assert result.exit_code == 2 and result.output.strip() == "tilegen bench: --rounds must be at least 1, got 0"

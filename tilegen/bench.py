@@ -55,6 +55,7 @@ class Report:
     host_us: list[dict] = field(default_factory=list)
     cold_start: list[dict] = field(default_factory=list)
     command: str = ""
+    rounds: int = 1  # timings per provider and point; the median is reported
 
 
 # ---- pure helpers (tested on the CPU) -------------------------------------------------------
@@ -256,8 +257,9 @@ def write_readme(report: Report, out: Path, table: str, summary: list[str]) -> P
         + f" ({LIMIT_MATMUL}^3).",
         "",
         "Speedup is PyTorch eager time / tilegen time (above 1: tilegen is faster); 'vs compile', where "
-        "present, is torch.compile time / tilegen time. Times are medians of triton.testing.do_bench. "
-        "'of limit' is tilegen's throughput over the measured limit above.",
+        "present, is torch.compile time / tilegen time. Times are medians of triton.testing.do_bench"
+        + (f", each the median of {report.rounds} rounds in which the providers take turns" if report.rounds > 1 else "")
+        + ". 'of limit' is tilegen's throughput over the measured limit above.",
         "",
         "## Summary", "", "```", *summary, "```", "",
         "## Host overhead (CPU microseconds per call, small inputs)", "", "```",
@@ -359,7 +361,13 @@ def compile_for_one_shape(fn, inputs):
     return compiled
 
 
-def bench_module(module, shapes, providers, progress) -> list[Row]:
+def bench_module(module, shapes, providers, progress, rounds: int = 1) -> list[Row]:
+    """Rows for every dtype and shape of one op. With rounds > 1 each provider is timed that many
+    times, the providers taking turns, and the median is kept: a short kernel's time moves by
+    several percent from one do_bench to the next, and taking turns spreads any drift of the
+    GPU's clocks over all of them."""
+    import statistics
+
     import torch
     from triton.testing import do_bench
 
@@ -373,23 +381,30 @@ def bench_module(module, shapes, providers, progress) -> list[Row]:
             fns = {"tilegen": module.run_tilegen, "torch": module.run_torch}
             if "torch.compile" in providers:
                 fns["torch.compile"] = compile_for_one_shape(module.run_torch, inputs)
+            samples = {provider: [] for provider in fns}
+            for _ in range(rounds):
+                for provider, fn in fns.items():
+                    samples[provider].append(do_bench(lambda: fn(inputs), return_mode="median"))
             times = []
-            for provider, fn in fns.items():
-                ms = do_bench(lambda: fn(inputs), return_mode="median")
+            for provider, ms_list in samples.items():
+                ms = statistics.median(ms_list)
                 tflops, gbs = throughput(ms, module.flops(shape), 0 if module.KIND == "matmul"
                                          else module.bytes_moved(shape, dtype))
                 rows.append(Row(module.OP, module.KIND, name, shape_label(shape), provider, ms, tflops, gbs))
                 times.append(f"{provider} {ms * 1e3:.1f} us")
             # Each point's times reach the log as it finishes, so a run cut short keeps them.
-            progress(f"{label}: {', '.join(times)}")
+            progress(f"{label}: {', '.join(times)}" + (f" (medians of {rounds} rounds)" if rounds > 1 else ""))
             del inputs
         torch.cuda.empty_cache()
     return rows
 
 
 def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compile_too: bool,
-        command: str, cold_start_ops: list[str] = ()) -> Report:
+        command: str, cold_start_ops: list[str] = (), rounds: int = 1) -> Report:
     import torch
+
+    if rounds < 1:
+        raise BenchError(f"--rounds must be at least 1, got {rounds}")
 
     if not torch.cuda.is_available():
         raise BenchError("no CUDA GPU found; `tilegen bench` times compiled kernels and needs one "
@@ -398,7 +413,7 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
     if cold_start_ops:
         load_bench_modules(list(cold_start_ops), package)  # unknown names fail here, before any timing
     dtypes = sorted({dtype_name(d) for m in modules for d in m.DTYPES if m.KIND == "matmul"})
-    report = Report(environment(), measure_limits(dtypes or ["float16"]), command=command)
+    report = Report(environment(), measure_limits(dtypes or ["float16"]), command=command, rounds=rounds)
     providers = ["tilegen", "torch"] + (["torch.compile"] if compile_too else [])
     total = sum(len(m.DTYPES) * len(parse_shapes(shapes_text, m.KIND) or m.SHAPES) for m in modules)
     done = [0]
@@ -408,7 +423,7 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
         print(f"[{done[0]:>3}/{total}] {label}", file=sys.stderr, flush=True)
 
     for module in modules:
-        report.rows.extend(bench_module(module, parse_shapes(shapes_text, module.KIND), providers, progress))
+        report.rows.extend(bench_module(module, parse_shapes(shapes_text, module.KIND), providers, progress, rounds))
         report.host_us.append(host_overhead(module))
     if cold_start_ops:
         from .coldstart import measure

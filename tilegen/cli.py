@@ -187,10 +187,12 @@ def test(ops, out, pytest_args):
 @click.option("--cold-start", "cold_start", default="", metavar="OPS",
               help="Also time the first call of these ops (comma-separated) in fresh processes: with the "
                    "tuned table (fresh and warm compile cache) and with runtime autotuning.")
+@click.option("--rounds", default=1, show_default=True, type=int,
+              help="Time each point this many times, the providers taking turns, and report the medians.")
 @click.option("--render", "render_dir", default=None, metavar="DIR",
               help="Time nothing: write README.md and the plots of an earlier run again from DIR/results.json "
                    "(no GPU needed).")
-def bench(ops, out_dir, package, shapes, compile_too, cold_start, render_dir):
+def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, render_dir):
     """Time OPS (default: every op) against PyTorch on a CUDA GPU.
 
     Prints a table, writes results.csv, results.json, README.md and one PNG plot per op to OUT.
@@ -200,6 +202,7 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start, render_dir):
       tilegen bench --out bench/results/h200
       tilegen bench matmul_relu --shapes 4096x4096x4096 --compile
       tilegen bench matmul add --cold-start matmul,add
+      tilegen bench matmul --rounds 5                 # medians of 5 interleaved timings
       tilegen bench --render bench/results/h200      # README and plots again, from results.json
     """
     from . import bench as bench_module
@@ -207,15 +210,15 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start, render_dir):
     command = "tilegen bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "tilegen bench"
     try:
         if render_dir is not None:
-            if ops or shapes or compile_too or cold_start:
+            if ops or shapes or compile_too or cold_start or rounds != 1:
                 raise bench_module.BenchError("--render re-renders an earlier run; it takes no ops, --shapes, "
-                                              "--compile or --cold-start")
+                                              "--compile, --cold-start or --rounds")
             out = Path(render_dir)
             report = bench_module.load_report(out)
         else:
             out = Path(out_dir)
             report = bench_module.run(list(ops), package, out, shapes, compile_too, command,
-                                      [op for op in cold_start.split(",") if op])
+                                      [op for op in cold_start.split(",") if op], rounds)
     except bench_module.BenchError as exc:
         _fail(f"tilegen bench: {exc}")
     table = bench_module.format_table(report.rows)
