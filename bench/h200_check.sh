@@ -11,6 +11,7 @@
 #   OUT=/tmp/check STEPS="tune build tests" TUNE="matmul --dtype float16 --shapes 1025x769x513" \
 #       bash bench/h200_check.sh                                     # tune first, then as above
 #   OUT=/tmp/check STEPS="bench" bash bench/h200_check.sh           # about 2 minutes
+#   OUT=/tmp/check STEPS="rounds" bash bench/h200_check.sh          # matmul, medians of 5 turns
 #   OUT=/tmp/check STEPS="compile:matmul_relu" bash bench/h200_check.sh  # about 5 minutes (one op)
 #
 # ARCHIVE=FILE packs everything into one .tar.gz at FILE when the steps are done (and removes
@@ -43,6 +44,8 @@ else
 fi
 step tests 300 python3 -m pytest -q -n 16 -p no:cacheprovider
 step bench 300 python3 -m tilegen bench --out "$out/bench"
+# matmul against cuBLAS again, each point the median of five turns (about 2 minutes; not a default step).
+step rounds 240 python3 -m tilegen bench matmul --rounds 5 --out "$out/matmul_rounds"
 # max-autotune compiles each shape afresh (about 16 s a shape): one op per step, each about 5 minutes.
 step compile:matmul_relu 420 python3 -m tilegen bench matmul_relu --compile --out "$out/compile/matmul_relu"
 step compile:matmul_bias_gelu 420 python3 -m tilegen bench matmul_bias_gelu --compile --out "$out/compile/matmul_bias_gelu"
