@@ -7,6 +7,7 @@ import torch
 
 from generated import _runtime as rt
 from tilegen.build import load_specs
+from tilegen.render import Renderer
 from tilegen.tables import render_table, table_for_spec
 from tests.conftest import REPO
 
@@ -171,7 +172,10 @@ def test_exploring_varies_warps_and_stages_around_the_same_tiles():
     # Warps and stages the spec lists are all there is to explore, besides the loads.
     fixed = rt.matmul_candidates([64], [64], [32], [4], [3], (False,) * 3)
     one = dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=3)
-    assert fixed(facts, key) == [one] and fixed(facts, key, explore=True) == [one, dict(one, TMA=1)]
+    # (2048^2 in 64x64 tiles fills more than one wave, so the persistent launch is tried too.)
+    assert fixed(facts, key) == [one]
+    assert fixed(facts, key, explore=True) == [one, dict(one, TMA=1), dict(one, PERSISTENT=1),
+                                                dict(one, PERSISTENT=1, TMA=1)]
     blocks = rt.elementwise_candidates([1024, 4096], [], False)
     assert blocks(facts, (1 << 20, 2)) == [dict(BLOCK=1024, num_warps=4), dict(BLOCK=4096, num_warps=8)]
     assert [c["num_warps"] for c in blocks(facts, (1 << 20, 2), explore=True)] == [2, 4, 8, 4, 8, 16]
@@ -206,3 +210,40 @@ def test_schedule_split_k(tmp_path, value, factors):
     entries = table_for_spec(spec, table)["GPU"]
     assert entries[(4096, 4096, 4096, 2)]["SPLIT_K"] == 1
     assert ((16, 4096, 4096, 2) in entries) == (4 in factors)
+
+
+def test_persistent_variants_are_tried_in_tuning_only_past_one_wave():
+    facts = (132, 232448, "")
+
+    def candidates(launch, key, explore):
+        return rt.matmul_candidates([64, 128], [64, 128], [64], [], [], (False,) * 3, splits=(1, 2),
+                                    launch=launch)(facts, key, explore)
+
+    # auto: the runtime list has none (the table may name them); tuning varies the unsplit
+    # configs whose tiles fill more than one wave.
+    assert not any(c.get("PERSISTENT") for c in candidates("auto", (4096, 4096, 4096, 2), False))
+    explored = candidates("auto", (4096, 4096, 4096, 2), True)
+    persistent = [c for c in explored if c.get("PERSISTENT")]
+    assert persistent and all(c["SPLIT_K"] == 1 for c in persistent)
+    assert {(c["BM"], c["BN"]) for c in persistent} == {(64, 64), (64, 128), (128, 64), (128, 128)}
+    assert not any(c.get("PERSISTENT") for c in candidates("auto", (1024, 1024, 1024, 2), True)
+                   if c["BM"] * c["BN"] == 128 * 128)  # 64 tiles: one wave, nothing to loop over
+    # tiled and persistent fix the style in the wrapper: tuning has nothing to vary.
+    for launch in ("tiled", "persistent"):
+        assert not any(c.get("PERSISTENT") for c in candidates(launch, (4096, 4096, 4096, 2), True))
+
+
+@pytest.mark.parametrize("value, launch, persistent", [
+    (None, "auto", 'bool(config.get("PERSISTENT")) and split_k == 1'),
+    ("tiled", "tiled", "persistent = False"),
+    ("persistent", "persistent", "persistent = split_k == 1"),
+])
+def test_schedule_launch(tmp_path, value, launch, persistent):
+    text = (REPO / "specs" / "matmul_relu.yaml").read_text()
+    if value is not None:
+        text += f"schedule:\n  launch: {value}\n"
+    (tmp_path / "op.yaml").write_text(text)
+    item = load_specs([tmp_path / "op.yaml"], tmp_path)[0]
+    assert item.spec.launch == launch
+    source = Renderer().op_module(item)
+    assert persistent in source and f"launch={launch!r}" in source

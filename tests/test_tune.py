@@ -16,7 +16,9 @@ FACTS = (132, 232448, "stand-in GPU")
 
 def stand_in(costs, dtypes, descriptors_fit=True):
     """An op whose candidate tiles are 64/128 x 64/128 x 32 and whose time is costs[dtype](config)."""
-    chooser = rt.ConfigChooser("auto", rt.matmul_candidates([64, 128], [64, 128], [32], [], [], (False,) * 3),
+    # launch="tiled": the search, not the launch styles, is under test (no persistent variants).
+    chooser = rt.ConfigChooser("auto", rt.matmul_candidates([64, 128], [64, 128], [32], [], [], (False,) * 3,
+                                                            launch="tiled"),
                                rt.matmul_heuristic)
     timed = []
     state = {}

@@ -6,6 +6,8 @@ in Python, where it can be read and tested.
 
 from __future__ import annotations
 
+import textwrap
+
 from .dtypes import DTYPES
 from .expressions import tidy
 from .spec import Spec, TensorSpec
@@ -255,7 +257,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         f"{_fixed_or(spec, bm.block, bm.sizes)}, {_fixed_or(spec, bn.block, bn.sizes)}, "
         f"{_fixed_or(spec, bk.block, bk.sizes)}, {_fixed_or(spec, 'num_warps', spec.configs.num_warps)}, "
         f"{_fixed_or(spec, 'num_stages', spec.configs.num_stages)}, "
-        f"exact=({', '.join(str(p == 'never') for p in policies)}), splits={spec.split_k})"
+        f"exact=({', '.join(str(p == 'never') for p in policies)}), splits={spec.split_k}, launch={spec.launch!r})"
     )
     mask_exprs = []
     for axis, block, policy in zip(("M", "N", "K"), ("bm", "bn", "bk"), policies):
@@ -273,6 +275,11 @@ def matmul_context(spec: Spec, header: str) -> dict:
         peel_k=_peel_k(mask_exprs[2], tensor_names.index(a.name), tensor_names.index(b.name)),
         stride_factor_params=", ".join(f"{name.upper()}_FACTOR: tl.constexpr" for name in stride_names),
         stride_factor_names=", ".join(f'"{name.upper()}_FACTOR"' for name in stride_names),
+        tile_args=_wrapped_args(["partial_ptr", "count_ptr", *(f"{name}_ptr" for name in tensor_names),
+                             *(s.name for s in spec.scalars), "M", "N", "K", *stride_names,
+                             *(f"{name.upper()}_FACTOR" for name in stride_names),
+                             bm.block, bn.block, bk.block, "GROUP_M", "SPLIT_K", "MASK_M", "MASK_N", "MASK_K",
+                             "PEEL_K", "USE_TMA", "INDEX_64"]),
         acc_dtype=acc_dtype,
         dot_options=_dot_options(spec),
         extras=[_extra_load(t, m, n) for t in extras],
@@ -287,9 +294,17 @@ def matmul_context(spec: Spec, header: str) -> dict:
         candidates=candidates,
         heuristic="rt.matmul_heuristic",
         group_m=spec.group_m,
+        launch=spec.launch,
+        persistent={"auto": 'bool(config.get("PERSISTENT")) and split_k == 1', "tiled": "False",
+                    "persistent": "split_k == 1"}[spec.launch],
         mask_m=mask_exprs[0], mask_n=mask_exprs[1], mask_k=mask_exprs[2],
     )
     return ctx
+
+
+def _wrapped_args(names: list[str]) -> str:
+    """Call arguments as lines of at most 92 characters (the template indents the lines after the first)."""
+    return "\n".join(textwrap.wrap(", ".join(names), width=92, break_long_words=False, break_on_hyphens=False))
 
 
 def _peel_k(mask_k: str, a_index: int, b_index: int) -> str:

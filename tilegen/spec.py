@@ -55,6 +55,7 @@ class Spec:
     masks: tuple[tuple[str, str], ...]
     group_m: int
     split_k: tuple[int, ...]
+    launch: str                                  # schedule.launch: auto, tiled or persistent
     configs: ConfigPolicy
     test_shapes: tuple[tuple[int, ...], ...] = ()
     bench_shapes: tuple[tuple[int, ...], ...] = ()

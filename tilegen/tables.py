@@ -13,13 +13,13 @@ from pathlib import Path
 from .spec import Spec
 
 TABLE_DIR = Path(__file__).resolve().parent / "tables"
-CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stages", "TMA"),
+CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stages", "TMA", "PERSISTENT"),
                  "elementwise": ("BLOCK", "num_warps")}
 # Fields that say how a tile is computed, not which: an entry applies to an op whose candidates
 # hold its other fields, whatever these say.
-SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA")
+SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA", "PERSISTENT")
 # Fields that entries written before the field existed leave out, with the value they meant.
-FIELD_DEFAULTS = {"SPLIT_K": 1, "TMA": 0}
+FIELD_DEFAULTS = {"SPLIT_K": 1, "TMA": 0, "PERSISTENT": 0}
 
 
 def table_path(kind: str, folder: Path = TABLE_DIR) -> Path:

@@ -20,7 +20,7 @@ KINDS = ("elementwise", "matmul")
 MASK_POLICIES = ("always", "never", "auto")
 CONFIG_MODES = ("auto", "autotune", "fixed")
 ORDERS = ("grouped", "row_major")
-LAUNCHES = ("tiled",)
+LAUNCHES = ("auto", "tiled", "persistent")
 # Split-K factors tried by default: 1 (no split) and the splits that fill the GPU for skinny shapes.
 SPLIT_K_AUTO = (1, 2, 4, 8)
 TOP_LEVEL_KEYS = ("op", "kind", "doc", "inputs", "outputs", "scalars", "compute", "epilogue",
@@ -154,7 +154,7 @@ class _Validator:
         tiles = self.tiles(kind, inputs, outputs)
         masks = self.masks(tiles)
         policy = self.dtype_policy(kind)
-        group_m, split_k = self.schedule(kind)
+        group_m, split_k, launch = self.schedule(kind)
         configs = self.configs(kind, tiles)
         self.structure(kind, inputs, outputs)
         body = self.body(kind, inputs, outputs, scalars)
@@ -169,7 +169,7 @@ class _Validator:
             path=self.doc.path, op=op, kind=kind, doc=doc,
             inputs=resolved_inputs, outputs=resolved_outputs, scalars=tuple(scalars.values()),
             body=body, accumulate=policy[0], compute=policy[1], precision=policy[2],
-            tiles=tiles, masks=masks, group_m=group_m, split_k=split_k, configs=configs,
+            tiles=tiles, masks=masks, group_m=group_m, split_k=split_k, launch=launch, configs=configs,
             test_shapes=test_shapes, bench_shapes=bench_shapes, reference=reference,
         )
 
@@ -392,18 +392,17 @@ class _Validator:
                 self.error("dtypes.precision", "precision applies to matmul dots only")
         return accumulate, compute, precision
 
-    def schedule(self, kind) -> tuple[int, tuple[int, ...]]:
-        """(group_m, split-K factors) from the optional `schedule` mapping."""
+    def schedule(self, kind) -> tuple[int, tuple[int, ...], str]:
+        """(group_m, split-K factors, launch style) from the optional `schedule` mapping."""
         value = self.data.get("schedule")
         if value is None:
-            return 8, SPLIT_K_AUTO
+            return 8, SPLIT_K_AUTO, "auto"
         entries = self.mapping("schedule", value, ("order", "group_m", "launch", "split_k")) or {}
         if kind != "matmul":
             self.error("schedule", "a schedule applies to matmul kinds only")
-            return 8, SPLIT_K_AUTO
+            return 8, SPLIT_K_AUTO, "auto"
         order = self.choice("schedule.order", entries.get("order", "grouped"), ORDERS)
-        if "launch" in entries:
-            self.choice("schedule.launch", entries["launch"], LAUNCHES)
+        launch = self.choice("schedule.launch", entries.get("launch", "auto"), LAUNCHES)
         split_k = self.split_k(entries.get("split_k", "auto"))
         group_m = entries.get("group_m", 8)
         if type(group_m) is not int or not 1 <= group_m <= 64:
@@ -412,8 +411,8 @@ class _Validator:
         if order == "row_major":
             if "group_m" in entries:
                 self.error("schedule.group_m", "group_m needs order: grouped")
-            return 1, split_k
-        return group_m, split_k
+            return 1, split_k, launch
+        return group_m, split_k, launch
 
     def split_k(self, value) -> tuple[int, ...]:
         """Split-K factors the config choice may use: `auto` (the default), `never`, or a list."""
