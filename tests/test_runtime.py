@@ -104,12 +104,13 @@ def test_launch_plans_repeat_a_call_with_the_same_signature():
     a2 = s.random((70, 90), torch.float32, 2)
     torch.testing.assert_close(matmul_relu(a2, b), torch.relu(a2 @ b), atol=1e-4, rtol=1e-4)
     assert len(_CONFIGS.plans) == 1 and not torch.equal(first, matmul_relu(a2, b))
-    # Another layout is another signature; so is each out= layout (after the checks, which run).
+    # Another layout is another signature; so is each out= layout (after the checks, which run),
+    # and out= with those very tensors (addresses too) is remembered as checked.
     torch.testing.assert_close(matmul_relu(a, b.t().contiguous().t()), first, atol=1e-5, rtol=1e-5)
     out = torch.empty_like(first)
-    assert matmul_relu(a, b, out=out) is out and len(_CONFIGS.plans) == 3
+    assert matmul_relu(a, b, out=out) is out and len(_CONFIGS.plans) == 4
     transposed = torch.empty(40, 70, dtype=first.dtype, device=first.device).t()
-    assert matmul_relu(a2, b, out=transposed) is transposed and len(_CONFIGS.plans) == 4
+    assert matmul_relu(a2, b, out=transposed) is transposed and len(_CONFIGS.plans) == 6
     torch.testing.assert_close(transposed, torch.relu(a2 @ b), atol=1e-4, rtol=1e-4)
     with pytest.raises(ValueError, match="matmul_relu: argument 'out' shares memory with input 'a'"):
         matmul_relu(a, b, out=a[:, :40])
@@ -130,6 +131,38 @@ def test_launch_plans_repeat_a_call_with_the_same_signature():
     x = s.random((3, 5), torch.float32, 3)
     torch.testing.assert_close(add(x, x.t().contiguous().t()), x + x)
     torch.testing.assert_close(add(x, x), x + x)
+
+
+def test_out_checks_are_remembered_for_the_same_tensors_only(monkeypatch):
+    from generated import matmul_relu, rms_scale_exp
+    from generated.tests import _support as s
+
+    checked = []
+    prepare_out = rt.prepare_out
+    monkeypatch.setattr(rt, "prepare_out", lambda *args, **kw: checked.append(args[0]) or prepare_out(*args, **kw))
+    a, b = s.random((64, 64), torch.float32, 0), s.random((64, 64), torch.float32, 1)
+    out = torch.full((64, 64), float("nan"))
+    matmul_relu(a, b, out=out)
+    assert checked == ["matmul_relu"]
+    # The same tensors again: no checks, and the new data is what gets written.
+    a.copy_(s.random((64, 64), torch.float32, 2))
+    assert matmul_relu(a, b, out=out) is out and checked == ["matmul_relu"]
+    torch.testing.assert_close(out, torch.relu(a @ b), atol=1e-4, rtol=1e-4)
+    # The same layouts at other addresses are checked again, so an overlap is still refused.
+    with pytest.raises(ValueError, match="matmul_relu: argument 'out' shares memory with input 'a'"):
+        matmul_relu(a, b, out=a)
+    with pytest.raises(ValueError, match="matmul_relu: argument 'out' shares memory with input 'b'"):
+        matmul_relu(a, b, out=b)
+    assert checked == ["matmul_relu"] * 3
+    # Several outputs: the tuple's tensors make the key.
+    x, v = s.random((8, 16), torch.float32, 3), s.random((8, 16), torch.float32, 4).abs()
+    outs = (torch.empty(8, 16), torch.empty(8, 16))
+    first = rms_scale_exp(x, v, out=outs)
+    checked.clear()
+    again = rms_scale_exp(x, v, out=list(outs))
+    assert checked == [] and all(g is o for g, o in zip(again, outs)) and all(g is o for g, o in zip(first, outs))
+    with pytest.raises(ValueError, match="rms_scale_exp: argument 'out\\[1\\]' shares memory with input 'x'"):
+        rms_scale_exp(x, v, out=(outs[0], x))
 
 
 def test_plans_are_bounded():

@@ -163,6 +163,8 @@ def _plan_context(spec: Spec) -> dict:
         plan_args=", ".join(inputs + [t.name for t in spec.outputs] + scalars),
         signature_parts=",\n            ".join(parts) + ",",
         out_signature=" ".join(f"rt.tensor_signature({t.name})," for t in spec.outputs),
+        input_addresses=" ".join(f"{n}.data_ptr()," for n in inputs),
+        out_names=", ".join(t.name for t in spec.outputs),
     )
 
 
