@@ -141,7 +141,7 @@ def test_out_checks_are_remembered_for_the_same_tensors_only(monkeypatch):
     prepare_out = rt.prepare_out
     monkeypatch.setattr(rt, "prepare_out", lambda *args, **kw: checked.append(args[0]) or prepare_out(*args, **kw))
     a, b = s.random((64, 64), torch.float32, 0), s.random((64, 64), torch.float32, 1)
-    out = torch.full((64, 64), float("nan"))
+    out = torch.full((64, 64), float("nan"), device=s.DEVICE)
     matmul_relu(a, b, out=out)
     assert checked == ["matmul_relu"]
     # The same tensors again: no checks, and the new data is what gets written.
@@ -156,7 +156,7 @@ def test_out_checks_are_remembered_for_the_same_tensors_only(monkeypatch):
     assert checked == ["matmul_relu"] * 3
     # Several outputs: the tuple's tensors make the key.
     x, v = s.random((8, 16), torch.float32, 3), s.random((8, 16), torch.float32, 4).abs()
-    outs = (torch.empty(8, 16), torch.empty(8, 16))
+    outs = (torch.empty(8, 16, device=s.DEVICE), torch.empty(8, 16, device=s.DEVICE))
     first = rms_scale_exp(x, v, out=outs)
     checked.clear()
     again = rms_scale_exp(x, v, out=list(outs))
@@ -280,3 +280,15 @@ def test_schedule_launch(tmp_path, value, launch, persistent):
     assert item.spec.launch == launch
     source = Renderer().op_module(item)
     assert persistent in source and f"launch={launch!r}" in source
+
+
+def test_repeat_calls_allocate_outputs_as_the_first_call_did():
+    from generated import add
+    from generated.tests import _support as s
+
+    a, b = s.random((6, 8), torch.float32, 0), s.random((6, 8), torch.float32, 1)
+    # Contiguous inputs (the hot path's torch.empty_like) and transposed ones (new_empty).
+    for x, y in ((a, b), (a.t(), b.t()), (a[:, ::2], b[:, ::2])):
+        first, again = add(x, y), add(x, y)
+        assert again.is_contiguous() and again.stride() == first.stride() and again.dtype == x.dtype
+        torch.testing.assert_close(again, x + y)

@@ -104,8 +104,13 @@ def _arg_docs(spec: Spec) -> list[str]:
     return lines
 
 
-def _output_context(spec: Spec) -> tuple[list[dict], list[str], str]:
-    """Per-output allocation info, the lines that unpack `out=`, and the return expression."""
+def _output_context(spec: Spec, shape: str, like_first: bool = False) -> tuple[list[dict], list[str], str]:
+    """Per-output allocation info, the lines that unpack `out=`, and the return expression.
+
+    `shape` is the outputs' shape expression; `like_first`: the outputs have the first input's
+    shape, so the hot path may allocate them with torch.empty_like when that input is
+    contiguous (the layout the first call's outputs had), the cheapest allocation there is.
+    """
     outputs, prelude = [], []
     single = len(spec.outputs) == 1
     if not single:
@@ -117,10 +122,14 @@ def _output_context(spec: Spec) -> tuple[list[dict], list[str], str]:
         else:
             dtype_expr = f"{tensor.dtype_source}.dtype"
         first = spec.inputs[0].name
+        # Hot-path allocation: new_empty inherits the first input's device (and dtype, when the
+        # output's is the same), and costs less host time than torch.empty's keywords.
+        dtype_arg = "" if dtype_expr == f"{first}.dtype" else f", dtype={dtype_expr}"
+        hot_alloc = f"{first}.new_empty({shape}{dtype_arg})"
+        if like_first:
+            hot_alloc = f"torch.empty_like({first}{dtype_arg}) if {first}.is_contiguous() else {hot_alloc}"
         outputs.append(dict(
-            # Hot-path allocation: new_empty inherits the first input's device (and dtype, when
-            # the output's is the same), and costs less host time than torch.empty's keywords.
-            new_empty_dtype="" if dtype_expr == f"{first}.dtype" else f", dtype={dtype_expr}",
+            hot_alloc=hot_alloc,
             name=tensor.name,
             arg="out" if single else f"{tensor.name}_out",
             arg_name="out" if single else f"out[{index}]",
@@ -191,7 +200,7 @@ def elementwise_context(spec: Spec, header: str) -> dict:
     ctx = _common(spec, header)
     blocks = _fixed_or(spec, tile.block, tile.sizes)
     warps = _fixed_or(spec, "num_warps", spec.configs.num_warps)
-    outs, prelude, result = _output_context(spec)
+    outs, prelude, result = _output_context(spec, f"{inputs[0]}.shape", like_first=True)
     checks = _input_checks(spec, {})
     for name in inputs[1:]:
         checks.append(f'rt.check_same_shape("{spec.op}", "{name}", {name}, "{inputs[0]}", {inputs[0]})')
@@ -249,7 +258,8 @@ def matmul_context(spec: Spec, header: str) -> dict:
     for axis, tile, policy in zip((m, n, k), (bm, bn, bk), policies):
         if policy == "never":
             after.append(f'rt.check_divisible("{spec.op}", "{axis}", {axis}, {min(tile.sizes)}, "{tile.block}")')
-    outs, prelude, result = _output_context(spec)
+    output_shape = f"({a.name}.shape[0], {b.name}.shape[1])"
+    outs, prelude, result = _output_context(spec, output_shape)
     tensor_names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
     stride_names = [f"stride_{t.name}_{d}" for t in list(spec.inputs) + list(spec.outputs) for d in range(len(t.shape))]
     acc_dtype = DTYPES[spec.accumulate].triton
@@ -266,7 +276,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         mask_exprs.append({"always": "True", "never": "False", "auto": f"{axis} % {block} != 0"}[policy])
     ctx.update(
         a=a.name, b=b.name, m=m, n=n, k=k,
-        output_shape=f"({a.name}.shape[0], {b.name}.shape[1])",
+        output_shape=output_shape,
         bm=bm.block, bn=bn.block, bk=bk.block,
         a_stride_m=f"stride_{a.name}_0", a_stride_k=f"stride_{a.name}_1",
         b_stride_k=f"stride_{b.name}_0", b_stride_n=f"stride_{b.name}_1",
