@@ -52,5 +52,9 @@ step compile:matmul_bias_gelu 420 python3 -m tilegen bench matmul_bias_gelu --co
 step cold_start 200 python3 -m tilegen bench add --shapes 2^24 --cold-start matmul,add --out "$out/cold_start"
 
 if [[ -n "${ARCHIVE:-}" ]]; then
-    tar czf "$ARCHIVE" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out" && echo "packed into $ARCHIVE"
+    # Packed beside the folder first: ARCHIVE may lie inside it (OUT=$OUT/x ARCHIVE=$OUT/x.tgz
+    # expands ARCHIVE after OUT is set), and tar must not read the file it writes.
+    packed="$(dirname "$out")/.h200_check.$$.tgz"
+    tar czf "$packed" -C "$(dirname "$out")" "$(basename "$out")" && rm -rf "$out" &&
+        mkdir -p "$(dirname "$ARCHIVE")" && mv "$packed" "$ARCHIVE" && echo "packed into $ARCHIVE"
 fi
