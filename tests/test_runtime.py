@@ -64,6 +64,39 @@ def test_table_is_filtered_to_each_specs_tile_sizes():
     assert render_table({}) == "{}"
 
 
+def test_an_ops_own_table_comes_before_its_kinds():
+    sources = {s.spec.op: s.spec for s in load_specs([REPO / "specs"], REPO)}
+    kind = {"GPU": {"128x4096x4096x2": dict(BM=64, BN=64, BK=128, num_warps=4, num_stages=5),
+                    "4096x4096x4096x2": dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)}}
+    own = {"GPU": {"128x4096x4096x2": dict(BM=64, BN=128, BK=64, SPLIT_K=2, num_warps=4, num_stages=4),
+                   "4096x4096x4096x2": dict(BM=256, BN=128, BK=64, num_warps=8, num_stages=4)},
+           "OTHER": {"1024x1024x1024x2": dict(BM=64, BN=64, BK=32, num_warps=4, num_stages=3)}}
+    residual = table_for_spec(sources["matmul_residual_scaled"], kind, own)
+    # Its own entry where the kind's tile is off its menu (BK 128); the kind's where its own is
+    # (BM 256); entries for a GPU only its own table knows.
+    assert residual["GPU"][(128, 4096, 4096, 2)]["BN"] == 128 and residual["GPU"][(128, 4096, 4096, 2)]["SPLIT_K"] == 2
+    assert residual["GPU"][(4096, 4096, 4096, 2)]["BM"] == 128
+    assert residual["OTHER"][(1024, 1024, 1024, 2)]["BK"] == 32
+    # Another op reads only its kind's table: the same entries as without `own`.
+    assert table_for_spec(sources["matmul"], kind) == table_for_spec(sources["matmul"], kind, {})
+    assert table_for_spec(sources["matmul"], kind)["GPU"][(4096, 4096, 4096, 2)]["BM"] == 128
+
+
+def test_tuned_entries_merge_into_the_table_of_their_scope(tmp_path):
+    from tilegen.tables import load_table, merge_entries
+
+    merge_entries("matmul", "GPU", {"4096x4096x4096x2": dict(BM=128)}, tmp_path)
+    merge_entries("matmul", "OTHER", {"16x4096x4096x2": dict(BM=64)}, tmp_path)
+    path = merge_entries("matmul_relu", "GPU", {"8192x8192x8192x2": dict(BM=256), "16x16x16x2": dict(BM=64)},
+                         tmp_path, scope="op")
+    assert path == tmp_path / "ops" / "matmul_relu.json"
+    merge_entries("matmul_relu", "GPU", {"8192x8192x8192x2": dict(BM=128)}, tmp_path, scope="op")
+    assert load_table("matmul", tmp_path) == {"GPU": {"4096x4096x4096x2": dict(BM=128)},
+                                              "OTHER": {"16x4096x4096x2": dict(BM=64)}}
+    own = load_table("matmul_relu", tmp_path, scope="op")
+    assert list(own["GPU"]) == ["16x16x16x2", "8192x8192x8192x2"] and own["GPU"]["8192x8192x8192x2"] == dict(BM=128)
+
+
 def test_config_chooser_modes():
     candidates = lambda facts, key: [dict(BLOCK=1024, num_warps=4), dict(BLOCK=4096, num_warps=8)]  # noqa: E731
     fixed = rt.ConfigChooser("fixed", candidates, rt.elementwise_heuristic)

@@ -244,17 +244,22 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, render
               "so float16 also serves bfloat16); default: every dtype the benchmark runs.")
 @click.option("--jobs", type=int, default=min(16, os.cpu_count() or 1), show_default=True,
               help="Processes that compile candidate configs ahead of timing (1: compile while timing).")
-def tune(ops, package, shapes, tables, dtypes, jobs):
+@click.option("--scope", type=click.Choice(["kind", "op"]), default="kind", show_default=True,
+              help="kind: entries every op of the kind may use; op: entries for each op alone "
+              "(tables/ops/<op>.json), ahead of its kind's.")
+def tune(ops, package, shapes, tables, dtypes, jobs, scope):
     """Measure candidate configs of OPS (default: matmul, add) on this GPU; record the best.
 
     Every candidate tile is timed with default warps and stages; the fastest few tiles are then
     timed with the other warps and stages the spec leaves open.
 
-    Writes <kind>.json tables; run `tilegen build` afterwards so the ops launch the measured configs.
+    Writes <kind>.json tables (with --scope op, ops/<op>.json); run `tilegen build` afterwards
+    so the ops launch the measured configs.
 
     \b
-    Example:
+    Examples:
       tilegen tune matmul add && tilegen build specs/
+      tilegen tune matmul_residual_scaled --scope op --shapes 128x4096x4096 && tilegen build specs/
     """
     from . import tune as tune_module
     from .bench import BenchError
@@ -262,7 +267,7 @@ def tune(ops, package, shapes, tables, dtypes, jobs):
 
     try:
         written = tune_module.run(list(ops), package, shapes, Path(tables) if tables else TABLE_DIR,
-                                  list(dtypes), jobs)
+                                  list(dtypes), jobs, scope)
     except BenchError as exc:
         _fail(f"tilegen tune: {exc}")
     click.echo(f"wrote {', '.join(str(p) for p in written)}; now run `tilegen build`")

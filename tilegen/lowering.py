@@ -151,7 +151,7 @@ def _common(spec: Spec, header: str) -> dict:
         arg_docs=_arg_docs(spec),
         config_mode=spec.configs.mode,
         key_mask=_key_mask(spec),
-        table=render_table(table_for_spec(spec, load_table(spec.kind))),
+        table=render_table(table_for_spec(spec, load_table(spec.kind), load_table(spec.op, scope="op"))),
         scalar_params=", ".join(s.name for s in spec.scalars),
         scalar_args="(" + "".join(f"{s.name}, " for s in spec.scalars).rstrip(" ") + ")",
         input_pairs="[" + ", ".join(f'("{t.name}", {t.name})' for t in spec.inputs) + "]",

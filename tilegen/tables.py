@@ -3,6 +3,11 @@
 `tilegen tune` writes them (tilegen/tables/<kind>.json); `tilegen build` renders each op's share
 of its kind's table into the op module, so a known GPU gets a measured config with no runtime
 tuning. Keys are "M x N x K x itemsize" buckets (matmul) or "numel x itemsize" (elementwise).
+
+An op may also have a table of its own (tilegen/tables/ops/<op>.json, `tilegen tune --scope op`),
+measured on that op: its entries take the place of the kind's at the same key. Ops of one kind
+share the kind's entries where their tile menus allow, but an op with a narrower menu, or an
+epilogue that changes which tile is fastest, only gets its own best from its own table.
 """
 
 from __future__ import annotations
@@ -22,13 +27,28 @@ SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA", "PERSISTENT")
 FIELD_DEFAULTS = {"SPLIT_K": 1, "TMA": 0, "PERSISTENT": 0}
 
 
-def table_path(kind: str, folder: Path = TABLE_DIR) -> Path:
-    return folder / f"{kind}.json"
+SCOPES = ("kind", "op")
 
 
-def load_table(kind: str, folder: Path = TABLE_DIR) -> dict:
-    path = table_path(kind, folder)
+def table_path(name: str, folder: Path = TABLE_DIR, scope: str = "kind") -> Path:
+    """Where the table of kind `name` (scope "kind") or of op `name` (scope "op") lives."""
+    return folder / f"{name}.json" if scope == "kind" else folder / "ops" / f"{name}.json"
+
+
+def load_table(name: str, folder: Path = TABLE_DIR, scope: str = "kind") -> dict:
+    path = table_path(name, folder, scope)
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def merge_entries(name: str, gpu: str, entries: dict, folder: Path = TABLE_DIR, scope: str = "kind") -> Path:
+    """Write `entries` ({key text: config}) into a table under `gpu`, replacing those keys only."""
+    table = load_table(name, folder, scope)
+    merged = {**table.get(gpu, {}), **entries}
+    table[gpu] = {key: merged[key] for key in sorted(merged, key=parse_key)}
+    path = table_path(name, folder, scope)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({g: table[g] for g in sorted(table)}, indent=1) + "\n")
+    return path
 
 
 def parse_key(text: str) -> tuple[int, ...]:
@@ -46,22 +66,29 @@ def _block_sizes(spec: Spec) -> tuple[tuple[int, ...], ...]:
     return tuple(spec.tile(axis).sizes for axis in (parts.m, parts.n, parts.k)) + (spec.split_k,)
 
 
-def table_for_spec(spec: Spec, table: dict) -> dict:
-    """The entries of `table` this op can use: its own tile sizes only; none for fixed configs."""
+def table_for_spec(spec: Spec, table: dict, own: dict | None = None) -> dict:
+    """The entries this op can use: those of its kind's `table` and of its `own` table (which
+    wins at a key both hold), with its own tile sizes only; none for fixed configs."""
     if spec.configs.mode != "auto":
         return {}
     fields = CONFIG_FIELDS[spec.kind]
     sizes = _block_sizes(spec)
-    out = {}
-    for gpu in sorted(table):
+
+    def usable(rows):
         entries = {}
-        for key_text in sorted(table[gpu], key=parse_key):
-            config = {**FIELD_DEFAULTS, **table[gpu][key_text]}
+        for key_text, row in rows.items():
+            config = {**FIELD_DEFAULTS, **row}
             blocks = [config[name] for name in fields if name not in SCHEDULE_FIELDS]
             if all(b in allowed for b, allowed in zip(blocks, sizes)):
                 entries[parse_key(key_text)] = {name: config[name] for name in fields}
+        return entries
+
+    own = own or {}
+    out = {}
+    for gpu in sorted(set(table) | set(own)):
+        entries = {**usable(table.get(gpu, {})), **usable(own.get(gpu, {}))}
         if entries:
-            out[gpu] = entries
+            out[gpu] = {key: entries[key] for key in sorted(entries)}
     return out
 
 

@@ -2,17 +2,17 @@
 
 The result is merged into tilegen/tables/<kind>.json under the GPU's name; the next
 `tilegen build` renders it into each op of that kind, which then launches the measured config
-with no runtime tuning.
+with no runtime tuning. With scope "op" it goes to the op's own table instead
+(tilegen/tables/ops/<op>.json), which only that op reads, ahead of its kind's.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from .bench import BenchError, check_agreement, dtype_name, load_bench_modules, parse_shapes, shape_label
-from .tables import SCHEDULE_FIELDS, TABLE_DIR, format_key, load_table, parse_key, table_path
+from .tables import SCHEDULE_FIELDS, SCOPES, TABLE_DIR, format_key, merge_entries
 
 
 def _warm_up_gpu(seconds: float = 1.0) -> None:
@@ -181,9 +181,11 @@ def _compile_configs(package, op, shape, dtype_name, configs):
 
 
 def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TABLE_DIR,
-        dtypes: list[str] | None = None, jobs: int = 1) -> list[Path]:
+        dtypes: list[str] | None = None, jobs: int = 1, scope: str = "kind") -> list[Path]:
     import torch
 
+    if scope not in SCOPES:
+        raise BenchError(f"--scope must be one of {', '.join(SCOPES)}, got {scope!r}")
     modules = load_bench_modules(ops or ["matmul", "add"], package)
     known = sorted({dtype_name(d) for m in modules for d in m.DTYPES})
     unknown = [d for d in dtypes or () if d not in known]
@@ -203,17 +205,8 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
             shapes = parse_shapes(shapes_text, module.KIND)
             found = tune_module(module, op_module, shapes, lambda line: print(line, file=sys.stderr, flush=True),
                                 dtypes or (), compiler)
-            updates.setdefault(module.KIND, {}).update(found)
+            updates.setdefault(module.KIND if scope == "kind" else module.OP, {}).update(found)
     finally:
         if compiler is not None:
             compiler.close()
-    written = []
-    for kind, entries in updates.items():
-        table = load_table(kind, tables)
-        merged = {**table.get(gpu, {}), **entries}
-        table[gpu] = {key: merged[key] for key in sorted(merged, key=parse_key)}
-        path = table_path(kind, tables)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({g: table[g] for g in sorted(table)}, indent=1) + "\n")
-        written.append(path)
-    return written
+    return [merge_entries(name, gpu, entries, tables, scope) for name, entries in updates.items()]
