@@ -10,6 +10,7 @@
 #   OUT=/tmp/check STEPS="build tests" bash bench/h200_check.sh     # about 4 minutes
 #   OUT=/tmp/check STEPS="tune build tests" TUNE="matmul --dtype float16 --shapes 1025x769x513" \
 #       bash bench/h200_check.sh                                     # tune first, then as above
+#   TUNE="matmul_residual_scaled --scope op --dtype float16"        # an op's own table (tables/ops/)
 #   OUT=/tmp/check STEPS="bench" bash bench/h200_check.sh           # about 2 minutes
 #   OUT=/tmp/check STEPS="rounds" bash bench/h200_check.sh          # matmul, medians of 5 turns
 #   OUT=/tmp/check STEPS="compile:matmul_relu" bash bench/h200_check.sh  # about 5 minutes (one op)
@@ -38,6 +39,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $out/NAME.log
 if [[ $steps == *" tune "* ]]; then
     step tune 400 python3 -m tilegen tune ${TUNE:-matmul --dtype float16}
     cp tilegen/tables/*.json "$out/"
+    [[ -d tilegen/tables/ops ]] && cp -r tilegen/tables/ops "$out/"
     step build 60 python3 -m tilegen build specs/
 else
     step build 60 python3 -m tilegen build specs/ --check
