@@ -235,3 +235,28 @@ def test_rounds_below_one_are_refused_in_one_line(cli, monkeypatch):
     monkeypatch.chdir(REPO)
     result = cli("bench", "matmul", "--rounds", "0")
     assert result.exit_code == 2 and result.output.strip() == "tilegen bench: --rounds must be at least 1, got 0"
+
+
+def test_host_overhead_takes_turns_and_reports_each_sides_median_batch(monkeypatch):
+    import time as time_module
+
+    from tilegen import bench
+
+    module = _stand_in_module()
+    module.SMALL_SHAPE, module.__name__ = (8,), "generated.bench.bench_stand_in"
+    order = []
+    module.run_tilegen = lambda inputs: order.append("tilegen")
+    module.run_torch = lambda inputs: order.append("torch")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    # perf_counter as each batch reads it (start, end): tilegen batches of 3, 1 and 2 s, torch
+    # batches of 5, 4 and 60 s (one slow moment).
+    clock = iter([0, 3, 10, 15, 20, 21, 30, 34, 40, 42, 50, 110])
+    monkeypatch.setattr(time_module, "perf_counter", lambda: next(clock))
+    result = bench.host_overhead(module, calls=2, batches=3)
+    warm = 2 * 200
+    assert order[:warm] == ["tilegen"] * 200 + ["torch"] * 200
+    assert order[warm:] == (["tilegen"] * 2 + ["torch"] * 2) * 3
+    assert result["tilegen_us"] == 2 / 2 * 1e6 and result["torch_us"] == 5 / 2 * 1e6
+    assert (result["batches"], result["calls"]) == (3, 2)
+    assert bench._host_method([result]) == "Each the median of 3 batches of 2 calls, tilegen and torch taking turns."
+    assert bench._host_method([{"op": "old", "tilegen_us": 1.0, "torch_us": 1.0}]) == "Each one loop of calls per provider."
