@@ -6,7 +6,6 @@ import sys
 
 import torch
 import triton
-import triton.language as tl
 from triton.testing import do_bench
 
 import generated  # noqa: F401  (the package exports the functions; the modules are below)
