@@ -208,3 +208,18 @@ def test_tilegen_test_runs_the_generated_tests_of_named_ops(cli, project):
     module.write_text(module.read_text().replace("c = a + b", "c = a - b"))
     run = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def test_a_wheel_ships_every_template_and_table():
+    """pyproject's package data globs take every file the generator reads: a wheel install then
+    builds as a checkout does (the templates land in tilegen/templates, which render prefers)."""
+    import fnmatch
+
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert config["package-dir"]["tilegen.templates"] == "templates"
+    shipped = config["package-data"]
+    templates = [p.name for p in (REPO / "templates").iterdir() if p.is_file()]
+    assert templates and all(any(fnmatch.fnmatch(name, g) for g in shipped["tilegen.templates"]) for name in templates)
+    tables = [p.relative_to(REPO / "tilegen").as_posix() for p in (REPO / "tilegen" / "tables").rglob("*") if p.is_file()]
+    assert tables and all(any(fnmatch.fnmatch(path, g) for g in shipped["tilegen"]) for path in tables)
