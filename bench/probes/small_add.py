@@ -6,6 +6,7 @@ import sys
 
 import torch
 import triton
+import triton.language as tl  # noqa: F401  (a jit function must see it, even an empty one)
 from triton.testing import do_bench
 
 import generated  # noqa: F401  (the package exports the functions; the modules are below)
