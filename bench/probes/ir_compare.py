@@ -2,7 +2,8 @@
 the persistent variant), on each given table config: registers, spills, and PTX instruction counts
 by kind, so a difference in their timings can be told apart from noise.
 
-Needs generated/_v_main.py, the previous kernel (bench/probes/prev_matmul.py copied there).
+Needs generated/_v_main.py, the kernel before the helper
+(`git show a2f1867:generated/matmul.py > generated/_v_main.py`, made before the call).
 Writes each kernel's PTX under the folder given as the first argument."""
 import collections
 import importlib

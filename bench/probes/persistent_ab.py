@@ -2,8 +2,8 @@
 previous commit (before the tile body became a jit helper) beside both: three interleaved rounds,
 timed as bench times (do_bench median, L2 emptied), the PyTorch counterpart in the same rounds.
 
-Needs generated/_v_main.py, the previous generated/matmul.py
-(`git show main:generated/matmul.py > generated/_v_main.py`)."""
+Needs generated/_v_main.py, the kernel before the helper
+(`git show a2f1867:generated/matmul.py > generated/_v_main.py`, made before the call)."""
 import importlib
 import sys
 
