@@ -223,3 +223,24 @@ def test_a_wheel_ships_every_template_and_table():
     assert templates and all(any(fnmatch.fnmatch(name, g) for g in shipped["tilegen.templates"]) for name in templates)
     tables = [p.relative_to(REPO / "tilegen").as_posix() for p in (REPO / "tilegen" / "tables").rglob("*") if p.is_file()]
     assert tables and all(any(fnmatch.fnmatch(path, g) for g in shipped["tilegen"]) for path in tables)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["build", "--nope"], "tilegen build: No such option '--nope'."),
+    (["tune", "--scope", "bogus"], "tilegen tune: Invalid value for '--scope': 'bogus' is not one of 'kind', 'op'."),
+    (["bench", "--rounds", "x"], "tilegen bench: Invalid value for '--rounds': 'x' is not a valid integer."),
+    (["nosuch"], "tilegen: No such command 'nosuch'."),
+])
+def test_usage_mistakes_end_in_one_line(args, message):
+    from click.testing import CliRunner
+
+    from tilegen.cli import main
+
+    result = CliRunner().invoke(main, args, prog_name="tilegen")
+    assert result.exit_code == 2
+    assert result.output.startswith(message) and result.output.strip().count("\n") == 0, result.output
+
+
+def test_help_and_version_still_exit_0(cli):
+    assert cli("build", "--help").exit_code == 0 and "Usage:" in cli("build", "--help").output
+    assert cli("--version").exit_code == 0

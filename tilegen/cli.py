@@ -56,7 +56,35 @@ def _root_for(out: Path) -> Path:
     return out.resolve().parent
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Click 8.2+ raises this (a UsageError) for a group called with no command; older click prints help.
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class _OneLineUsageErrors(click.Group):
+    """A usage mistake (an unknown option, a value of the wrong type or outside its choices) ends
+    in one line naming the command, exit status 2, as every other bad input does; click's own
+    form adds a usage line and a hint around it."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as exc:  # a bare `tilegen`: the help, as click gives it
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            command = exc.ctx.command_path if exc.ctx is not None else "tilegen"
+            _fail(f"{command}: {exc.format_message()}", exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            _fail("Aborted!", EXIT_FAILED)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+@click.group(cls=_OneLineUsageErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tilegen")
 def main() -> None:
     """tilegen: YAML op specs in, tested Triton kernels out.
