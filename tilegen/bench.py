@@ -390,8 +390,6 @@ def bench_module(module, shapes, providers, progress, rounds: int = 1) -> list[R
     times, the providers taking turns, and the median is kept: a short kernel's time moves by
     several percent from one do_bench to the next, and taking turns spreads any drift of the
     GPU's clocks over all of them."""
-    import statistics
-
     import torch
     from triton.testing import do_bench
 

@@ -15,6 +15,7 @@ from .build import (BuildError, compare_package, display_path, load_specs, rende
 from .errors import SpecFailure
 from .render import Renderer, TemplateError
 from .scaffold import SCAFFOLD_KINDS, scaffold_spec
+from .tables import SCOPES, TABLE_DIR
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -272,7 +273,7 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, render
               "so float16 also serves bfloat16); default: every dtype the benchmark runs.")
 @click.option("--jobs", type=int, default=min(16, os.cpu_count() or 1), show_default=True,
               help="Processes that compile candidate configs ahead of timing (1: compile while timing).")
-@click.option("--scope", type=click.Choice(["kind", "op"]), default="kind", show_default=True,
+@click.option("--scope", type=click.Choice(SCOPES), default="kind", show_default=True,
               help="kind: entries every op of the kind may use; op: entries for each op alone "
               "(tables/ops/<op>.json), ahead of its kind's.")
 def tune(ops, package, shapes, tables, dtypes, jobs, scope):
@@ -291,7 +292,6 @@ def tune(ops, package, shapes, tables, dtypes, jobs, scope):
     """
     from . import tune as tune_module
     from .bench import BenchError
-    from .tables import TABLE_DIR
 
     try:
         written = tune_module.run(list(ops), package, shapes, Path(tables) if tables else TABLE_DIR,
