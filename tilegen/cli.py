@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from . import __version__
 from .build import (BuildError, compare_package, display_path, load_specs, render_package, spec_summary,
                     write_package)
 from .errors import SpecFailure
@@ -86,7 +87,9 @@ class _OneLineUsageErrors(click.Group):
 
 
 @click.group(cls=_OneLineUsageErrors, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="tilegen")
+# The version comes from the package itself, so --version works from a checkout on PYTHONPATH too
+# (click would otherwise look for installed metadata).
+@click.version_option(__version__, prog_name="tilegen")
 def main() -> None:
     """tilegen: YAML op specs in, tested Triton kernels out.
 
