@@ -372,7 +372,7 @@ def test_plans_launch_through_the_static_launcher_where_it_applies(monkeypatch):
     monkeypatch.setattr(rt, "_STATIC_LAUNCH", lambda *call: launched.append(call))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(triton.runtime, "driver", SimpleNamespace(active=SimpleNamespace(get_current_stream=lambda d: 77)))
-    a, b, c = object(), object(), object()
+    a, b, c = (torch.zeros(4) for _ in range(3))
     for static in (True, False):
         launcher = rt.Launcher(SimpleNamespace(arg_names=_FLAT_NAMES))
         launcher.static = static
@@ -381,14 +381,25 @@ def test_plans_launch_through_the_static_launcher_where_it_applies(monkeypatch):
         plan = launcher._direct_plan(binary, (4,), 0, (a, b, c, 0.5, 4096), (4096,), dict(BLOCK=1024, EVEN=True), None)
         plan(c, b, a, 2.0)
         assert launcher.static_plans == int(static)
-    assert launched == [(1234, 4, 1, 1, 4, 1024, "OOOfiOO", (c, b, a, 2.0, 4096, None, None), 77)]
+    # Tensors reach the static launcher as their addresses; Triton's launcher takes them as they are.
+    addresses = (c.data_ptr(), b.data_ptr(), a.data_ptr())
+    assert launched == [(1234, 4, 1, 1, 4, 1024, "OOOfiOO", (*addresses, 2.0, 4096, None, None), 77)]
     assert ran == [(4, 1, 1, 77, 1234, "packed", None, None, None, c, b, a, 2.0, 4096, 1024, True)]
     # An unsplit matmul's leading None buffers are constexprs the binary does not take.
     launched.clear()
     launcher = rt.Launcher(SimpleNamespace(arg_names=_FLAT_NAMES))
     binary = _fake_binary(dict(_FLAT_SIGNATURE, a_ptr="constexpr", b_ptr="constexpr"))
     launcher._direct_plan(binary, (4,), 0, (None, None, c, 0.5, 4096), (4096,), dict(BLOCK=1024, EVEN=True), None)(None, None, a, 3.0)
-    assert launched == [(1234, 4, 1, 1, 4, 1024, "OfiOO", (a, 3.0, 4096, None, None), 77)]
+    assert launched == [(1234, 4, 1, 1, 4, 1024, "OfiOO", (a.data_ptr(), 3.0, 4096, None, None), 77)]
+
+
+def test_only_leading_tensors_go_as_addresses():
+    t = torch.zeros(1)
+    assert rt._leading_tensors((t, t, 2.0, 7)) == 2
+    assert rt._leading_tensors((t, t)) == 2
+    assert rt._leading_tensors((2.0, t)) == 0  # a tensor after a scalar: every value goes as it is
+    assert rt._leading_tensors((t, None, t)) == 0
+    assert rt._leading_tensors(()) == 0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="plans launch compiled binaries on a GPU only")
@@ -421,5 +432,11 @@ def test_repeat_calls_on_the_gpu_launch_through_plans_and_stay_right():
         for tensor in inputs:  # new values, same tensors: the second call repeats the plan
             tensor.copy_(s.random(tuple(tensor.shape), tensor.dtype, 100 + seed))
         torch.testing.assert_close(call().float(), want().float(), atol=2e-2, rtol=2e-2, msg=op)
+        # Other tensors of the same signature: the plan reads their addresses afresh.
+        others = [s.random(tuple(t.shape), t.dtype, 200 + seed) for t in inputs]
+        got = getattr(ops, op)(*others, **({"alpha": 0.5} if op == "scaled_silu_mul" else {}))
+        for tensor, other in zip(inputs, others):  # the oracle reads `inputs`
+            tensor.copy_(other)
+        torch.testing.assert_close(got.float(), want().float(), atol=2e-2, rtol=2e-2, msg=op)
         if rt._STATIC_LAUNCH is not None:
             assert sum(launcher.static_plans for launcher in launchers(op)) > before, op
