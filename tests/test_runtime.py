@@ -325,3 +325,118 @@ def test_repeat_calls_allocate_outputs_as_the_first_call_did():
         first, again = add(x, y), add(x, y)
         assert again.is_contiguous() and again.stride() == first.stride() and again.dtype == x.dtype
         torch.testing.assert_close(again, x + y)
+
+
+def _fake_binary(signature, **metadata):
+    """A compiled kernel as the static launcher reads it: its signature and metadata."""
+    from types import SimpleNamespace
+
+    fields = dict(num_ctas=1, global_scratch_size=0, profile_scratch_size=0, num_warps=4, shared=1024)
+    fields.update(metadata)
+    return SimpleNamespace(src=SimpleNamespace(signature=signature), metadata=SimpleNamespace(**fields),
+                           function=1234, packed_metadata="packed", run=None, launch_metadata=None)
+
+
+_FLAT_NAMES = ["a_ptr", "b_ptr", "c_ptr", "alpha", "numel", "BLOCK", "EVEN"]
+_FLAT_SIGNATURE = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "alpha": "fp32", "numel": "i32",
+                   "BLOCK": "constexpr", "EVEN": "constexpr"}
+
+
+def test_static_launch_args_follow_the_binarys_parameters(monkeypatch):
+    monkeypatch.setattr(rt, "_STATIC_LAUNCH", object())
+    args = lambda binary, varying=4: rt.static_launch_args(binary, _FLAT_NAMES, varying)  # noqa: E731
+    # Constexprs are left out; each scratch area the compiler declares takes a null pointer.
+    assert args(_fake_binary(_FLAT_SIGNATURE)) == ("OOOfiOO", 0, (4, None, None))
+    no_scratch = _fake_binary(_FLAT_SIGNATURE)
+    del no_scratch.metadata.global_scratch_size, no_scratch.metadata.profile_scratch_size
+    assert args(no_scratch) == ("OOOfi", 0, (4,))
+    # Where it cannot launch, Triton's launcher does.
+    assert args(_fake_binary(dict(_FLAT_SIGNATURE, a_ptr="tensordesc<fp16[64, 64]>"))) is None
+    assert args(_fake_binary(_FLAT_SIGNATURE, global_scratch_size=256)) is None
+    assert args(_fake_binary(_FLAT_SIGNATURE, num_ctas=2)) is None
+    assert args(_fake_binary(_FLAT_SIGNATURE, launch_pdl=True)) is None
+    # Leading varying arguments it does not take (None pointers) are skipped; others it cannot.
+    assert args(_fake_binary(dict(_FLAT_SIGNATURE, a_ptr="constexpr", b_ptr="constexpr"))) == ("OfiOO", 2, (4, None, None))
+    assert args(_fake_binary(dict(_FLAT_SIGNATURE, alpha="constexpr"))) is None
+    assert args(_fake_binary(dict(_FLAT_SIGNATURE, numel="constexpr"))) == ("OOOfOO", 0, (None, None))
+    monkeypatch.setattr(rt, "_STATIC_LAUNCH", None)
+    assert args(_fake_binary(_FLAT_SIGNATURE)) is None
+
+
+def test_plans_launch_through_the_static_launcher_where_it_applies(monkeypatch):
+    from types import SimpleNamespace
+
+    import triton
+
+    launched, ran = [], []
+    monkeypatch.setattr(rt, "_STATIC_LAUNCH", lambda *call: launched.append(call))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(triton.runtime, "driver", SimpleNamespace(active=SimpleNamespace(get_current_stream=lambda d: 77)))
+    a, b, c = (torch.zeros(4) for _ in range(3))
+    for static in (True, False):
+        launcher = rt.Launcher(SimpleNamespace(arg_names=_FLAT_NAMES))
+        launcher.static = static
+        binary = _fake_binary(_FLAT_SIGNATURE)
+        binary.run = lambda *call: ran.append(call)
+        plan = launcher._direct_plan(binary, (4,), 0, (a, b, c, 0.5, 4096), (4096,), dict(BLOCK=1024, EVEN=True), None)
+        plan(c, b, a, 2.0)
+        assert launcher.static_plans == int(static)
+    # Tensors reach the static launcher as their addresses; Triton's launcher takes them as they are.
+    addresses = (c.data_ptr(), b.data_ptr(), a.data_ptr())
+    assert launched == [(1234, 4, 1, 1, 4, 1024, "OOOfiOO", (*addresses, 2.0, 4096, None, None), 77)]
+    assert ran == [(4, 1, 1, 77, 1234, "packed", None, None, None, c, b, a, 2.0, 4096, 1024, True)]
+    # An unsplit matmul's leading None buffers are constexprs the binary does not take.
+    launched.clear()
+    launcher = rt.Launcher(SimpleNamespace(arg_names=_FLAT_NAMES))
+    binary = _fake_binary(dict(_FLAT_SIGNATURE, a_ptr="constexpr", b_ptr="constexpr"))
+    launcher._direct_plan(binary, (4,), 0, (None, None, c, 0.5, 4096), (4096,), dict(BLOCK=1024, EVEN=True), None)(None, None, a, 3.0)
+    assert launched == [(1234, 4, 1, 1, 4, 1024, "OfiOO", (a.data_ptr(), 3.0, 4096, None, None), 77)]
+
+
+def test_only_leading_tensors_go_as_addresses():
+    t = torch.zeros(1)
+    assert rt._leading_tensors((t, t, 2.0, 7)) == 2
+    assert rt._leading_tensors((t, t)) == 2
+    assert rt._leading_tensors((2.0, t)) == 0  # a tensor after a scalar: every value goes as it is
+    assert rt._leading_tensors((t, None, t)) == 0
+    assert rt._leading_tensors(()) == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="plans launch compiled binaries on a GPU only")
+def test_repeat_calls_on_the_gpu_launch_through_plans_and_stay_right():
+    import sys
+
+    import torch.nn.functional as F
+
+    import generated as ops
+    from generated.tests import _support as s
+
+    def launchers(op):
+        return [v for v in vars(sys.modules[f"generated.{op}"]).values() if isinstance(v, rt.Launcher)]
+
+    def fresh(shape, seed):
+        return s.random(shape, torch.float16, seed)
+
+    a, b = fresh((4000,), 0), fresh((4000,), 1)
+    x, y = fresh((256, 192), 2), fresh((192, 320), 3)
+    skinny_a, skinny_b = fresh((16, 4096), 4), fresh((4096, 512), 5)  # split-K: workspace buffers lead
+    cases = [
+        ("add", lambda: ops.add(a, b), lambda: a + b, (a, b)),
+        ("scaled_silu_mul", lambda: ops.scaled_silu_mul(a, b, alpha=0.5), lambda: 0.5 * F.silu(a.float()) * b.float(), (a, b)),
+        ("matmul_relu", lambda: ops.matmul_relu(x, y), lambda: torch.relu(x.float() @ y.float()), (x, y)),
+        ("matmul", lambda: ops.matmul(skinny_a, skinny_b), lambda: skinny_a.float() @ skinny_b.float(), (skinny_a, skinny_b)),
+    ]
+    for seed, (op, call, want, inputs) in enumerate(cases):
+        before = sum(launcher.static_plans for launcher in launchers(op))
+        call()  # the first call launches through Triton and leaves a plan
+        for tensor in inputs:  # new values, same tensors: the second call repeats the plan
+            tensor.copy_(s.random(tuple(tensor.shape), tensor.dtype, 100 + seed))
+        torch.testing.assert_close(call().float(), want().float(), atol=2e-2, rtol=2e-2, msg=op)
+        # Other tensors of the same signature: the plan reads their addresses afresh.
+        others = [s.random(tuple(t.shape), t.dtype, 200 + seed) for t in inputs]
+        got = getattr(ops, op)(*others, **({"alpha": 0.5} if op == "scaled_silu_mul" else {}))
+        for tensor, other in zip(inputs, others):  # the oracle reads `inputs`
+            tensor.copy_(other)
+        torch.testing.assert_close(got.float(), want().float(), atol=2e-2, rtol=2e-2, msg=op)
+        if rt._STATIC_LAUNCH is not None:
+            assert sum(launcher.static_plans for launcher in launchers(op)) > before, op
