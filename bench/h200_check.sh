@@ -12,6 +12,7 @@
 #       bash bench/h200_check.sh                                     # tune first, then as above
 #   TUNE="matmul_residual_scaled --scope op --dtype float16"        # an op's own table (tables/ops/)
 #   OUT=/tmp/check STEPS="bench" bash bench/h200_check.sh           # about 2 minutes
+#   OUT=/tmp/check STEPS="bench" BENCH="matmul_relu --shapes 128x4096x4096" bash bench/h200_check.sh
 #   OUT=/tmp/check STEPS="rounds" bash bench/h200_check.sh          # matmul, medians of 5 turns
 #   OUT=/tmp/check STEPS="compile:matmul_relu" bash bench/h200_check.sh  # about 5 minutes (one op)
 #
@@ -45,7 +46,7 @@ else
     step build 60 python3 -m tilegen build specs/ --check
 fi
 step tests 300 python3 -m pytest -q -n 16 -p no:cacheprovider
-step bench 300 python3 -m tilegen bench --out "$out/bench"
+step bench 300 python3 -m tilegen bench ${BENCH:-} --out "$out/bench"  # BENCH: bench arguments (default: every op)
 # matmul against cuBLAS again, each point the median of five turns (about 2 minutes; not a default step).
 step rounds 240 python3 -m tilegen bench matmul --rounds 5 --out "$out/matmul_rounds"
 # max-autotune compiles each shape afresh (about 16 s a shape): one op per step, each about 5 minutes.
