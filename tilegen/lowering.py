@@ -262,6 +262,8 @@ def matmul_context(spec: Spec, header: str) -> dict:
     outs, prelude, result = _output_context(spec, output_shape)
     tensor_names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
     stride_names = [f"stride_{t.name}_{d}" for t in list(spec.inputs) + list(spec.outputs) for d in range(len(t.shape))]
+    # Sizes and strides arrive as a quotient and a power-of-two constexpr factor (see the kernel).
+    factored_names = ["M", "N", "K", *stride_names]
     acc_dtype = DTYPES[spec.accumulate].triton
     key_parts = [axis if policy == "never" else f"rt.bucket({axis})" for axis, policy in zip((m, n, k), policies)]
     candidates = (
@@ -285,11 +287,12 @@ def matmul_context(spec: Spec, header: str) -> dict:
         stride_names=stride_names,
         a_index=tensor_names.index(a.name), b_index=tensor_names.index(b.name),
         peel_k=_peel_k(mask_exprs[2], tensor_names.index(a.name), tensor_names.index(b.name)),
-        stride_factor_params=", ".join(f"{name.upper()}_FACTOR: tl.constexpr" for name in stride_names),
-        stride_factor_names=", ".join(f'"{name.upper()}_FACTOR"' for name in stride_names),
+        factored_names=factored_names,
+        factor_params=", ".join(f"{name.upper()}_FACTOR: tl.constexpr" for name in factored_names),
+        factor_names=", ".join(f'"{name.upper()}_FACTOR"' for name in factored_names),
         tile_args=_wrapped_args(["partial_ptr", "count_ptr", *(f"{name}_ptr" for name in tensor_names),
                              *(s.name for s in spec.scalars), "M", "N", "K", *stride_names,
-                             *(f"{name.upper()}_FACTOR" for name in stride_names),
+                             *(f"{name.upper()}_FACTOR" for name in factored_names),
                              bm.block, bn.block, bk.block, "GROUP_M", "SPLIT_K", "MASK_M", "MASK_N", "MASK_K",
                              "PEEL_K", "USE_TMA", "INDEX_64"]),
         acc_dtype=acc_dtype,
