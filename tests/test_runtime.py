@@ -213,6 +213,12 @@ def test_stride_factor_is_the_largest_power_of_two_dividing_the_stride():
     assert rt.stride_factor(2**31 + 16) == 1
 
 
+def test_size_factor_splits_only_sizes_triton_would_not_mark():
+    sizes = [1, 2, 6, 12, 1000, 1025, 16, 4096, 4000, 2**31 + 8]
+    assert [rt.size_factor(s) for s in sizes] == [1, 2, 2, 4, 8, 1, 1, 1, 1, 1]
+    assert all(s % rt.size_factor(s) == 0 for s in sizes)
+
+
 def test_k_rows_load_wide_only_from_aligned_rows_along_k():
     odd_a, odd_b = torch.empty(64, 513, dtype=torch.float16), torch.empty(513, 64, dtype=torch.float16)
     assert rt.k_rows_load_wide(torch.empty(64, 1000, dtype=torch.float16), odd_b)  # A: K contiguous, rows of 2000 bytes

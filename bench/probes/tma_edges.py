@@ -7,7 +7,7 @@ Three interleaved rounds, timed as bench times; torch.mm alongside. The kernel b
 factors (base) runs the table's config too, to check 4000^3, which timed 214 against 229 us in
 edge_ab.txt.
 
-    git show <commit before sizes>:generated/matmul.py > bench/probes/_v_base_matmul.py
+    git show 2879c8b:generated/matmul.py > bench/probes/_v_base_matmul.py
 """
 import importlib.util
 import statistics
