@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 import triton.testing
 from triton.runtime.errors import OutOfResources
@@ -12,6 +13,12 @@ from generated import _runtime as rt
 from tilegen import tune
 
 FACTS = (132, 232448, "stand-in GPU")
+
+
+@pytest.fixture(autouse=True)
+def host_keeps_up(monkeypatch):
+    """Calls back to back take no time (the stand-in has no GPU to wait on); a test may say otherwise."""
+    monkeypatch.setattr(tune, "back_to_back_ms", lambda fn: 0.0)
 
 
 def stand_in(costs, dtypes, descriptors_fit=True):
@@ -151,3 +158,25 @@ def test_leaders_are_timed_again_so_no_config_wins_on_one_lucky_timing(monkeypat
     assert lucky and all(times_timed[ident] == 1 + tune.CONFIRM_ROUNDS for ident in lucky)
     assert times_timed[tune.identity(winner)] == 1 + tune.CONFIRM_ROUNDS
     assert "timed 3 times" in lines[-1]
+
+
+def test_a_config_is_as_slow_as_its_host_time_where_that_sets_the_pace(monkeypatch):
+    # TMA variants are the fastest on the GPU here (a quarter ms less instead of more), but a
+    # call through descriptors keeps the host busy 20 ms: back to back, pointer loads win.
+    def gpu(config):
+        return {(64, 64): 10, (64, 128): 11, (128, 64): 12, (128, 128): 13}[(config["BM"], config["BN"])] \
+            + 0.5 * ((config["num_warps"], config["num_stages"]) != (4, 4)) - 0.25 * config.get("TMA", 0)
+    module, op_module, _, do_bench = stand_in({torch.float16: gpu}, [torch.float16])
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(tune, "REFINED_TILES", 1)
+
+    def back_to_back(fn):
+        fn()
+        return 20.0 if op_module._CONFIGS.forced.get("TMA") else 0.0
+    monkeypatch.setattr(tune, "back_to_back_ms", back_to_back)
+    best = tune.tune_module(module, op_module, None, lambda line: None)
+    assert best == {"1024x1024x1024x2": dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=4)}
+    # Without the host's share, a TMA variant would have won.
+    monkeypatch.setattr(tune, "back_to_back_ms", lambda fn: 0.0)
+    best = tune.tune_module(module, op_module, None, lambda line: None)
+    assert best["1024x1024x1024x2"].get("TMA") == 1
