@@ -17,8 +17,8 @@ FACTS = (132, 232448, "stand-in GPU")
 
 @pytest.fixture(autouse=True)
 def host_keeps_up(monkeypatch):
-    """Calls back to back take no time (the stand-in has no GPU to wait on); a test may say otherwise."""
-    monkeypatch.setattr(tune, "back_to_back_ms", lambda fn: 0.0)
+    """Calls cost the host no time (the stand-in has no GPU to launch on); a test may say otherwise."""
+    monkeypatch.setattr(tune, "host_ms", lambda fn: 0.0)
 
 
 def stand_in(costs, dtypes, descriptors_fit=True):
@@ -160,23 +160,41 @@ def test_leaders_are_timed_again_so_no_config_wins_on_one_lucky_timing(monkeypat
     assert "timed 3 times" in lines[-1]
 
 
-def test_a_config_is_as_slow_as_its_host_time_where_that_sets_the_pace(monkeypatch):
-    # TMA variants are the fastest on the GPU here (a quarter ms less instead of more), but a
-    # call through descriptors keeps the host busy 20 ms: back to back, pointer loads win.
+def tma_stand_in(monkeypatch, kernel_ms, tma_host_ms, pointer_host_ms=0.004):
+    """The stand-in op with TMA variants a quarter ms faster on the GPU than pointer loads, whose
+    kernels take `kernel_ms` plus their tile's share, and whose calls through descriptors keep
+    the host `tma_host_ms` (through pointers, `pointer_host_ms`): the best config it tunes to."""
     def gpu(config):
-        return {(64, 64): 10, (64, 128): 11, (128, 64): 12, (128, 128): 13}[(config["BM"], config["BN"])] \
+        return kernel_ms + {(64, 64): 0, (64, 128): 1, (128, 64): 2, (128, 128): 3}[(config["BM"], config["BN"])] \
             + 0.5 * ((config["num_warps"], config["num_stages"]) != (4, 4)) - 0.25 * config.get("TMA", 0)
     module, op_module, _, do_bench = stand_in({torch.float16: gpu}, [torch.float16])
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     monkeypatch.setattr(tune, "REFINED_TILES", 1)
 
-    def back_to_back(fn):
+    def host(fn):
         fn()
-        return 20.0 if op_module._CONFIGS.forced.get("TMA") else 0.0
-    monkeypatch.setattr(tune, "back_to_back_ms", back_to_back)
-    best = tune.tune_module(module, op_module, None, lambda line: None)
-    assert best == {"1024x1024x1024x2": dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=4)}
-    # Without the host's share, a TMA variant would have won.
-    monkeypatch.setattr(tune, "back_to_back_ms", lambda fn: 0.0)
-    best = tune.tune_module(module, op_module, None, lambda line: None)
-    assert best["1024x1024x1024x2"].get("TMA") == 1
+        return tma_host_ms if op_module._CONFIGS.forced.get("TMA") else pointer_host_ms
+    monkeypatch.setattr(tune, "host_ms", host)
+    return tune.tune_module(module, op_module, None, lambda line: None)["1024x1024x1024x2"]
+
+
+def test_host_work_beyond_the_kernel_and_the_other_configs_counts_against_a_config(monkeypatch):
+    # Short kernels (10 ms) and descriptors that keep the host 20 ms: a loop of TMA calls would
+    # run at the host's pace, so pointer loads win although their kernels are slower.
+    assert tma_stand_in(monkeypatch, kernel_ms=10, tma_host_ms=20) == \
+        dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=4)
+    # Long kernels (30 ms) hide the same host work: the faster TMA kernel wins.
+    assert tma_stand_in(monkeypatch, kernel_ms=30, tma_host_ms=20).get("TMA") == 1
+    # Host work every config shares (here 40 ms a call, past every kernel) cannot tell configs
+    # apart: it is left out, and the fastest kernel wins.
+    assert tma_stand_in(monkeypatch, kernel_ms=10, tma_host_ms=40, pointer_host_ms=40).get("TMA") == 1
+
+
+@pytest.mark.parametrize("kernel, host, floor, cost", [
+    (10.0, 4.0, 4.0, 10.0),    # host work hidden behind the kernel
+    (10.0, 25.0, 4.0, 25.0),   # host work past the kernel: the loop's pace
+    (3.0, 6.0, 5.0, 4.0),      # past the kernel, but only 1 beyond what every config pays
+    (3.0, 5.0, 5.0, 3.0),      # what every config pays: the kernel alone
+])
+def test_call_cost(kernel, host, floor, cost):
+    assert tune.call_cost(kernel, host, floor) == pytest.approx(cost)

@@ -36,13 +36,14 @@ FINALISTS = 3
 CONFIRM_ROUNDS = 2
 
 
-# Calls timed back to back for each config, to find where the host sets the pace (see below).
-BACK_TO_BACK_CALLS = 50
+# Calls issued for each config to measure its host work (see host_ms).
+HOST_CALLS = 50
 
 
-def back_to_back_ms(fn, calls: int = BACK_TO_BACK_CALLS) -> float:
-    """Milliseconds per call of `fn` called back to back, L2 left warm: the pace of a loop of
-    calls, which the host sets wherever a call's host work outlasts its kernel."""
+def host_ms(fn, calls: int = HOST_CALLS) -> float:
+    """Milliseconds of host work per call of `fn`: the time to issue `calls` calls, the GPU left
+    to catch up afterwards. Fifty launches do not fill the launch queue, so the host never waits
+    on the GPU here, and a long kernel does not inflate its config's host time."""
     import time
 
     import torch
@@ -52,8 +53,19 @@ def back_to_back_ms(fn, calls: int = BACK_TO_BACK_CALLS) -> float:
     start = time.perf_counter()
     for _ in range(calls):
         fn()
+    elapsed = time.perf_counter() - start
     torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e3
+    return elapsed / calls * 1e3
+
+
+def call_cost(kernel_ms: float, host: float, host_floor: float) -> float:
+    """What a call costs, for ranking configs: its kernel time, plus the host work it does beyond
+    what every config of the shape does (`host_floor`) and beyond its own kernel's time, which
+    a loop of calls would then wait on. A call through tensor descriptors keeps the host about
+    28 us longer than one through pointers (bench/probes/tma_host.txt): more than a short
+    kernel lasts, but hidden behind a long one. Host work every config shares cannot tell
+    configs apart, so it is left out, and the short kernel that is fastest wins."""
+    return kernel_ms + max(0.0, host - max(kernel_ms, host_floor))
 
 
 def identity(config: dict) -> tuple:
@@ -74,8 +86,9 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
     FINALISTS leading configs are then timed CONFIRM_ROUNDS more times and ranked by their mean,
     until the leaders are all confirmed.
     Kernels are timed as `tilegen bench` times them (triton.testing.do_bench, which empties
-    L2 before each run, so operands come from HBM as a model's weights do), unless calls back
-    to back run slower: then the host sets the pace, and that pace is the config's time. Dtypes of one
+    L2 before each run, so operands come from HBM as a model's weights do); a config whose host
+    work outlasts both its kernel and the other configs' host work pays the excess (call_cost).
+    Dtypes of one
     element size share a key: among the configs timed for all of them, the least total time,
     each dtype's times taken relative to its fastest, wins. `compiler` (a ParallelCompiler)
     compiles each pass's configs on several cores before the timing loop needs them.
@@ -96,16 +109,11 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
             chooser.reset()  # a remembered plan would skip the choice that records the key
             module.run_tilegen(inputs)
             key = chooser.last_key
-            samples: dict[tuple, list[float]] = {}  # ms per config identity, in timing order
+            samples: dict[tuple, list[float]] = {}  # kernel ms per config identity, in timing order
+            host: dict[tuple, list[float]] = {}  # host ms per call, likewise
 
             def time_config(config):
-                """What a call with `config` costs, in ms: do_bench's median, or the pace of calls
-                back to back where that is slower (None where it does not fit the GPU).
-
-                A call through tensor descriptors costs the host about 28 us more than one through
-                pointers (bench/probes/edge_ab.txt), more than a short kernel's GPU time: do_bench
-                then times it at 20-40 us in some runs and at its kernel's time in others, and
-                one lucky run could put it in the table."""
+                """(kernel ms, host ms) of a call with `config`, or None where it does not fit the GPU."""
                 with chooser.forcing(config):
                     try:
                         got = module.run_tilegen(inputs)
@@ -114,7 +122,11 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
                         return None
                     check_agreement(got, want, dtype, f"{module.OP} {shape_label(shape)} {config}", tolerance=5e-2)
                     call = lambda: module.run_tilegen(inputs)  # noqa: E731
-                    return max(do_bench(call, warmup=10, rep=40, return_mode="median"), back_to_back_ms(call))
+                    return do_bench(call, warmup=10, rep=40, return_mode="median"), host_ms(call)
+
+            def record(ident, timing):
+                samples.setdefault(ident, []).append(timing[0])
+                host.setdefault(ident, []).append(timing[1])
 
             def measure(candidates):
                 # A TMA config whose operands cannot take descriptors would time the pointer
@@ -123,13 +135,17 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
                 if compiler is not None:
                     compiler.compile(module.OP, shape, dtype, candidates)
                 for config in candidates:
-                    ms = time_config(config)
-                    if ms is not None:
+                    timing = time_config(config)
+                    if timing is not None:
                         configs[identity(config)] = dict(config)
-                        samples[identity(config)] = [ms]
+                        record(identity(config), timing)
+
+            def mean(values):
+                return sum(values) / len(values)
 
             def mean_ms(ident):
-                return sum(samples[ident]) / len(samples[ident])
+                floor = min(mean(times) for times in host.values())
+                return call_cost(mean(samples[ident]), mean(host[ident]), floor)
 
             def ranked():
                 return sorted(samples, key=mean_ms)  # stable: ties keep timing order
@@ -153,15 +169,18 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
             while pending := [i for i in ranked()[:FINALISTS] if i not in confirmed]:
                 for _ in range(CONFIRM_ROUNDS):
                     for ident in pending:
-                        samples[ident].append(time_config(configs[ident]))
+                        if (timing := time_config(configs[ident])) is not None:
+                            record(ident, timing)
                 confirmed.update(pending)
             order = ranked()
             fastest = mean_ms(order[0])
             for ident in order:
                 scores.setdefault(key, {}).setdefault(ident, []).append(mean_ms(ident) / fastest)
-            progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)}: fastest {configs[order[0]]} "
-                     f"{fastest * 1e3:.1f} us (of {len(samples)} candidates, the {len(confirmed)} leading ones "
-                     f"timed {CONFIRM_ROUNDS + 1} times)")
+            winner = order[0]
+            progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)}: fastest {configs[winner]} "
+                     f"{fastest * 1e3:.1f} us (kernel {mean(samples[winner]) * 1e3:.1f} us, host "
+                     f"{mean(host[winner]) * 1e3:.1f} us; of {len(samples)} candidates, the {len(confirmed)} "
+                     f"leading ones timed {CONFIRM_ROUNDS + 1} times)")
     best = {}
     for key, per_config in scores.items():
         runs = max(len(times) for times in per_config.values())
