@@ -22,7 +22,7 @@ _TABLE = {
         (4096, 1024, 2048, 2): dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=3, TMA=0, PERSISTENT=0),
         (4096, 4096, 4096, 2): dict(BM=256, BN=128, BK=64, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1, PERSISTENT=0),
         (4096, 16384, 4096, 2): dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=4, TMA=0, PERSISTENT=0),
-        (8192, 8192, 8192, 2): dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1, PERSISTENT=1),
+        (8192, 8192, 8192, 2): dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1, PERSISTENT=0),
     },
 }
 # Candidate tiles; rt.ConfigChooser picks one per (M, N, K) bucket and element size ("auto" mode).

@@ -12,6 +12,19 @@ from tests.conftest import REPO
 from tilegen import bench
 
 
+def test_bench_shapes_of_an_op_without_masks_round_to_its_smallest_blocks():
+    # matmul_residual_scaled masks no axis: its wrapper takes multiples of its smallest blocks
+    # (64, 64, 32), and its bench keeps the kind's shapes where they are such multiples.
+    from generated.bench import bench_matmul_residual_scaled as residual
+    from tilegen.build import load_specs
+
+    spec = next(s.spec for s in load_specs([REPO / "specs"], REPO) if s.spec.op == "matmul_residual_scaled")
+    assert spec.fit_to_blocks(("M", "N", "K"), (16, 4096, 1025), min) == (64, 4096, 1056)
+    assert spec.fit_to_blocks(("M", "N", "K"), (16, 4096, 1025)) == (256, 4096, 1152)  # every tile fits
+    assert {(128, 4096, 4096), (4096, 11008, 4096)} <= set(residual.SHAPES)
+    assert all(m % 64 == 0 and n % 64 == 0 and k % 32 == 0 for m, n, k in residual.SHAPES)
+
+
 def test_parse_shapes():
     assert bench.parse_shapes("1024x1024x1024, 16x4096x4096", "matmul") == [(1024, 1024, 1024), (16, 4096, 4096)]
     assert bench.parse_shapes("2^20,4096", "elementwise") == [(1 << 20,), (4096,)]

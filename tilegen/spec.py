@@ -75,9 +75,11 @@ class Spec:
         """Each output's expression for oracles: `reference` where given, else compute/epilogue."""
         return {**dict(self.body), **dict(self.reference)}
 
-    def fit_to_blocks(self, axes, shape) -> tuple[int, ...]:
-        """`shape` with each size on a masks: never axis rounded up to that axis's largest block."""
-        units = [max(self.tile(axis).sizes) if self.mask(axis) == "never" else 1 for axis in axes]
+    def fit_to_blocks(self, axes, shape, pick=max) -> tuple[int, ...]:
+        """`shape` with each size on a masks: never axis rounded up to that axis's largest block
+        (every candidate tile then fits it), or with pick=min to its smallest (the least step
+        the wrapper accepts)."""
+        units = [pick(self.tile(axis).sizes) if self.mask(axis) == "never" else 1 for axis in axes]
         return tuple(-(-size // unit) * unit for size, unit in zip(shape, units))
 
     def matmul_parts(self) -> "MatmulParts":
