@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -344,8 +346,6 @@ def test_repeat_calls_allocate_outputs_as_the_first_call_did():
 
 def _fake_binary(signature, **metadata):
     """A compiled kernel as the static launcher reads it: its signature and metadata."""
-    from types import SimpleNamespace
-
     fields = dict(num_ctas=1, global_scratch_size=0, profile_scratch_size=0, num_warps=4, shared=1024)
     fields.update(metadata)
     return SimpleNamespace(src=SimpleNamespace(signature=signature), metadata=SimpleNamespace(**fields),
@@ -379,8 +379,6 @@ def test_static_launch_args_follow_the_binarys_parameters(monkeypatch):
 
 
 def test_plans_launch_through_the_static_launcher_where_it_applies(monkeypatch):
-    from types import SimpleNamespace
-
     import triton
 
     launched, ran = [], []
@@ -393,7 +391,7 @@ def test_plans_launch_through_the_static_launcher_where_it_applies(monkeypatch):
         launcher.static = static
         binary = _fake_binary(_FLAT_SIGNATURE)
         binary.run = lambda *call: ran.append(call)
-        plan = launcher._direct_plan(binary, (4,), 0, (a, b, c, 0.5, 4096), (4096,), dict(BLOCK=1024, EVEN=True), None)
+        plan = launcher._direct_plan(binary, (4,), 0, (a, b, c, 0.5, 4096), (4096,), dict(BLOCK=1024, EVEN=True), {}, None)
         plan(c, b, a, 2.0)
         assert launcher.static_plans == int(static)
     # Tensors reach the static launcher as their addresses; Triton's launcher takes them as they are.
@@ -404,7 +402,7 @@ def test_plans_launch_through_the_static_launcher_where_it_applies(monkeypatch):
     launched.clear()
     launcher = rt.Launcher(SimpleNamespace(arg_names=_FLAT_NAMES))
     binary = _fake_binary(dict(_FLAT_SIGNATURE, a_ptr="constexpr", b_ptr="constexpr"))
-    launcher._direct_plan(binary, (4,), 0, (None, None, c, 0.5, 4096), (4096,), dict(BLOCK=1024, EVEN=True), None)(None, None, a, 3.0)
+    launcher._direct_plan(binary, (4,), 0, (None, None, c, 0.5, 4096), (4096,), dict(BLOCK=1024, EVEN=True), {}, None)(None, None, a, 3.0)
     assert launched == [(1234, 4, 1, 1, 4, 1024, "OfiOO", (a.data_ptr(), 3.0, 4096, None, None), 77)]
 
 
@@ -455,3 +453,83 @@ def test_repeat_calls_on_the_gpu_launch_through_plans_and_stay_right():
         torch.testing.assert_close(got.float(), want().float(), atol=2e-2, rtol=2e-2, msg=op)
         if rt._STATIC_LAUNCH is not None:
             assert sum(launcher.static_plans for launcher in launchers(op)) > before, op
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="plans launch compiled binaries on a GPU only")
+def test_repeat_calls_through_tensor_descriptors_stay_right_as_addresses_change():
+    import sys
+
+    import generated as ops
+    from generated.tests import _support as s
+
+    if not rt.tma_loads_fit(torch.empty(64, 64, device="cuda", dtype=torch.float16)):
+        pytest.skip("this GPU has no tensor-memory-accelerator loads")
+    module = sys.modules["generated.matmul"]
+    x, y = s.random((256, 192), torch.float16, 0), s.random((192, 320), torch.float16, 1)
+    config = dict(BM=64, BN=64, BK=64, SPLIT_K=1, num_warps=4, num_stages=3, TMA=1, PERSISTENT=0)
+    with module._CONFIGS.forcing(config):
+        first = ops.matmul(x, y)  # launches through Triton with descriptors, and leaves a plan
+        torch.testing.assert_close(first.float(), x.float() @ y.float(), atol=2e-2, rtol=2e-2)
+        for seed in range(2, 8):
+            # New values at the same addresses, then tensors at new addresses (each plan encodes
+            # the descriptors of an address once), then the first ones again.
+            x.copy_(s.random(tuple(x.shape), x.dtype, seed))
+            others = (s.random(tuple(x.shape), x.dtype, 100 + seed), s.random(tuple(y.shape), y.dtype, 200 + seed))
+            for a, b in ((x, y), others, (x, y)):
+                torch.testing.assert_close(ops.matmul(a, b).float(), a.float() @ b.float(), atol=2e-2, rtol=2e-2)
+    if launches_descriptors_as_triton_3_6():
+        assert module._LAUNCH.encoding_plans > 0
+
+
+def launches_descriptors_as_triton_3_6():
+    try:
+        from triton.backends.nvidia import driver
+    except ImportError:
+        return False
+    return getattr(driver, "_BASE_ARGS_FORMAT", None) == "iiiKKppOOOOOO"
+
+
+def test_descriptor_plan_encodes_each_address_once_and_launches_in_order(monkeypatch):
+    """_launch_encoding_descriptors with a stand-in binary and launcher, on the CPU."""
+    if rt.TensorDescriptor is None:
+        pytest.skip("this Triton has no host tensor descriptors")
+    from triton.backends.nvidia import driver
+
+    encoded, launched = [], []
+
+    def encode(descriptor, meta):
+        encoded.append((descriptor.base.data_ptr(), list(descriptor.block_shape), meta))
+        return [f"map{len(encoded)}", *descriptor.shape, *descriptor.strides]
+
+    def make_binary(indices):
+        def launcher(*args):
+            launched.append(args)
+        tensordesc_indices, tensordesc_meta = set(indices), ["meta a", "meta b"]
+
+        def inner(*args):  # Triton 3.6's wrapper around its C launcher holds these three
+            return launcher, tensordesc_indices, tensordesc_meta
+        metadata = SimpleNamespace(launch_cooperative_grid=False, launch_pdl=False, global_scratch_size=0,
+                                   profile_scratch_size=0)
+        return SimpleNamespace(run=SimpleNamespace(launch=inner), metadata=metadata, function=7, packed_metadata="pm")
+
+    monkeypatch.setattr(driver, "_BASE_ARGS_FORMAT", "iiiKKppOOOOOO", raising=False)
+    monkeypatch.setattr(driver, "make_tensordesc_arg", encode)
+    blocks = {1: [64, 32], 2: [32, 64]}
+    launch = rt._launch_encoding_descriptors(make_binary([1, 2]), blocks, (4, 2, 1), ("k", 16))
+    a, b, c = torch.zeros(128, 64), torch.zeros(64, 128), torch.zeros(128, 128)
+    for _ in range(3):
+        launch("stream", (None, a, b, c, 2.0))
+    assert [address for address, _, _ in encoded] == [a.data_ptr(), b.data_ptr()]  # once each
+    assert encoded[0][1:] == ([64, 32], "meta a") and encoded[1][1:] == ([32, 64], "meta b")
+    assert launched[-1] == (4, 2, 1, "stream", 7, False, False, None, None, "pm", None, None, None,
+                            None, "map1", 128, 64, 64, 1, "map2", 64, 128, 128, 1, c, 2.0, "k", 16)
+    other = torch.zeros(128, 64)
+    launch("stream", (None, other, b, c, 2.0))
+    assert len(encoded) == 3 and encoded[-1][0] == other.data_ptr()
+    # Descriptors where the plan has none, scratch memory, or another launcher: no such plan.
+    assert rt._launch_encoding_descriptors(make_binary([1]), blocks, (1, 1, 1), ()) is None
+    scratch = make_binary([1, 2])
+    scratch.metadata.global_scratch_size = 128
+    assert rt._launch_encoding_descriptors(scratch, blocks, (1, 1, 1), ()) is None
+    monkeypatch.setattr(driver, "_BASE_ARGS_FORMAT", "iiiKKppOOOOOOO")
+    assert rt._launch_encoding_descriptors(make_binary([1, 2]), blocks, (1, 1, 1), ()) is None
