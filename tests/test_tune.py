@@ -198,3 +198,14 @@ def test_host_work_beyond_the_kernel_and_the_other_configs_counts_against_a_conf
 ])
 def test_call_cost(kernel, host, floor, cost):
     assert tune.call_cost(kernel, host, floor) == pytest.approx(cost)
+
+
+def test_shapes_that_share_a_table_key_are_refused_before_any_timing(monkeypatch):
+    module, op_module, timed, do_bench = stand_in({torch.float16: cost({(64, 64): 1, (64, 128): 2, (128, 64): 3,
+                                                                         (128, 128): 4}, {})}, [torch.float16])
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    # The stand-in files every shape under 1024x1024x1024x2, as a bucket would 1000^3 and 1024^3.
+    with pytest.raises(tune.BenchError, match="shapes 1000x1000x1000 and 1024x1024x1024 share the table key "
+                                              "1024x1024x1024x2"):
+        tune.tune_module(module, op_module, [(1000, 1000, 1000), (1024, 1024, 1024)], lambda line: None)
+    assert timed == []

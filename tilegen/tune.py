@@ -102,7 +102,9 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
     facts = op_module.rt.device_facts(torch.device("cuda"))
     scores: dict[tuple, dict[tuple, list[float]]] = {}
     configs: dict[tuple, dict] = {}
-    for dtype in [d for d in module.DTYPES if not dtypes or dtype_name(d) in dtypes]:
+    chosen_dtypes = [d for d in module.DTYPES if not dtypes or dtype_name(d) in dtypes]
+    _refuse_shapes_sharing_a_key(module, chooser, shapes or module.SHAPES, chosen_dtypes[:1])
+    for dtype in chosen_dtypes:
         for shape in shapes or module.SHAPES:
             inputs = module.make_inputs(shape, dtype)
             want = module.run_torch(inputs)
@@ -187,6 +189,25 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
         everywhere = {config: sum(times) for config, times in per_config.items() if len(times) == runs}
         best[format_key(key)] = configs[min(everywhere, key=everywhere.get)]
     return best
+
+
+def _refuse_shapes_sharing_a_key(module, chooser, shapes, dtypes) -> None:
+    """Raise BenchError where two shapes fall in one table key (bucket and element size).
+
+    One entry serves the whole bucket, and each shape's search refines its own leading tiles, so
+    the configs timed at every shape are mostly the first pass's: the entry kept would be a
+    compromise that neither shape runs fastest with (1000^3 and 1024^3 tuned together gave an
+    entry that ran 1024^3 at 0.72x cuBLAS; bench/results/h200/tune/README.md)."""
+    for dtype in dtypes:
+        seen: dict[tuple, tuple] = {}
+        for shape in shapes:
+            chooser.reset()
+            module.run_tilegen(module.make_inputs(shape, dtype))
+            key = chooser.last_key
+            if key in seen:
+                raise BenchError(f"{module.OP}: shapes {shape_label(seen[key])} and {shape_label(shape)} share the "
+                                 f"table key {format_key(key)}, whose one entry serves both; tune one shape per key")
+            seen[key] = shape
 
 
 class ParallelCompiler:
