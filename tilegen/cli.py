@@ -283,7 +283,9 @@ def tune(ops, package, shapes, tables, dtypes, jobs, scope):
     """Measure candidate configs of OPS (default: matmul, add) on this GPU; record the best.
 
     Every candidate tile is timed with default warps and stages; the fastest few tiles are then
-    timed with the other warps and stages the spec leaves open.
+    timed with the other warps and stages the spec leaves open. A config's time is its kernel's,
+    plus any host time per call that would hold back a loop of calls. Each shape fills its
+    table key (power-of-two bucket and element size): give one shape per key.
 
     Writes <kind>.json tables (with --scope op, ops/<op>.json); run `tilegen build` afterwards
     so the ops launch the measured configs.
