@@ -4,7 +4,7 @@
 #   compiled test matrix (bf16 included), full benchmark, torch.compile side by side for the
 #   epilogue ops, time to first result.
 # Everything lands under $OUT (default bench/out/h200-check); each step has its own time limit,
-# so one slow step cannot take the others' results with it. All steps take about 20 minutes;
+# so one slow step cannot take the others' results with it. All steps take about 25 minutes;
 # STEPS picks some, to fit a machine lent by the call:
 #
 #   OUT=/tmp/check STEPS="build tests" bash bench/h200_check.sh     # about 4 minutes
@@ -52,6 +52,7 @@ step rounds 240 python3 -m tilegen bench matmul --rounds 5 --out "$out/matmul_ro
 # max-autotune compiles each shape afresh (about 16 s a shape): one op per step, each about 5 minutes.
 step compile:matmul_relu 420 python3 -m tilegen bench matmul_relu --compile --out "$out/compile/matmul_relu"
 step compile:matmul_bias_gelu 420 python3 -m tilegen bench matmul_bias_gelu --compile --out "$out/compile/matmul_bias_gelu"
+step compile:matmul_residual_scaled 420 python3 -m tilegen bench matmul_residual_scaled --compile --out "$out/compile/matmul_residual_scaled"
 step cold_start 200 python3 -m tilegen bench add --shapes 2^24 --cold-start matmul,add --out "$out/cold_start"
 
 if [[ -n "${ARCHIVE:-}" ]]; then
