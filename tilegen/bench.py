@@ -312,6 +312,19 @@ def measure_limits(dtypes: list[str]) -> dict:
 HOST_BATCHES = 7
 
 
+def issue_ms(fn, calls: int, *args) -> float:
+    """Milliseconds of host work per call of `fn(*args)`: `calls` calls issued back to back and
+    timed without waiting on the GPU, whose queue then drains outside the timing."""
+    import torch
+
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e3
+
+
 def host_overhead(module, calls: int = 1000, batches: int = HOST_BATCHES) -> dict:
     """CPU time per call on a small input: launch cost, not GPU time.
 
@@ -331,11 +344,7 @@ def host_overhead(module, calls: int = 1000, batches: int = HOST_BATCHES) -> dic
     per_call = {name: [] for name, _ in providers}
     for _ in range(batches):
         for name, fn in providers:
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn(inputs)
-            per_call[name].append((time.perf_counter() - start) / calls * 1e6)
-            torch.cuda.synchronize()  # the queue drains outside the timing, before the other side's turn
+            per_call[name].append(issue_ms(fn, calls, inputs) * 1e3)
     result = {"op": module.OP, "batches": batches, "calls": calls}
     for name, samples in per_call.items():
         result[f"{name}_us"] = statistics.median(samples)

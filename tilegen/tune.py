@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .bench import BenchError, check_agreement, dtype_name, load_bench_modules, parse_shapes, shape_label
+from .bench import BenchError, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes, shape_label
 from .tables import SCHEDULE_FIELDS, SCOPES, TABLE_DIR, format_key, merge_entries
 
 
@@ -44,18 +44,11 @@ def host_ms(fn, calls: int = HOST_CALLS) -> float:
     """Milliseconds of host work per call of `fn`: the time to issue `calls` calls, the GPU left
     to catch up afterwards. Fifty launches do not fill the launch queue, so the host never waits
     on the GPU here, and a long kernel does not inflate its config's host time."""
-    import time
-
     import torch
 
     fn()
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e3
+    return issue_ms(fn, calls)
 
 
 def call_cost(kernel_ms: float, host: float, host_floor: float) -> float:
