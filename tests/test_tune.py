@@ -70,6 +70,7 @@ def test_second_pass_varies_only_the_fastest_tiles(monkeypatch):
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     monkeypatch.setattr(tune, "REFINED_TILES", 2)
     monkeypatch.setattr(tune, "CONFIRM_ROUNDS", 0)  # the passes alone (confirmation: its own test)
+    monkeypatch.setattr(tune, "DECIDING_ROUNDS", 0)
     lines = []
     best = tune.tune_module(module, op_module, None, lines.append)
     assert best == {"1024x1024x1024x2": dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=5)}
@@ -104,6 +105,7 @@ def test_tma_variants_are_not_timed_where_the_operands_cannot_take_descriptors(m
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     monkeypatch.setattr(tune, "REFINED_TILES", 2)
     monkeypatch.setattr(tune, "CONFIRM_ROUNDS", 0)
+    monkeypatch.setattr(tune, "DECIDING_ROUNDS", 0)
     tune.tune_module(module, op_module, None, lambda line: None)
     assert not any(c.get("TMA") for _, c in timed)
     assert len(timed) == 4 + 2 + 5  # the refined tiles' other warps and stages, as above, none with TMA
@@ -149,6 +151,7 @@ def test_leaders_are_timed_again_so_no_config_wins_on_one_lucky_timing(monkeypat
 
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     monkeypatch.setattr(tune, "REFINED_TILES", 1)
+    monkeypatch.setattr(tune, "DECIDING_ROUNDS", 0)  # the confirmation alone (deciding: its own test)
     lines = []
     best = tune.tune_module(module, op_module, None, lines.append)
     winner = dict(BM=128, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=4)
@@ -158,6 +161,41 @@ def test_leaders_are_timed_again_so_no_config_wins_on_one_lucky_timing(monkeypat
     assert lucky and all(times_timed[ident] == 1 + tune.CONFIRM_ROUNDS for ident in lucky)
     assert times_timed[tune.identity(winner)] == 1 + tune.CONFIRM_ROUNDS
     assert "timed 3 times" in lines[-1]
+
+
+def test_finalists_are_decided_by_rounds_of_their_own_when_the_gpu_slows(monkeypatch):
+    # Each timing comes out 1% slower than the one before (a GPU heating up). 64x64 (10 ms) is
+    # timed first; 128x64, faster in truth (9.9 ms), comes two timings later and so looks slower
+    # in the first pass, and in each confirmation round, where it always follows 64x64. Rounds
+    # of the finalists alone, in alternate order, time both at the same moments.
+    steady = cost({(64, 64): 10, (64, 128): 10.5, (128, 64): 9.9, (128, 128): 13}, {})
+    module, op_module, _, _ = stand_in({torch.float16: steady}, [torch.float16])
+    calls = []
+
+    def do_bench(fn, **_):
+        fn()
+        calls.append(1)
+        return steady(op_module._CONFIGS.forced) * (1 + 0.01 * (len(calls) - 1))
+
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(tune, "REFINED_TILES", 1)
+    winner = dict(BM=128, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=4)
+    monkeypatch.setattr(tune, "DECIDING_ROUNDS", 0)
+    assert tune.tune_module(module, op_module, None, lambda line: None)["1024x1024x1024x2"] != winner
+    calls.clear()
+    monkeypatch.setattr(tune, "DECIDING_ROUNDS", 3)
+    lines = []
+    assert tune.tune_module(module, op_module, None, lines.append) == {"1024x1024x1024x2": winner}
+    assert "then the 3 finalists 3 more times in rounds of their own" in lines[-1]
+
+
+def test_deciding_rounds_alternate_their_order():
+    order = []
+    timings = tune.decide(["a", "b", "c"], lambda ident: order.append(ident) or (1.0, 0.0), 3)
+    assert order == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]
+    assert timings == {ident: [(1.0, 0.0)] * 3 for ident in "abc"}
+    # A finalist that cannot run (None) is left out.
+    assert tune.decide(["a", "b"], lambda ident: None if ident == "b" else (2.0, 0.0), 2) == {"a": [(2.0, 0.0)] * 2}
 
 
 def tma_stand_in(monkeypatch, kernel_ms, tma_host_ms, pointer_host_ms=0.004):

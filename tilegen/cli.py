@@ -283,8 +283,10 @@ def tune(ops, package, shapes, tables, dtypes, jobs, scope):
     """Measure candidate configs of OPS (default: matmul, add) on this GPU; record the best.
 
     Every candidate tile is timed with default warps and stages; the fastest few tiles are then
-    timed with the other warps and stages the spec leaves open. A config's time is its kernel's,
-    plus any host time per call that would hold back a loop of calls. Each shape fills its
+    timed with the other warps and stages the spec leaves open. The leaders are timed again; the
+    three still ahead then meet in rounds of their own, which alone decide (a GPU's speed drifts
+    as it heats). A config's time is its kernel's, plus any host time per call that would hold
+    back a loop of calls. Each shape fills its
     table key (power-of-two bucket and element size): give one shape per key.
 
     Writes <kind>.json tables (with --scope op, ops/<op>.json); run `tilegen build` afterwards

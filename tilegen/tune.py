@@ -34,6 +34,8 @@ REFINED_TILES = 4
 # The leading configs of each shape are timed this many more times, and ranked by their mean.
 FINALISTS = 3
 CONFIRM_ROUNDS = 2
+# The finalists are then timed together in this many rounds of their own, which alone decide.
+DECIDING_ROUNDS = 3
 
 
 # Calls issued for each config to measure its host work (see host_ms).
@@ -77,7 +79,8 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
     Two passes per shape: every candidate tile with its default warps and stages, then the
     REFINED_TILES fastest tiles with the other warps and stages the spec leaves open. The
     FINALISTS leading configs are then timed CONFIRM_ROUNDS more times and ranked by their mean,
-    until the leaders are all confirmed.
+    until the leaders are all confirmed; the FINALISTS leaders then meet in DECIDING_ROUNDS
+    rounds of their own, which alone rank them (see decide).
     Kernels are timed as `tilegen bench` times them (triton.testing.do_bench, which empties
     L2 before each run, so operands come from HBM as a model's weights do); a config whose host
     work outlasts both its kernel and the other configs' host work pays the excess (call_cost).
@@ -167,21 +170,50 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
                         if (timing := time_config(configs[ident])) is not None:
                             record(ident, timing)
                 confirmed.update(pending)
-            order = ranked()
-            fastest = mean_ms(order[0])
-            for ident in order:
-                scores.setdefault(key, {}).setdefault(ident, []).append(mean_ms(ident) / fastest)
-            winner = order[0]
+            # The finalists' samples were taken at different moments: they meet again in rounds
+            # of their own, and those alone decide (see decide).
+            finalists = ranked()[:FINALISTS]
+            deciding = decide(finalists, lambda ident: time_config(configs[ident]), DECIDING_ROUNDS)
+            floor = min(mean(times) for times in host.values())
+            # (Without deciding rounds, the finalists' own samples decide.)
+            kernel_of = {i: mean([t[0] for t in deciding[i]]) if i in deciding else mean(samples[i]) for i in finalists}
+            host_of = {i: mean([t[1] for t in deciding[i]]) if i in deciding else mean(host[i]) for i in finalists}
+            decided = {i: call_cost(kernel_of[i], host_of[i], floor) for i in finalists}
+            winner = min(decided, key=decided.get)  # ties: the earlier finalist
+            # Each config's time relative to the fastest, for dtypes that share a key: the finalists
+            # by their deciding rounds, the others by their samples against the best of those.
+            leader = mean_ms(ranked()[0])
+            for ident in samples:
+                relative = decided[ident] / decided[winner] if ident in decided else mean_ms(ident) / leader
+                scores.setdefault(key, {}).setdefault(ident, []).append(relative)
             progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)}: fastest {configs[winner]} "
-                     f"{fastest * 1e3:.1f} us (kernel {mean(samples[winner]) * 1e3:.1f} us, host "
-                     f"{mean(host[winner]) * 1e3:.1f} us; of {len(samples)} candidates, the {len(confirmed)} "
-                     f"leading ones timed {CONFIRM_ROUNDS + 1} times)")
+                     f"{decided[winner] * 1e3:.1f} us (kernel {kernel_of[winner] * 1e3:.1f} us, host "
+                     f"{host_of[winner] * 1e3:.1f} us; of {len(samples)} candidates, the {len(confirmed)} "
+                     f"leading ones timed {CONFIRM_ROUNDS + 1} times, then the {len(finalists)} finalists "
+                     f"{DECIDING_ROUNDS} more times in rounds of their own)")
     best = {}
     for key, per_config in scores.items():
         runs = max(len(times) for times in per_config.values())
         everywhere = {config: sum(times) for config, times in per_config.items() if len(times) == runs}
         best[format_key(key)] = configs[min(everywhere, key=everywhere.get)]
     return best
+
+
+def decide(finalists: list, time, rounds: int) -> dict:
+    """{finalist: [(kernel ms, host ms), ...]} from `rounds` rounds that each time every finalist
+    once (`time(finalist)`, None where it cannot run), in alternate order: forward, backward, ...
+
+    The samples that made them finalists were taken minutes apart, from the first pass to the
+    last confirmation, and a GPU's speed drifts as it heats (bench/probes/gelu_epilogue.txt: bf16
+    matmul at 4096^3 took 198.7 us in the first of three rounds, 213.0 and 214.4 in the next two).
+    Rounds of their own compare the finalists at one moment, and the alternate order spreads what
+    drift remains within a round evenly."""
+    timings: dict = {}
+    for round_ in range(rounds):
+        for ident in finalists if round_ % 2 == 0 else finalists[::-1]:
+            if (timing := time(ident)) is not None:
+                timings.setdefault(ident, []).append(timing)
+    return timings
 
 
 def _refuse_shapes_sharing_a_key(module, chooser, shapes, dtypes) -> None:
