@@ -182,8 +182,9 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
             winner = min(decided, key=decided.get)  # ties: the earlier finalist
             # Each config's time relative to the fastest, for dtypes that share a key: the finalists
             # by their deciding rounds, the others by their samples against the best of those.
+            # (The winner goes first, so that it also wins a tie in the choice across dtypes.)
             leader = mean_ms(ranked()[0])
-            for ident in samples:
+            for ident in sorted(samples, key=lambda ident: ident != winner):
                 relative = decided[ident] / decided[winner] if ident in decided else mean_ms(ident) / leader
                 scores.setdefault(key, {}).setdefault(ident, []).append(relative)
             progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)}: fastest {configs[winner]} "
