@@ -14,6 +14,7 @@ COMPILE_RUNS = ["matmul_relu_e27f09f", "matmul_bias_gelu_e27f09f", "matmul_relu_
                 "128x4096x4096_final", "matmul_residual_scaled_efff554", "matmul_residual_scaled_c6937aa",
                 "matmul_residual_scaled_b4f4e92", "matmul_bias_gelu_b4f4e92", "matmul_bias_gelu_final",
                 "matmul_residual_scaled_fe082b0", "matmul_bias_gelu_5e2a168"]
+ROUNDS = RESULTS / "rounds" / "matmul_37305e2"  # matmul, medians of five interleaved turns, final tree
 RUN_NAMES = {"128x4096x4096_final": "df7ecb4", "matmul_bias_gelu_final": "b4f4e92 final"}
 SHORT = {"float16": "fp16", "bfloat16": "bf16"}
 
@@ -48,9 +49,13 @@ def main():
     for row in json.loads((FINAL / "results.json").read_text())["rows"]:
         final.setdefault((row["op"], row["dtype"], row["shape"]), {})[row["provider"]] = row["ms"] * 1e3
     compiled = compile_times()
+    rounds = {}
+    for row in json.loads((ROUNDS / "results.json").read_text())["rows"]:
+        rounds.setdefault((row["op"], row["dtype"], row["shape"]), {})[row["provider"]] = row["ms"]
     print("# Per shape: tilegen, eager PyTorch, torch.compile (H200)\n")
     print("Made by `python3 bench/per_shape_table.py`. tilegen and eager (cuBLAS for matmul) come from the full")
-    print("bench in this folder, side by side in one run. torch.compile comes from the compile/ run where it")
+    print("bench in this folder, side by side in one run; for matmul, also the medians of five interleaved")
+    print("turns on the final tree (rounds/). torch.compile comes from the compile/ run where it")
     print("was fastest at that shape (its autotuning picks differently from run to run); the folder names")
     print("the commit. That run timed tilegen beside it ('its tilegen'), and")
     print("'vs compile' is the ratio within that run. 'vs compile here' divides the compile time by this")
@@ -59,7 +64,8 @@ def main():
     for op in ["matmul", "matmul_relu", "matmul_bias_gelu", "matmul_residual_scaled"]:
         print(f"\n## {op}\n")
         if op == "matmul":
-            print("| shape | dtype | tilegen | cuBLAS | ratio |\n| --- | --- | --- | --- | --- |")
+            print(f"| shape | dtype | tilegen | cuBLAS | ratio | ratio, 5 rounds ({ROUNDS.name}) |")
+            print("| --- | --- | --- | --- | --- | --- |")
         else:
             print("| shape | dtype | tilegen | eager | vs eager | torch.compile | its tilegen | vs compile | "
                   "vs compile here | compile run |")
@@ -69,7 +75,10 @@ def main():
                 continue
             ours, eager = times["tilegen"], times["torch"]
             cells = [shape, SHORT[dtype], f"{ours:.1f}", f"{eager:.1f}", f"{eager / ours:.2f}"]
-            if op != "matmul":
+            if op == "matmul":
+                medians = rounds.get((op, dtype, shape))
+                cells.append(f"{medians['torch'] / medians['tilegen']:.2f}" if medians else "")
+            else:
                 compile_us, theirs, run = compiled.get((op, dtype, shape), (None, None, ""))
                 if compile_us is None:
                     cells += ["not run", "", "", "", ""]
