@@ -19,6 +19,14 @@ RUN_NAMES = {"128x4096x4096_final": "df7ecb4", "matmul_bias_gelu_final": "b4f4e9
 SHORT = {"float16": "fp16", "bfloat16": "bf16"}
 
 
+def points(folder):
+    """{(op, dtype, shape): {provider: us}} from a run's results.json."""
+    out = {}
+    for row in json.loads((folder / "results.json").read_text())["rows"]:
+        out.setdefault((row["op"], row["dtype"], row["shape"]), {})[row["provider"]] = row["ms"] * 1e3
+    return out
+
+
 def compile_times():
     """{(op, dtype, shape): (torch.compile us, tilegen us in the same run, run)} from the compile
     run of each shape where torch.compile was fastest: max-autotune's choice varies from run to
@@ -29,10 +37,7 @@ def compile_times():
         run = RUN_NAMES.get(folder, folder.rsplit("_", 1)[-1])
         path = RESULTS / "compile" / folder
         if (path / "results.json").exists():
-            per_point = {}
-            for row in json.loads((path / "results.json").read_text())["rows"]:
-                per_point.setdefault((row["op"], row["dtype"], row["shape"]), {})[row["provider"]] = row["ms"] * 1e3
-            for point, providers in per_point.items():
+            for point, providers in points(path).items():
                 if "torch.compile" in providers:
                     found = (providers["torch.compile"], providers.get("tilegen"), run)
                     times[point] = min(times.get(point, found), found)
@@ -45,13 +50,7 @@ def compile_times():
 
 
 def main():
-    final = {}
-    for row in json.loads((FINAL / "results.json").read_text())["rows"]:
-        final.setdefault((row["op"], row["dtype"], row["shape"]), {})[row["provider"]] = row["ms"] * 1e3
-    compiled = compile_times()
-    rounds = {}
-    for row in json.loads((ROUNDS / "results.json").read_text())["rows"]:
-        rounds.setdefault((row["op"], row["dtype"], row["shape"]), {})[row["provider"]] = row["ms"]
+    final, rounds, compiled = points(FINAL), points(ROUNDS), compile_times()
     print("# Per shape: tilegen, eager PyTorch, torch.compile (H200)\n")
     print("Made by `python3 bench/per_shape_table.py`. tilegen and eager (cuBLAS for matmul) come from the full")
     print("bench in this folder, side by side in one run; for matmul, also the medians of five interleaved")
