@@ -187,6 +187,15 @@ def test_finalists_are_decided_by_rounds_of_their_own_when_the_gpu_slows(monkeyp
     lines = []
     assert tune.tune_module(module, op_module, None, lines.append) == {"1024x1024x1024x2": winner}
     assert "then the 3 finalists 3 more times in rounds of their own" in lines[-1]
+    # The line before gives each finalist's time in those rounds, fastest first.
+    assert lines[-2].startswith("stand_in float16 1000x1000x1000 finalists: BM128 BN64 BK32 w4 s4 ")
+
+
+def test_brief_names_a_config_on_one_line():
+    config = dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1, PERSISTENT=0)
+    assert tune.brief(config) == "BM128 BN256 BK64 w8 s3 TMA"
+    assert tune.brief(dict(BLOCK=1024, num_warps=4)) == "BLOCK1024 w4"
+    assert tune.brief(dict(BM=64, BN=64, BK=128, SPLIT_K=2, num_warps=4, num_stages=4)) == "BM64 BN64 BK128 SPLIT_K2 w4 s4"
 
 
 def test_deciding_rounds_alternate_their_order():

@@ -68,6 +68,18 @@ def identity(config: dict) -> tuple:
     return tuple(sorted(config.items()))
 
 
+def brief(config: dict) -> str:
+    """A config on one short line: `BM128 BN256 BK64 w8 s3 TMA` (flags only where set)."""
+    short = {"num_warps": "w", "num_stages": "s"}
+    parts = []
+    for name, value in config.items():
+        if name in ("TMA", "PERSISTENT"):
+            parts += [name] if value else []
+        elif not (name == "SPLIT_K" and value == 1):
+            parts.append(f"{short.get(name, name)}{value}")
+    return " ".join(parts)
+
+
 def tile_of(config: dict) -> tuple:
     """The parts of a config that decide whether a table entry applies (not its schedule)."""
     return tuple((k, v) for k, v in identity(config) if k not in SCHEDULE_FIELDS)
@@ -187,6 +199,9 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
             for ident in sorted(samples, key=lambda ident: ident != winner):
                 relative = decided[ident] / decided[winner] if ident in decided else mean_ms(ident) / leader
                 scores.setdefault(key, {}).setdefault(ident, []).append(relative)
+            # What the deciding rounds saw, so a choice can be checked against a probe.
+            progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)} finalists: " + "; ".join(
+                f"{brief(configs[i])} {decided[i] * 1e3:.1f} us" for i in sorted(decided, key=decided.get)))
             progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)}: fastest {configs[winner]} "
                      f"{decided[winner] * 1e3:.1f} us (kernel {kernel_of[winner] * 1e3:.1f} us, host "
                      f"{host_of[winner] * 1e3:.1f} us; of {len(samples)} candidates, the {len(confirmed)} "
