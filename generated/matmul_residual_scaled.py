@@ -15,13 +15,13 @@ _X_DTYPES = (torch.float16, torch.bfloat16,)
 _TABLE = {
     'NVIDIA H200': {
         (16, 4096, 4096, 2): dict(BM=64, BN=64, BK=128, SPLIT_K=2, num_warps=4, num_stages=4, TMA=0, PERSISTENT=0),
-        (64, 4096, 4096, 2): dict(BM=64, BN=64, BK=128, SPLIT_K=1, num_warps=4, num_stages=5, TMA=0, PERSISTENT=0),
+        (64, 4096, 4096, 2): dict(BM=64, BN=64, BK=128, SPLIT_K=2, num_warps=4, num_stages=5, TMA=0, PERSISTENT=0),
         (128, 4096, 4096, 2): dict(BM=64, BN=64, BK=128, SPLIT_K=1, num_warps=4, num_stages=5, TMA=0, PERSISTENT=0),
         (1024, 1024, 1024, 2): dict(BM=64, BN=64, BK=64, SPLIT_K=1, num_warps=4, num_stages=4, TMA=0, PERSISTENT=0),
         (2048, 1024, 1024, 2): dict(BM=64, BN=64, BK=64, SPLIT_K=1, num_warps=4, num_stages=3, TMA=0, PERSISTENT=0),
         (2048, 2048, 2048, 2): dict(BM=128, BN=256, BK=32, SPLIT_K=1, num_warps=8, num_stages=5, TMA=0, PERSISTENT=0),
         (4096, 1024, 2048, 2): dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1, PERSISTENT=0),
-        (4096, 4096, 4096, 2): dict(BM=128, BN=256, BK=32, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1, PERSISTENT=0),
+        (4096, 4096, 4096, 2): dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1, PERSISTENT=0),
         (4096, 11008, 4096, 2): dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1, PERSISTENT=1),
         (4096, 16384, 4096, 2): dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=4, TMA=0, PERSISTENT=0),
         (8192, 8192, 8192, 2): dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1, PERSISTENT=1),

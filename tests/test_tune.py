@@ -15,6 +15,19 @@ from tilegen import tune
 FACTS = (132, 232448, "stand-in GPU")
 
 
+MEASURE_HOST_MS = tune.host_ms  # before the fixture below stands in for it
+
+
+def test_host_time_is_the_least_of_its_batches(monkeypatch):
+    # A busy moment only adds time: one slow batch must not set a config's host time.
+    batches = iter([0.031, 0.012, 0.019])
+    monkeypatch.setattr(tune, "issue_ms", lambda fn, calls: next(batches))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    calls = []
+    assert MEASURE_HOST_MS(lambda: calls.append(1)) == 0.012
+    assert calls == [1]  # one warm-up call; the batches' calls are issue_ms's own
+
+
 @pytest.fixture(autouse=True)
 def host_keeps_up(monkeypatch):
     """Calls cost the host no time (the stand-in has no GPU to launch on); a test may say otherwise."""

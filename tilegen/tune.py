@@ -38,19 +38,24 @@ CONFIRM_ROUNDS = 2
 DECIDING_ROUNDS = 3
 
 
-# Calls issued for each config to measure its host work (see host_ms).
+# Calls issued for each config to measure its host work, in batches (see host_ms).
 HOST_CALLS = 50
+HOST_BATCHES = 3
 
 
-def host_ms(fn, calls: int = HOST_CALLS) -> float:
+def host_ms(fn, calls: int = HOST_CALLS, batches: int = HOST_BATCHES) -> float:
     """Milliseconds of host work per call of `fn`: the time to issue `calls` calls, the GPU left
-    to catch up afterwards. Fifty launches do not fill the launch queue, so the host never waits
-    on the GPU here, and a long kernel does not inflate its config's host time."""
+    to catch up afterwards; the least of `batches` such batches. Fifty launches do not fill the
+    launch queue, so the host never waits on the GPU here, and a long kernel does not inflate
+    its config's host time. Other processes and clock changes only ever add time, and one batch
+    moves by several microseconds a call on a busy host: enough, through call_cost, to drop a
+    config from the finalists on one unlucky batch (matmul_residual_scaled's split-K 2 tile at
+    64x4096x4096, which is faster in kernel time, bench/probes/config_rounds_residual.txt)."""
     import torch
 
     fn()
     torch.cuda.synchronize()
-    return issue_ms(fn, calls)
+    return min(issue_ms(fn, calls) for _ in range(batches))
 
 
 def call_cost(kernel_ms: float, host: float, host_floor: float) -> float:
