@@ -3,7 +3,8 @@
     PYTHONPATH=. python3 bench/probes/config_rounds.py OP MxNxK CONFIG [CONFIG ...] [--rounds N]
 
 Each CONFIG is a config as the op's table writes it, in short form: `BM128 BN256 BK64 w8 s3 TMA`
-(`tune`'s finalist lines use the same form; SPLIT_K2, PERSISTENT likewise). Every config is
+or `BLOCK2048 w8` (`tune`'s finalist lines use the same form; SPLIT_K2, PERSISTENT likewise). The
+shape is written as `tilegen bench` takes it (`4096x4096x4096`, `1048576`). Every config is
 checked against the op's eager equivalent (from its bench module) first, in every dtype of the
 op; then each round times the eager equivalent and every config (do_bench medians, L2 emptied
 first, as `tilegen bench` times), in alternating order, so drift within a round spreads evenly.
@@ -22,8 +23,9 @@ NAMES = {"w": "num_warps", "s": "num_stages"}
 
 
 def parse_config(text):
-    """`BM128 BN256 BK64 w8 s3 TMA` -> dict(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, TMA=1)."""
-    config = dict(SPLIT_K=1, TMA=0, PERSISTENT=0)
+    """`BM128 BN256 BK64 w8 s3 TMA` -> dict(BM=128, BN=256, BK=64, num_warps=8, num_stages=3, TMA=1);
+    `BLOCK2048 w8` -> dict(BLOCK=2048, num_warps=8). Fields left out take the wrapper's defaults."""
+    config = {}
     for part in text.split():
         if part in ("TMA", "PERSISTENT"):
             config[part] = 1
