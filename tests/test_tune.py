@@ -53,10 +53,10 @@ def stand_in(costs, dtypes, descriptors_fit=True):
         state["dtype"] = dtype
         return torch.ones(3)
 
-    def do_bench(fn, **_):  # one sample a timing, as a list (return_mode="all")
+    def do_bench(fn, **_):
         fn()
         timed.append((state["dtype"], dict(chooser.forced)))
-        return [costs[state["dtype"]](chooser.forced)]
+        return costs[state["dtype"]](chooser.forced)
 
     module = SimpleNamespace(OP="stand_in", DTYPES=dtypes, SHAPES=[(1000, 1000, 1000)], make_inputs=make_inputs,
                              run_torch=lambda inputs: inputs.clone(), run_tilegen=run_tilegen)
@@ -160,7 +160,7 @@ def test_leaders_are_timed_again_so_no_config_wins_on_one_lucky_timing(monkeypat
         ident = tune.identity(config)
         times_timed[ident] = times_timed.get(ident, 0) + 1
         lucky = (config["BM"], config["BN"]) == (64, 64) and times_timed[ident] == 1
-        return [5 if lucky else steady(config)]
+        return 5 if lucky else steady(config)
 
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     monkeypatch.setattr(tune, "REFINED_TILES", 1)
@@ -188,7 +188,7 @@ def test_finalists_are_decided_by_rounds_of_their_own_when_the_gpu_slows(monkeyp
     def do_bench(fn, **_):
         fn()
         calls.append(1)
-        return [steady(op_module._CONFIGS.forced) * (1 + 0.01 * (len(calls) - 1))]
+        return steady(op_module._CONFIGS.forced) * (1 + 0.01 * (len(calls) - 1))
 
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     monkeypatch.setattr(tune, "REFINED_TILES", 1)

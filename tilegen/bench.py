@@ -1,7 +1,7 @@
 """`tilegen bench`: time every generated op beside its PyTorch counterpart on a CUDA GPU.
 
 For each op, dtype and shape: check tilegen and PyTorch agree on the same inputs, then time
-both with triton.testing.do_bench (the mean of its middle half of samples, see kernel_ms). Metrics are latency, TFLOP/s (matmul) or GB/s
+both with triton.testing.do_bench (median). Metrics are latency, TFLOP/s (matmul) or GB/s
 (bytes read + written), the speedup over PyTorch, and the fraction of the machine's limits,
 measured once per run: device-to-device copy bandwidth and cuBLAS's best dense rate per dtype.
 """
@@ -258,7 +258,7 @@ def write_readme(report: Report, out: Path, table: str, summary: list[str]) -> P
         + f" ({LIMIT_MATMUL}^3).",
         "",
         "Speedup is PyTorch eager time / tilegen time (above 1: tilegen is faster); 'vs compile', where "
-        "present, is torch.compile time / tilegen time. Times are interquartile means of triton.testing.do_bench's samples"
+        "present, is torch.compile time / tilegen time. Times are medians of triton.testing.do_bench"
         + (f", each the median of {report.rounds} rounds in which the providers take turns" if report.rounds > 1 else "")
         + ". 'of limit' is tilegen's throughput over the measured limit above.",
         "",
@@ -293,38 +293,20 @@ def environment() -> dict:
 def measure_limits(dtypes: list[str]) -> dict:
     """Copy bandwidth and cuBLAS's dense rate per dtype, measured on this GPU now."""
     import torch
+    from triton.testing import do_bench
 
     src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    copy_ms = kernel_ms(lambda: dst.copy_(src))
+    copy_ms = do_bench(lambda: dst.copy_(src), return_mode="median")
     limits = {"copy_gbs": 2 * COPY_BYTES / (copy_ms * 1e-3) / 1e9, "matmul_tflops": {}}
     del src, dst
     for name in dtypes:
         dtype = getattr(torch, name)
         a = torch.randn(LIMIT_MATMUL, LIMIT_MATMUL, device="cuda", dtype=dtype)
         b = torch.randn(LIMIT_MATMUL, LIMIT_MATMUL, device="cuda", dtype=dtype)
-        ms = kernel_ms(lambda: torch.mm(a, b))
+        ms = do_bench(lambda: torch.mm(a, b), return_mode="median")
         limits["matmul_tflops"][name] = 2 * LIMIT_MATMUL**3 / (ms * 1e-3) / 1e12
     return limits
-
-
-def kernel_ms(fn, **options) -> float:
-    """Milliseconds of GPU time per run of `fn`: the mean of the middle half of
-    triton.testing.do_bench's samples (each one run, timed by CUDA events, with L2 emptied
-    before it; `options` go to do_bench).
-
-    CUDA events resolve about 0.5 us, so a kernel of a few microseconds times on two or three
-    levels 0.5 us apart, and the median of its samples jumps between levels from one timing to
-    the next: one add config gave 4.7-4.8 us in some rounds and 5.3-5.5 in others
-    (bench/probes/config_rounds_add.txt), a 10% step either way against PyTorch. The mean of
-    the samples between the quartiles follows their mix between levels, and like the median it
-    ignores the odd slow run in the tails."""
-    from triton.testing import do_bench
-
-    samples = sorted(do_bench(fn, return_mode="all", **options))
-    quarter = len(samples) // 4
-    middle = samples[quarter:len(samples) - quarter]
-    return sum(middle) / len(middle)
 
 
 HOST_BATCHES = 7
@@ -418,6 +400,7 @@ def bench_module(module, shapes, providers, progress, rounds: int = 1) -> list[R
     several percent from one do_bench to the next, and taking turns spreads any drift of the
     GPU's clocks over all of them."""
     import torch
+    from triton.testing import do_bench
 
     rows = []
     for dtype in module.DTYPES:
@@ -432,7 +415,7 @@ def bench_module(module, shapes, providers, progress, rounds: int = 1) -> list[R
             samples = {provider: [] for provider in fns}
             for _ in range(rounds):
                 for provider, fn in fns.items():
-                    samples[provider].append(kernel_ms(lambda: fn(inputs)))
+                    samples[provider].append(do_bench(lambda: fn(inputs), return_mode="median"))
             times = []
             for provider, ms_list in samples.items():
                 ms = statistics.median(ms_list)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .bench import BenchError, check_agreement, dtype_name, issue_ms, kernel_ms, load_bench_modules, parse_shapes, shape_label
+from .bench import BenchError, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes, shape_label
 from .tables import SCHEDULE_FIELDS, SCOPES, TABLE_DIR, format_key, merge_entries
 
 
@@ -98,8 +98,8 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
     FINALISTS leading configs are then timed CONFIRM_ROUNDS more times and ranked by their mean,
     until the leaders are all confirmed; the FINALISTS leaders then meet in DECIDING_ROUNDS
     rounds of their own, which alone rank them (see decide).
-    Kernels are timed as `tilegen bench` times them (bench.kernel_ms: triton.testing.do_bench,
-    which empties L2 before each run, so operands come from HBM as a model's weights do); a config whose host
+    Kernels are timed as `tilegen bench` times them (triton.testing.do_bench, which empties
+    L2 before each run, so operands come from HBM as a model's weights do); a config whose host
     work outlasts both its kernel and the other configs' host work pays the excess (call_cost).
     Dtypes of one
     element size share a key: among the configs timed for all of them, the least total time,
@@ -108,6 +108,7 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
     """
     import torch
     from triton.runtime.errors import OutOfResources
+    from triton.testing import do_bench
 
     chooser = op_module._CONFIGS
     loads_through_descriptors = getattr(op_module, "_loads_through_descriptors", lambda config, inputs: True)
@@ -136,7 +137,7 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
                         return None
                     check_agreement(got, want, dtype, f"{module.OP} {shape_label(shape)} {config}", tolerance=5e-2)
                     call = lambda: module.run_tilegen(inputs)  # noqa: E731
-                    return kernel_ms(call, warmup=10, rep=40), host_ms(call)
+                    return do_bench(call, warmup=10, rep=40, return_mode="median"), host_ms(call)
 
             def record(ident, timing):
                 samples.setdefault(ident, []).append(timing[0])
