@@ -285,9 +285,10 @@ def tune(ops, package, shapes, tables, dtypes, jobs, scope):
     Every candidate tile is timed with default warps and stages; the fastest few tiles are then
     timed with the other warps and stages the spec leaves open. The leaders are timed again; the
     three still ahead then meet in rounds of their own, which alone decide (a GPU's speed drifts
-    as it heats). A config's time is its kernel's, plus any host time per call that would hold
-    back a loop of calls. Each shape fills its
-    table key (power-of-two bucket and element size): give one shape per key.
+    as it heats), and a line per shape gives their times there. A config's time is its
+    kernel's, plus any host time per call that would hold back a loop of calls (the least of
+    three batches of calls, as a busy host only adds time). Each shape fills its table key
+    (power-of-two bucket and element size): give one shape per key.
 
     Writes <kind>.json tables (with --scope op, ops/<op>.json); run `tilegen build` afterwards
     so the ops launch the measured configs.
