@@ -13,7 +13,8 @@ FINAL = RESULTS  # the full bench at the top of the results folder
 COMPILE_RUNS = ["matmul_relu_e27f09f", "matmul_bias_gelu_e27f09f", "matmul_relu_190e731", "matmul_bias_gelu_190e731",
                 "128x4096x4096_final", "matmul_residual_scaled_efff554", "matmul_residual_scaled_c6937aa",
                 "matmul_residual_scaled_b4f4e92", "matmul_bias_gelu_b4f4e92", "matmul_bias_gelu_final",
-                "matmul_residual_scaled_fe082b0", "matmul_bias_gelu_5e2a168", "matmul_residual_scaled_062ae59"]
+                "matmul_residual_scaled_fe082b0", "matmul_bias_gelu_5e2a168", "matmul_residual_scaled_062ae59",
+                "matmul_residual_scaled_f27d498", "matmul_bias_gelu_f27d498", "matmul_relu_f27d498"]
 ROUNDS = RESULTS / "rounds" / "matmul_062ae59"  # matmul, medians of five interleaved turns, final tree
 RUN_NAMES = {"128x4096x4096_final": "df7ecb4", "matmul_bias_gelu_final": "b4f4e92 final"}
 SHORT = {"float16": "fp16", "bfloat16": "bf16"}
