@@ -533,3 +533,28 @@ def test_descriptor_plan_encodes_each_address_once_and_launches_in_order(monkeyp
     assert rt._launch_encoding_descriptors(scratch, blocks, (1, 1, 1), ()) is None
     monkeypatch.setattr(driver, "_BASE_ARGS_FORMAT", "iiiKKppOOOOOOO")
     assert rt._launch_encoding_descriptors(make_binary([1, 2]), blocks, (1, 1, 1), ()) is None
+
+
+def test_split_k_workspace_off_cuda_is_fresh_for_each_call():
+    # No stream orders CPU (interpreter) launches: each call gets its own buffers.
+    first = rt.split_k_workspace(torch.device("cpu"), 64, 4)
+    second = rt.split_k_workspace(torch.device("cpu"), 64, 4)
+    assert first[0].numel() == 64 and first[1].tolist() == [0, 0, 0, 0]
+    assert first[0].data_ptr() != second[0].data_ptr() and first[1].data_ptr() != second[1].data_ptr()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="only CUDA streams keep a split-K workspace")
+def test_split_k_workspace_is_kept_per_stream_and_grows():
+    device = torch.device("cuda")
+    sums, counters = rt.split_k_workspace(device, 1000, 10)
+    assert sums.numel() >= 1000 and counters.numel() >= 10 and not counters.any()
+    # A smaller launch on the same stream reuses both; a larger one grows the partial sums.
+    again = rt.split_k_workspace(device, 500, 5)
+    assert (again[0].data_ptr(), again[1].data_ptr()) == (sums.data_ptr(), counters.data_ptr())
+    grown = rt.split_k_workspace(device, sums.numel() + 1, 10)
+    assert grown[0].numel() > sums.numel() and grown[1].data_ptr() == counters.data_ptr()
+    # Another stream's launches may run at the same time: it has a workspace of its own.
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        theirs = rt.split_k_workspace(device, 500, 5)
+    assert theirs[0].data_ptr() != grown[0].data_ptr() and theirs[1].data_ptr() != counters.data_ptr()
