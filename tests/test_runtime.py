@@ -545,7 +545,7 @@ def test_split_k_workspace_off_cuda_is_fresh_for_each_call():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="only CUDA streams keep a split-K workspace")
 def test_split_k_workspace_is_kept_per_stream_and_grows():
-    device = torch.device("cuda")
+    device = torch.empty(0, device="cuda").device  # as the wrappers pass it: with its index
     sums, counters = rt.split_k_workspace(device, 1000, 10)
     assert sums.numel() >= 1000 and counters.numel() >= 10 and not counters.any()
     # A smaller launch on the same stream reuses both; a larger one grows the partial sums.
