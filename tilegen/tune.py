@@ -8,6 +8,7 @@ with no runtime tuning. With scope "op" it goes to the op's own table instead
 
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
 
@@ -29,6 +30,11 @@ def _warm_up_gpu(seconds: float = 1.0) -> None:
         torch.cuda.synchronize()
 
 
+# Each pass times every config in this many sweeps, in alternating order, and ranks configs by
+# the median of their samples: one slow or lucky timing can neither drop a config from the
+# leaders nor make it one (one timing each left the best tile of matmul_residual_scaled at
+# 64x4096x4096 fp16 out of the leaders; tune/matmul_residual_scaled_3fbd522.log).
+SWEEPS = 3
 # Tiles kept from the first pass whose warps and stages are then varied.
 REFINED_TILES = 4
 # The leading configs of each shape are timed this many more times, and ranked by their mean.
@@ -94,8 +100,9 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
     """{key: best config} for one op over its dtypes and shapes.
 
     Two passes per shape: every candidate tile with its default warps and stages, then the
-    REFINED_TILES fastest tiles with the other warps and stages the spec leaves open. The
-    FINALISTS leading configs are then timed CONFIRM_ROUNDS more times and ranked by their mean,
+    REFINED_TILES fastest tiles with the other warps and stages the spec leaves open; each pass
+    times its configs in SWEEPS sweeps. Configs rank by the median of their samples. The
+    FINALISTS leading configs are then timed CONFIRM_ROUNDS more times,
     until the leaders are all confirmed; the FINALISTS leaders then meet in DECIDING_ROUNDS
     rounds of their own, which alone rank them (see decide).
     Kernels are timed as `tilegen bench` times them (triton.testing.do_bench, which empties
@@ -149,21 +156,25 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
                 candidates = [c for c in candidates if not c.get("TMA") or loads_through_descriptors(c, inputs)]
                 if compiler is not None:
                     compiler.compile(module.OP, shape, dtype, candidates)
-                for config in candidates:
-                    timing = time_config(config)
-                    if timing is not None:
-                        configs[identity(config)] = dict(config)
-                        record(identity(config), timing)
+                for sweep in range(SWEEPS):  # forward, backward, ...: drift spreads evenly
+                    ran = []
+                    for config in candidates if sweep % 2 == 0 else candidates[::-1]:
+                        timing = time_config(config)
+                        if timing is not None:
+                            configs[identity(config)] = dict(config)
+                            record(identity(config), timing)
+                            ran.append(config)
+                    candidates = ran if sweep % 2 == 0 else ran[::-1]  # a config that cannot run is not tried again
 
             def mean(values):
                 return sum(values) / len(values)
 
-            def mean_ms(ident):
-                floor = min(mean(times) for times in host.values())
-                return call_cost(mean(samples[ident]), mean(host[ident]), floor)
+            def rank_ms(ident):
+                floor = min(statistics.median(times) for times in host.values())
+                return call_cost(statistics.median(samples[ident]), statistics.median(host[ident]), floor)
 
             def ranked():
-                return sorted(samples, key=mean_ms)  # stable: ties keep timing order
+                return sorted(samples, key=rank_ms)  # stable: ties keep timing order
 
             base = chooser.all_candidates(facts, key)
             measure(base)
@@ -176,10 +187,10 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
                      if tile_of(c) in best_tiles[:REFINED_TILES] and identity(c) not in seen])
             if not samples:
                 raise BenchError(f"{module.OP} {shape_label(shape)}: no candidate config could run")
-            # One timing can flatter a config whose speed varies from run to run (tensor-descriptor
-            # loads at 1024^3 timed 8.7 us in some runs and 13-19 us in others). The leaders are
-            # timed again, in interleaved rounds, and ranked by their mean, until the leaders are
-            # all confirmed: no config wins on a single timing.
+            # A few timings can still flatter a config whose speed varies from run to run
+            # (tensor-descriptor loads at 1024^3 timed 8.7 us in some runs and 13-19 us in others).
+            # The leaders are timed again, in interleaved rounds, until the leaders are all
+            # confirmed.
             confirmed: set[tuple] = set()
             while pending := [i for i in ranked()[:FINALISTS] if i not in confirmed]:
                 for _ in range(CONFIRM_ROUNDS):
@@ -191,26 +202,26 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
             # of their own, and those alone decide (see decide).
             finalists = ranked()[:FINALISTS]
             deciding = decide(finalists, lambda ident: time_config(configs[ident]), DECIDING_ROUNDS)
-            floor = min(mean(times) for times in host.values())
+            floor = min(statistics.median(times) for times in host.values())
             # (Without deciding rounds, the finalists' own samples decide.)
-            kernel_of = {i: mean([t[0] for t in deciding[i]]) if i in deciding else mean(samples[i]) for i in finalists}
-            host_of = {i: mean([t[1] for t in deciding[i]]) if i in deciding else mean(host[i]) for i in finalists}
+            kernel_of = {i: mean([t[0] for t in deciding[i]]) if i in deciding else statistics.median(samples[i]) for i in finalists}
+            host_of = {i: mean([t[1] for t in deciding[i]]) if i in deciding else statistics.median(host[i]) for i in finalists}
             decided = {i: call_cost(kernel_of[i], host_of[i], floor) for i in finalists}
             winner = min(decided, key=decided.get)  # ties: the earlier finalist
             # Each config's time relative to the fastest, for dtypes that share a key: the finalists
             # by their deciding rounds, the others by their samples against the best of those.
             # (The winner goes first, so that it also wins a tie in the choice across dtypes.)
-            leader = mean_ms(ranked()[0])
+            leader = rank_ms(ranked()[0])
             for ident in sorted(samples, key=lambda ident: ident != winner):
-                relative = decided[ident] / decided[winner] if ident in decided else mean_ms(ident) / leader
+                relative = decided[ident] / decided[winner] if ident in decided else rank_ms(ident) / leader
                 scores.setdefault(key, {}).setdefault(ident, []).append(relative)
             # What the deciding rounds saw, so a choice can be checked against a probe.
             progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)} finalists: " + "; ".join(
                 f"{brief(configs[i])} {decided[i] * 1e3:.1f} us" for i in sorted(decided, key=decided.get)))
             progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)}: fastest {configs[winner]} "
                      f"{decided[winner] * 1e3:.1f} us (kernel {kernel_of[winner] * 1e3:.1f} us, host "
-                     f"{host_of[winner] * 1e3:.1f} us; of {len(samples)} candidates, the {len(confirmed)} "
-                     f"leading ones timed {CONFIRM_ROUNDS + 1} times, then the {len(finalists)} finalists "
+                     f"{host_of[winner] * 1e3:.1f} us; of {len(samples)} candidates, each timed {SWEEPS} times, the "
+                     f"{len(confirmed)} leading ones {SWEEPS + CONFIRM_ROUNDS} times, then the {len(finalists)} finalists "
                      f"{DECIDING_ROUNDS} more times in rounds of their own)")
     best = {}
     for key, per_config in scores.items():
