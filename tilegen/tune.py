@@ -37,7 +37,7 @@ def _warm_up_gpu(seconds: float = 1.0) -> None:
 SWEEPS = 3
 # Tiles kept from the first pass whose warps and stages are then varied.
 REFINED_TILES = 4
-# The leading configs of each shape are timed this many more times, and ranked by their mean.
+# The leading configs of each shape are timed this many more times, until the leaders hold.
 FINALISTS = 3
 CONFIRM_ROUNDS = 2
 # The finalists are then timed together in this many rounds of their own, which alone decide.
