@@ -254,13 +254,16 @@ def test_brief_names_a_config_on_one_line():
     assert tune.brief(dict(BM=64, BN=64, BK=128, SPLIT_K=2, num_warps=4, num_stages=4)) == "BM64 BN64 BK128 SPLIT_K2 w4 s4"
 
 
-def test_deciding_rounds_alternate_their_order():
+def test_rounds_alternate_their_order():
     order = []
-    timings = tune.decide(["a", "b", "c"], lambda ident: order.append(ident) or (1.0, 0.0), 3)
+    timings = tune.alternate_rounds(["a", "b", "c"], lambda ident: order.append(ident) or (1.0, 0.0), 3)
     assert order == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]
     assert timings == {ident: [(1.0, 0.0)] * 3 for ident in "abc"}
-    # A finalist that cannot run (None) is left out.
-    assert tune.decide(["a", "b"], lambda ident: None if ident == "b" else (2.0, 0.0), 2) == {"a": [(2.0, 0.0)] * 2}
+    # An item that cannot run (None) is left out, and not tried again.
+    order.clear()
+    timings = tune.alternate_rounds(["a", "b"], lambda ident: order.append(ident) or (None if ident == "b" else (2.0, 0.0)), 2)
+    assert timings == {"a": [(2.0, 0.0)] * 2}
+    assert order == ["a", "b", "a"]
 
 
 def tma_stand_in(monkeypatch, kernel_ms, tma_host_ms, pointer_host_ms=0.004):

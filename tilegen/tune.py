@@ -101,10 +101,11 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
 
     Two passes per shape: every candidate tile with its default warps and stages, then the
     REFINED_TILES fastest tiles with the other warps and stages the spec leaves open; each pass
-    times its configs in SWEEPS sweeps. Configs rank by the median of their samples. The
+    times its configs in SWEEPS sweeps (see alternate_rounds). Configs rank by the median of
+    their samples. The
     FINALISTS leading configs are then timed CONFIRM_ROUNDS more times,
     until the leaders are all confirmed; the FINALISTS leaders then meet in DECIDING_ROUNDS
-    rounds of their own, which alone rank them (see decide).
+    rounds of their own, which alone rank them (alternate_rounds again).
     Kernels are timed as `tilegen bench` times them (triton.testing.do_bench, which empties
     L2 before each run, so operands come from HBM as a model's weights do); a config whose host
     work outlasts both its kernel and the other configs' host work pays the excess (call_cost).
@@ -156,25 +157,26 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
                 candidates = [c for c in candidates if not c.get("TMA") or loads_through_descriptors(c, inputs)]
                 if compiler is not None:
                     compiler.compile(module.OP, shape, dtype, candidates)
-                for sweep in range(SWEEPS):  # forward, backward, ...: drift spreads evenly
-                    ran = []
-                    for config in candidates if sweep % 2 == 0 else candidates[::-1]:
-                        timing = time_config(config)
-                        if timing is not None:
-                            configs[identity(config)] = dict(config)
-                            record(identity(config), timing)
-                            ran.append(config)
-                    candidates = ran if sweep % 2 == 0 else ran[::-1]  # a config that cannot run is not tried again
+                by_ident = {identity(c): dict(c) for c in candidates}
+                timings = alternate_rounds(list(by_ident), lambda ident: time_config(by_ident[ident]), SWEEPS)
+                for ident, timed in timings.items():  # in the order first timed
+                    configs[ident] = by_ident[ident]
+                    for timing in timed:
+                        record(ident, timing)
 
             def mean(values):
                 return sum(values) / len(values)
 
-            def rank_ms(ident):
-                floor = min(statistics.median(times) for times in host.values())
+            def host_floor():
+                """The least host time among the shape's configs (see call_cost)."""
+                return min(statistics.median(times) for times in host.values())
+
+            def rank_ms(ident, floor):
                 return call_cost(statistics.median(samples[ident]), statistics.median(host[ident]), floor)
 
             def ranked():
-                return sorted(samples, key=rank_ms)  # stable: ties keep timing order
+                floor = host_floor()
+                return sorted(samples, key=lambda ident: rank_ms(ident, floor))  # stable: ties keep timing order
 
             base = chooser.all_candidates(facts, key)
             measure(base)
@@ -199,10 +201,10 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
                             record(ident, timing)
                 confirmed.update(pending)
             # The finalists' samples were taken at different moments: they meet again in rounds
-            # of their own, and those alone decide (see decide).
+            # of their own, and those alone decide (see alternate_rounds).
             finalists = ranked()[:FINALISTS]
-            deciding = decide(finalists, lambda ident: time_config(configs[ident]), DECIDING_ROUNDS)
-            floor = min(statistics.median(times) for times in host.values())
+            deciding = alternate_rounds(finalists, lambda ident: time_config(configs[ident]), DECIDING_ROUNDS)
+            floor = host_floor()
             # (Without deciding rounds, the finalists' own samples decide.)
             kernel_of = {i: mean([t[0] for t in deciding[i]]) if i in deciding else statistics.median(samples[i]) for i in finalists}
             host_of = {i: mean([t[1] for t in deciding[i]]) if i in deciding else statistics.median(host[i]) for i in finalists}
@@ -211,9 +213,9 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
             # Each config's time relative to the fastest, for dtypes that share a key: the finalists
             # by their deciding rounds, the others by their samples against the best of those.
             # (The winner goes first, so that it also wins a tie in the choice across dtypes.)
-            leader = rank_ms(ranked()[0])
+            leader = rank_ms(ranked()[0], floor)
             for ident in sorted(samples, key=lambda ident: ident != winner):
-                relative = decided[ident] / decided[winner] if ident in decided else rank_ms(ident) / leader
+                relative = decided[ident] / decided[winner] if ident in decided else rank_ms(ident, floor) / leader
                 scores.setdefault(key, {}).setdefault(ident, []).append(relative)
             # What the deciding rounds saw, so a choice can be checked against a probe.
             progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)} finalists: " + "; ".join(
@@ -231,20 +233,22 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
     return best
 
 
-def decide(finalists: list, time, rounds: int) -> dict:
-    """{finalist: [(kernel ms, host ms), ...]} from `rounds` rounds that each time every finalist
-    once (`time(finalist)`, None where it cannot run), in alternate order: forward, backward, ...
+def alternate_rounds(items: list, time, rounds: int) -> dict:
+    """{item: [(kernel ms, host ms), ...]} from `rounds` rounds that each time every item once
+    (`time(item)`), in alternate order: forward, backward, ... An item that cannot run (None)
+    is left out, and not tried again. The result lists items in the order first timed.
 
-    The samples that made them finalists were taken minutes apart, from the first pass to the
-    last confirmation, and a GPU's speed drifts as it heats (bench/probes/gelu_epilogue.txt: bf16
-    matmul at 4096^3 took 198.7 us in the first of three rounds, 213.0 and 214.4 in the next two).
-    Rounds of their own compare the finalists at one moment, and the alternate order spreads what
-    drift remains within a round evenly."""
+    Both the passes' sweeps and the finalists' deciding rounds are such rounds. Samples taken
+    minutes apart do not compare, as a GPU's speed drifts as it heats
+    (bench/probes/gelu_epilogue.txt: bf16 matmul at 4096^3 took 198.7 us in the first of three
+    rounds, 213.0 and 214.4 in the next two): rounds compare their items at one moment, and the
+    alternate order spreads what drift remains within a round evenly."""
     timings: dict = {}
     for round_ in range(rounds):
-        for ident in finalists if round_ % 2 == 0 else finalists[::-1]:
-            if (timing := time(ident)) is not None:
-                timings.setdefault(ident, []).append(timing)
+        for item in items if round_ % 2 == 0 else items[::-1]:
+            if (timing := time(item)) is not None:
+                timings.setdefault(item, []).append(timing)
+        items = [item for item in items if item in timings]  # those that ran
     return timings
 
 
