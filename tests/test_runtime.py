@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -388,7 +389,7 @@ def test_plans_launch_through_the_static_launcher_where_it_applies(monkeypatch):
     a, b, c = (torch.zeros(4) for _ in range(3))
     for static in (True, False):
         launcher = rt.Launcher(SimpleNamespace(arg_names=_FLAT_NAMES))
-        launcher.static = static
+        launcher.native, launcher.static = False, static
         binary = _fake_binary(_FLAT_SIGNATURE)
         binary.run = lambda *call: ran.append(call)
         plan = launcher._direct_plan(binary, (4,), 0, (a, b, c, 0.5, 4096), (4096,), dict(BLOCK=1024, EVEN=True), {}, None)
@@ -401,9 +402,148 @@ def test_plans_launch_through_the_static_launcher_where_it_applies(monkeypatch):
     # An unsplit matmul's leading None buffers are constexprs the binary does not take.
     launched.clear()
     launcher = rt.Launcher(SimpleNamespace(arg_names=_FLAT_NAMES))
+    launcher.native = False
     binary = _fake_binary(dict(_FLAT_SIGNATURE, a_ptr="constexpr", b_ptr="constexpr"))
     launcher._direct_plan(binary, (4,), 0, (None, None, c, 0.5, 4096), (4096,), dict(BLOCK=1024, EVEN=True), {}, None)(None, None, a, 3.0)
     assert launched == [(1234, 4, 1, 1, 4, 1024, "OfiOO", (a.data_ptr(), 3.0, 4096, None, None), 77)]
+
+
+def test_native_launch_args_leave_uncertain_widths_to_the_static_launcher(monkeypatch):
+    monkeypatch.setattr(rt, "_STATIC_LAUNCH", object())
+    binary = _fake_binary(_FLAT_SIGNATURE)
+    assert rt.native_launch_args(binary, _FLAT_NAMES, 4) == ("pppfipp", 0, (4, None, None))
+    # A half-precision scalar: its width in the parameter list is not certain, so only the
+    # static launcher takes it.
+    half = _fake_binary(dict(_FLAT_SIGNATURE, alpha="fp16"))
+    assert rt.native_launch_args(half, _FLAT_NAMES, 4) is None
+    assert rt.static_launch_args(half, _FLAT_NAMES, 4) == ("OOOfiOO", 0, (4, None, None))
+
+
+class _FakeNative:
+    """The native launcher's interface, recording what plans ask of it."""
+
+    def __init__(self, refuse=False):
+        self.prepared, self.launched, self.refuse = [], [], refuse
+
+    def prepare(self, *args):
+        if self.refuse:
+            raise OverflowError("does not fit")
+        self.prepared.append(args)
+        return b"plan"
+
+    def launch(self, *args):
+        self.launched.append(args)
+
+
+def test_plans_launch_through_the_native_launcher_first(monkeypatch):
+    import triton
+
+    static = []
+    monkeypatch.setattr(rt, "_STATIC_LAUNCH", lambda *call: static.append(call))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(triton.runtime, "driver", SimpleNamespace(active=SimpleNamespace(get_current_stream=lambda d: 77)))
+    native = _FakeNative()
+    monkeypatch.setattr(rt._native, "load", lambda: native)
+    a, b, c = (torch.zeros(4) for _ in range(3))
+    launcher = rt.Launcher(SimpleNamespace(arg_names=_FLAT_NAMES))
+    plan = launcher._direct_plan(_fake_binary(_FLAT_SIGNATURE), (4,), 0, (a, b, c, 0.5, 4096), (4096,),
+                                 dict(BLOCK=1024, EVEN=True), {}, None)
+    plan(c, b, a, 2.0)
+    # Prepared once: the grid, 4 warps as 128 threads, the shared memory, the device, a type code
+    # per parameter, how many vary, and the fixed ones (numel, then two null scratch pointers).
+    assert native.prepared == [(1234, 4, 1, 1, 128, 1024, 0, "pppfipp", 4, (4096, None, None))]
+    # Each call hands over the tensors themselves (the launcher reads their addresses).
+    assert native.launched == [(b"plan", 77, c, b, a, 2.0)]
+    assert launcher.native_plans == 1 and launcher.static_plans == 0 and static == []
+    # Leading arguments the binary does not take (an unsplit matmul's None buffers) are skipped.
+    native.launched.clear()
+    binary = _fake_binary(dict(_FLAT_SIGNATURE, a_ptr="constexpr", b_ptr="constexpr"))
+    launcher._direct_plan(binary, (4,), 0, (None, None, c, 0.5, 4096), (4096,), dict(BLOCK=1024, EVEN=True), {},
+                          None)(None, None, a, 3.0)
+    assert native.prepared[-1][7:] == ("pfipp", 2, (4096, None, None))
+    assert native.launched == [(b"plan", 77, a, 3.0)]
+    # A value the native launcher cannot pass, or a launcher off: the static launcher takes over.
+    for refuse, enabled in ((True, True), (False, False)):
+        monkeypatch.setattr(rt._native, "load", lambda: _FakeNative(refuse=refuse))
+        launcher = rt.Launcher(SimpleNamespace(arg_names=_FLAT_NAMES))
+        launcher.native = enabled
+        launcher._direct_plan(_fake_binary(_FLAT_SIGNATURE), (4,), 0, (a, b, c, 0.5, 4096), (4096,),
+                              dict(BLOCK=1024, EVEN=True), {}, None)(c, b, a, 2.0)
+        assert launcher.native_plans == 0 and launcher.static_plans == 1
+    assert len(static) == 2
+
+
+def test_native_launcher_unavailable_warns_once_and_falls_back(monkeypatch):
+    import triton
+
+    static = []
+    monkeypatch.setattr(rt, "_STATIC_LAUNCH", lambda *call: static.append(call))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(triton.runtime, "driver", SimpleNamespace(active=SimpleNamespace(get_current_stream=lambda d: 77)))
+    monkeypatch.setattr(rt._native, "load", lambda: None)
+    monkeypatch.setattr(rt._native, "UNAVAILABLE", "no C compiler (cc, gcc or clang) on PATH")
+    monkeypatch.setattr(rt, "_NATIVE_WARNED", False)
+    a = torch.zeros(4)
+    with pytest.warns(RuntimeWarning, match="no C compiler"):
+        for _ in range(2):
+            launcher = rt.Launcher(SimpleNamespace(arg_names=_FLAT_NAMES))
+            launcher._direct_plan(_fake_binary(_FLAT_SIGNATURE), (4,), 0, (a, a, a, 0.5, 4096), (4096,),
+                                  dict(BLOCK=1024, EVEN=True), {}, None)(a, a, a, 2.0)
+    assert len(static) == 2
+
+
+@pytest.fixture
+def native_module(tmp_path, monkeypatch):
+    """The native launcher built from source into a fresh cache."""
+    import shutil
+
+    if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+        pytest.skip("no C compiler to build the native launcher with")
+    monkeypatch.setenv("TILEGEN_CACHE_DIR", str(tmp_path))
+    return rt._native.import_built()
+
+
+def test_native_launcher_builds_once_and_prepares_plans(native_module, tmp_path):
+    import struct
+
+    built = rt._native.library_path()
+    assert built.startswith(str(tmp_path))
+    stamp = os.stat(built).st_mtime_ns
+    rt._native.import_built()  # from the cache: not built again
+    assert os.stat(built).st_mtime_ns == stamp
+    t = torch.zeros(4)
+    plan = native_module.prepare(99, 8, 2, 1, 256, 49152, 0, "pifdlpH", 2, (0.5, 0.25, 2**40, t, 65535))
+    function, grid, threads, shared, device, codes, varying, fixed = native_module.describe(plan)
+    assert (function, grid, threads, shared, device, codes, varying) == (99, (8, 2, 1), 256, 49152, 0, "pifdlpH", 2)
+    # Each fixed value as the kernel reads it from the start of its 8-byte slot.
+    assert struct.pack("<Q", fixed[0])[:4] == struct.pack("<f", 0.5)
+    assert struct.pack("<Q", fixed[1]) == struct.pack("<d", 0.25)
+    assert fixed[2] == 2**40 and fixed[3] == t.data_ptr() and fixed[4] == 65535
+    assert native_module.describe(native_module.prepare(1, 1, 1, 1, 32, 0, 0, "pi", 1, (-3,)))[-1] == (2**32 - 3,)
+
+
+def test_native_launcher_refuses_what_it_cannot_pass(native_module):
+    prepare = native_module.prepare
+    with pytest.raises(ValueError, match="unknown type code 'z'"):
+        prepare(1, 1, 1, 1, 32, 0, 0, "pz", 1, (None,))
+    with pytest.raises(OverflowError, match="does not fit in 32 bits"):
+        prepare(1, 1, 1, 1, 32, 0, 0, "pi", 1, (2**31,))
+    with pytest.raises(OverflowError, match="does not fit in 16 bits"):
+        prepare(1, 1, 1, 1, 32, 0, 0, "pH", 1, (2**16,))
+    with pytest.raises(ValueError, match="3 type codes for 1 varying and 1 fixed"):
+        prepare(1, 1, 1, 1, 32, 0, 0, "ppi", 1, (4,))
+    with pytest.raises(ValueError, match="at most"):
+        prepare(1, 1, 1, 1, 32, 0, 0, "p" * 200, 200, ())
+    plan = prepare(1, 1, 1, 1, 32, 0, 0, "ppi", 2, (4,))
+    with pytest.raises(TypeError, match="takes 2 varying arguments, got 1"):
+        native_module.launch(plan, 0, 5)
+    with pytest.raises(TypeError, match="takes a plan"):
+        native_module.launch(b"not a plan", 0)
+    with pytest.raises(TypeError, match="a pointer takes a tensor, an address or None, not float"):
+        native_module.launch(plan, 0, 1.5, 2)
+    if native_module.driver_ready() is not None:  # no GPU driver here: it says so, and launches nothing
+        with pytest.raises(RuntimeError, match="libcuda"):
+            native_module.launch(plan, 0, 5, 6)
 
 
 def test_only_leading_tensors_go_as_addresses():
@@ -416,7 +556,8 @@ def test_only_leading_tensors_go_as_addresses():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="plans launch compiled binaries on a GPU only")
-def test_repeat_calls_on_the_gpu_launch_through_plans_and_stay_right():
+@pytest.mark.parametrize("launcher_kind", ["native", "static"])
+def test_repeat_calls_on_the_gpu_launch_through_plans_and_stay_right(launcher_kind, monkeypatch):
     import sys
 
     import torch.nn.functional as F
@@ -426,6 +567,13 @@ def test_repeat_calls_on_the_gpu_launch_through_plans_and_stay_right():
 
     def launchers(op):
         return [v for v in vars(sys.modules[f"generated.{op}"]).values() if isinstance(v, rt.Launcher)]
+
+    counter = f"{launcher_kind}_plans"
+    for op in ("add", "scaled_silu_mul", "matmul_relu", "matmul"):
+        # Plans made before (by other tests) may launch the other way: start afresh.
+        monkeypatch.setattr(sys.modules[f"generated.{op}"]._CONFIGS, "plans", {})
+        for launcher in launchers(op):
+            monkeypatch.setattr(launcher, "native", launcher_kind == "native")
 
     def fresh(shape, seed):
         return s.random(shape, torch.float16, seed)
@@ -440,7 +588,7 @@ def test_repeat_calls_on_the_gpu_launch_through_plans_and_stay_right():
         ("matmul", lambda: ops.matmul(skinny_a, skinny_b), lambda: skinny_a.float() @ skinny_b.float(), (skinny_a, skinny_b)),
     ]
     for seed, (op, call, want, inputs) in enumerate(cases):
-        before = sum(launcher.static_plans for launcher in launchers(op))
+        before = sum(getattr(launcher, counter) for launcher in launchers(op))
         call()  # the first call launches through Triton and leaves a plan
         for tensor in inputs:  # new values, same tensors: the second call repeats the plan
             tensor.copy_(s.random(tuple(tensor.shape), tensor.dtype, 100 + seed))
@@ -451,8 +599,36 @@ def test_repeat_calls_on_the_gpu_launch_through_plans_and_stay_right():
         for tensor, other in zip(inputs, others):  # the oracle reads `inputs`
             tensor.copy_(other)
         torch.testing.assert_close(got.float(), want().float(), atol=2e-2, rtol=2e-2, msg=op)
-        if rt._STATIC_LAUNCH is not None:
-            assert sum(launcher.static_plans for launcher in launchers(op)) > before, op
+        if (rt._native.load() if launcher_kind == "native" else rt._STATIC_LAUNCH) is not None:
+            assert sum(getattr(launcher, counter) for launcher in launchers(op)) > before, op
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="plans launch compiled binaries on a GPU only")
+def test_plans_launch_from_a_thread_of_its_own():
+    """A thread that has not used CUDA yet has no current context; the launch makes the
+    device's primary one current (the native launcher does it itself)."""
+    import threading
+
+    import generated as ops
+    from generated.tests import _support as s
+
+    a, b = s.random((4000,), torch.float16, 0), s.random((4000,), torch.float16, 1)
+    ops.add(a, b)  # leaves a plan
+    torch.cuda.synchronize()
+    found = {}
+
+    def call():
+        try:
+            found["sum"] = ops.add(a, b)
+            torch.cuda.synchronize()
+        except BaseException as exc:  # reported by the main thread below
+            found["error"] = exc
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    worker.join()
+    assert "error" not in found, found.get("error")
+    torch.testing.assert_close(found["sum"], a + b)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="plans launch compiled binaries on a GPU only")
