@@ -1,7 +1,8 @@
 """Time to first result: a fresh process's first call of an op, compile included.
 
 Each measurement runs in its own Python process, so nothing is cached in memory; Triton's
-on-disk cache is a fresh folder unless the mode says warm. Modes:
+on-disk cache, and the generated package's (where the native launcher is built), are a fresh
+folder unless the mode says warm. Modes:
 
 - table: the op's own config choice (the tuned table for this GPU, else the heuristic): one
   config is compiled, nothing is timed at runtime;
@@ -52,7 +53,7 @@ print(json.dumps(dict(shape=list(shape), dtype=str(dtype).replace("torch.", ""),
 
 
 def _child(package: Path, op: str, mode: str, cache_dir: str) -> dict:
-    env = dict(os.environ, TRITON_CACHE_DIR=cache_dir)
+    env = dict(os.environ, TRITON_CACHE_DIR=cache_dir, TILEGEN_CACHE_DIR=cache_dir)
     env.pop("TRITON_INTERPRET", None)
     command = [sys.executable, "-c", _CHILD, str(package.resolve().parent), op, mode.split(",")[0], package.name]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
