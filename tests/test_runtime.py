@@ -541,6 +541,8 @@ def test_native_launcher_refuses_what_it_cannot_pass(native_module):
         native_module.launch(b"not a plan", 0)
     with pytest.raises(TypeError, match="a pointer takes a tensor, an address or None, not float"):
         native_module.launch(plan, 0, 1.5, 2)
+    empty = prepare(1, 0, 1, 1, 32, 0, 0, "ppi", 2, (4,))
+    assert native_module.launch(empty, 0, 5, 6) is None  # no programs: nothing to launch, driver or not
     if native_module.driver_ready() is not None:  # no GPU driver here: it says so, and launches nothing
         with pytest.raises(RuntimeError, match="libcuda"):
             native_module.launch(plan, 0, 5, 6)
