@@ -423,7 +423,7 @@ class _FakeNative:
     """The native launcher's interface, recording what plans ask of it."""
 
     def __init__(self, refuse=False):
-        self.prepared, self.launched, self.refuse = [], [], refuse
+        self.prepared, self.refuse = [], refuse
 
     def prepare(self, *args):
         if self.refuse:
@@ -431,8 +431,9 @@ class _FakeNative:
         self.prepared.append(args)
         return b"plan"
 
-    def launch(self, *args):
-        self.launched.append(args)
+    class Launch:
+        def __init__(self, *args):
+            self.args = args
 
 
 def test_plans_launch_through_the_native_launcher_first(monkeypatch):
@@ -441,27 +442,29 @@ def test_plans_launch_through_the_native_launcher_first(monkeypatch):
     static = []
     monkeypatch.setattr(rt, "_STATIC_LAUNCH", lambda *call: static.append(call))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(triton.runtime, "driver", SimpleNamespace(active=SimpleNamespace(get_current_stream=lambda d: 77)))
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    stream_of = lambda d: 77  # noqa: E731
+    monkeypatch.setattr(triton.runtime, "driver", SimpleNamespace(active=SimpleNamespace(get_current_stream=stream_of)))
     native = _FakeNative()
     monkeypatch.setattr(rt._native, "load", lambda: native)
     a, b, c = (torch.zeros(4) for _ in range(3))
     launcher = rt.Launcher(SimpleNamespace(arg_names=_FLAT_NAMES))
     plan = launcher._direct_plan(_fake_binary(_FLAT_SIGNATURE), (4,), 0, (a, b, c, 0.5, 4096), (4096,),
                                  dict(BLOCK=1024, EVEN=True), {}, None)
-    plan(c, b, a, 2.0)
     # Prepared once: the grid, 4 warps as 128 threads, the shared memory, the device, a type code
     # per parameter, how many vary, and the fixed ones (numel, then two null scratch pointers).
     assert native.prepared == [(1234, 4, 1, 1, 128, 1024, 0, "pppfipp", 4, (4096, None, None))]
-    # Each call hands over the tensors themselves (the launcher reads their addresses).
-    assert native.launched == [(b"plan", 77, c, b, a, 2.0)]
-    assert launcher.native_plans == 1 and launcher.static_plans == 0 and static == []
+    # The plan is the native Launch: it skips no argument, reads the device and stream as the
+    # Python plan would, and hands calls it cannot serve to that plan.
+    assert isinstance(plan, _FakeNative.Launch)
+    prepared, skip, current_device, stream, hooks, slow = plan.args
+    assert (prepared, skip, current_device(), stream, hooks) == (b"plan", 0, 0, stream_of, triton.knobs.runtime)
+    assert callable(slow) and launcher.native_plans == 1 and launcher.static_plans == 0 and static == []
     # Leading arguments the binary does not take (an unsplit matmul's None buffers) are skipped.
-    native.launched.clear()
     binary = _fake_binary(dict(_FLAT_SIGNATURE, a_ptr="constexpr", b_ptr="constexpr"))
-    launcher._direct_plan(binary, (4,), 0, (None, None, c, 0.5, 4096), (4096,), dict(BLOCK=1024, EVEN=True), {},
-                          None)(None, None, a, 3.0)
-    assert native.prepared[-1][7:] == ("pfipp", 2, (4096, None, None))
-    assert native.launched == [(b"plan", 77, a, 3.0)]
+    plan = launcher._direct_plan(binary, (4,), 0, (None, None, c, 0.5, 4096), (4096,), dict(BLOCK=1024, EVEN=True),
+                                 {}, None)
+    assert native.prepared[-1][7:] == ("pfipp", 2, (4096, None, None)) and plan.args[1] == 2
     # A value the native launcher cannot pass, or a launcher off: the static launcher takes over.
     for refuse, enabled in ((True, True), (False, False)):
         monkeypatch.setattr(rt._native, "load", lambda: _FakeNative(refuse=refuse))
@@ -546,6 +549,37 @@ def test_native_launcher_refuses_what_it_cannot_pass(native_module):
     if native_module.driver_ready() is not None:  # no GPU driver here: it says so, and launches nothing
         with pytest.raises(RuntimeError, match="libcuda"):
             native_module.launch(plan, 0, 5, 6)
+
+
+def test_native_launch_serves_the_common_call_and_hands_on_the_rest(native_module):
+    """Launch's checks, on a plan with no programs (which launches nothing, driver or not)."""
+    slow, streams = [], []
+
+    def make(device=0, enter=None, leave=None, skip=0):
+        hooks = SimpleNamespace(launch_enter_hook=enter, launch_exit_hook=leave)
+        plan = native_module.prepare(1, 0, 1, 1, 32, 0, 0, "ppi", 2, (4,))
+        return native_module.Launch(plan, skip, lambda: device, lambda d: streams.append(d) or 77, hooks,
+                                    lambda *args: slow.append(args) or "slow")
+
+    # The plan's device, no hook listening (None, or a chain with no calls): launched here.
+    assert make()(5, 6) is None and make(enter=SimpleNamespace(calls=[]))(5, 6) is None
+    assert streams == [0, 0] and slow == []
+    # Another device, or a hook that listens (a chain with calls, or a plain callable): handed on.
+    assert make(device=1)(5, 6) == "slow"
+    assert make(enter=SimpleNamespace(calls=[print]))(5, 6) == "slow"
+    assert make(leave=print)(5, 6) == "slow"
+    assert slow == [(5, 6)] * 3 and streams == [0, 0]
+    # Leading arguments the binary does not take are skipped; the count must match.
+    assert make(skip=2)(None, None, 5, 6) is None
+    with pytest.raises(TypeError, match="takes 2 arguments, got 3"):
+        make()(5, 6, 7)
+    with pytest.raises(TypeError, match="a pointer takes a tensor, an address or None, not str"):
+        make()("x", 6)
+    with pytest.raises(AttributeError):  # hooks without the attributes: the error is not swallowed
+        native_module.Launch(native_module.prepare(1, 0, 1, 1, 32, 0, 0, "ppi", 2, (4,)), 0, lambda: 0,
+                             lambda d: 77, object(), print)(5, 6)
+    with pytest.raises(TypeError, match="takes a plan"):
+        native_module.Launch(b"not a plan", 0, print, print, None, print)
 
 
 def test_only_leading_tensors_go_as_addresses():

@@ -3,7 +3,8 @@ torch's static launcher, beside PyTorch's own call, on each op's bench input for
 (SMALL_SHAPE, first dtype). The two kinds of plan are made once each, checked to give the same
 result, then swapped in turn into the op's plan cache: batches of 1000 calls rotate over the
 three callers for 9 rounds, and each prints its median batch (as `tilegen bench` times host
-work). Then the launch calls alone, on add's plan: native launch against static launch."""
+work). Then the launch calls alone, on add's plan: native launch against static launch, and each
+plan as a whole (the native plan is a _native.Launch: device, hook and stream checks in C)."""
 import importlib
 import statistics
 import sys
@@ -87,10 +88,10 @@ def cells(fn):
     return dict(zip(fn.__code__.co_freevars, (cell.cell_contents for cell in fn.__closure__ or ())))
 
 
-native_cells = cells(next(iter(native_plans.values())))
+native_plan = next(iter(native_plans.values()))  # a _native.Launch
 static_cells = cells(next(iter(static_plans.values())))
 stream = triton.runtime.driver.active.get_current_stream(0)
-prepared, launch = native_cells["native"], native_cells["native_launch"]
+prepared, launch = native_plan.plan, _native.load().launch
 grid = (static_cells["grid_x"], static_cells["grid_y"], static_cells["grid_z"])
 static_head = (static_cells["function"], *grid, static_cells["warps"], static_cells["shared"], static_cells["codes"])
 static_tail, launch_static = static_cells["tail_args"], static_cells["launch_static"]
@@ -100,7 +101,7 @@ pieces = {
     "native launch, tensors": lambda: launch(prepared, stream, a, b, c),
     "native launch, addresses": lambda: launch(prepared, stream, *addresses),
     "static launch, addresses": lambda: launch_static(*static_head, (*addresses, *static_tail), stream),
-    "native plan(a, b, c)": lambda: next(iter(native_plans.values()))(a, b, c),
+    "native plan(a, b, c)": lambda: native_plan(a, b, c),
     "static plan(a, b, c)": lambda: next(iter(static_plans.values()))(a, b, c),
     "torch.add(a, b, out=c)": lambda: torch.add(a, b, out=c),
 }
