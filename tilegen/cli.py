@@ -284,10 +284,9 @@ def tune(ops, package, shapes, tables, dtypes, jobs, scope):
 
     Every candidate tile is timed with default warps and stages; the fastest few tiles are then
     timed with the other warps and stages the spec leaves open (each config three times, ranked
-    by the median). The leaders are timed again; the
-    three still ahead then meet in rounds of their own, which alone decide (a GPU's speed drifts
-    as it heats), and a line per shape gives their times there. A config's time is its
-    kernel's, plus any host time per call that would hold back a loop of calls (the least of
+    by the median). The leaders are timed again; the three still ahead then meet in rounds of
+    their own, which alone decide (a GPU's speed drifts as it heats), and a line per shape gives
+    their times there. A config's time is its kernel's, plus any host time per call that would hold back a loop of calls (the least of
     three batches of calls, as a busy host only adds time). Each shape fills its table key
     (power-of-two bucket and element size): give one shape per key.
 

@@ -102,15 +102,13 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
     Two passes per shape: every candidate tile with its default warps and stages, then the
     REFINED_TILES fastest tiles with the other warps and stages the spec leaves open; each pass
     times its configs in SWEEPS sweeps (see alternate_rounds). Configs rank by the median of
-    their samples. The
-    FINALISTS leading configs are then timed CONFIRM_ROUNDS more times,
-    until the leaders are all confirmed; the FINALISTS leaders then meet in DECIDING_ROUNDS
-    rounds of their own, which alone rank them (alternate_rounds again).
+    their samples. The FINALISTS leading configs are then timed CONFIRM_ROUNDS more times, until
+    the leaders are all confirmed; the FINALISTS leaders then meet in DECIDING_ROUNDS rounds of
+    their own, which alone rank them (alternate_rounds again).
     Kernels are timed as `tilegen bench` times them (triton.testing.do_bench, which empties
     L2 before each run, so operands come from HBM as a model's weights do); a config whose host
     work outlasts both its kernel and the other configs' host work pays the excess (call_cost).
-    Dtypes of one
-    element size share a key: among the configs timed for all of them, the least total time,
+    Dtypes of one element size share a key: among the configs timed for all of them, the least total time,
     each dtype's times taken relative to its fastest, wins. `compiler` (a ParallelCompiler)
     compiles each pass's configs on several cores before the timing loop needs them.
     """
@@ -164,9 +162,6 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
                     for timing in timed:
                         record(ident, timing)
 
-            def mean(values):
-                return sum(values) / len(values)
-
             def host_floor():
                 """The least host time among the shape's configs (see call_cost)."""
                 return min(statistics.median(times) for times in host.values())
@@ -206,8 +201,10 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
             deciding = alternate_rounds(finalists, lambda ident: time_config(configs[ident]), DECIDING_ROUNDS)
             floor = host_floor()
             # (Without deciding rounds, the finalists' own samples decide.)
-            kernel_of = {i: mean([t[0] for t in deciding[i]]) if i in deciding else statistics.median(samples[i]) for i in finalists}
-            host_of = {i: mean([t[1] for t in deciding[i]]) if i in deciding else statistics.median(host[i]) for i in finalists}
+            kernel_of = {i: statistics.fmean(t[0] for t in deciding[i]) if i in deciding else statistics.median(samples[i])
+                         for i in finalists}
+            host_of = {i: statistics.fmean(t[1] for t in deciding[i]) if i in deciding else statistics.median(host[i])
+                       for i in finalists}
             decided = {i: call_cost(kernel_of[i], host_of[i], floor) for i in finalists}
             winner = min(decided, key=decided.get)  # ties: the earlier finalist
             # Each config's time relative to the fastest, for dtypes that share a key: the finalists
