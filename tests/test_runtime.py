@@ -607,7 +607,7 @@ def test_repeat_calls_on_the_gpu_launch_through_plans_and_stay_right(launcher_ki
     counter = f"{launcher_kind}_plans"
     for op in ("add", "scaled_silu_mul", "matmul_relu", "matmul"):
         # Plans made before (by other tests) may launch the other way: start afresh.
-        monkeypatch.setattr(sys.modules[f"generated.{op}"]._CONFIGS, "plans", {})
+        sys.modules[f"generated.{op}"]._CONFIGS.drop_plans()
         for launcher in launchers(op):
             monkeypatch.setattr(launcher, "native", launcher_kind == "native")
 

@@ -351,7 +351,20 @@ def host_overhead(module, calls: int = 1000, batches: int = HOST_BATCHES) -> dic
     op_module = sys.modules.get(module.__name__.replace(".bench.bench_", "."))
     launchers = [v for v in vars(op_module).values() if type(v).__name__ == "Launcher"] if op_module else []
     result["direct_launch"] = any(launcher.direct and launcher.plans_made for launcher in launchers)
+    fast = getattr(op_module, "_FAST", None)
+    result["fast_path"] = bool(fast is not None and fast.table is not None and fast.table.hits)
     return result
+
+
+def settle_fast_path(package: str) -> None:
+    """Wait for the compiled call path (built in the background on first use) before any timing,
+    so that host times are those of the path calls settle on; say so where there is none."""
+    try:
+        fast_path = importlib.import_module(f"{Path(package).name}._fastpath")
+    except ImportError:  # a package generated before the compiled call path
+        return
+    if fast_path.load(wait=True) is None:
+        print(f"note: {fast_path.UNAVAILABLE}", file=sys.stderr, flush=True)
 
 
 def _host_method(host_us: list[dict]) -> str:
@@ -441,6 +454,7 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
         raise BenchError("no CUDA GPU found; `tilegen bench` times compiled kernels and needs one "
                          "(the interpreter cannot time kernels)")
     modules = load_bench_modules(ops, package)
+    settle_fast_path(package)
     if cold_start_ops:
         load_bench_modules(list(cold_start_ops), package)  # unknown names fail here, before any timing
     dtypes = sorted({dtype_name(d) for m in modules for d in m.DTYPES if m.KIND == "matmul"})

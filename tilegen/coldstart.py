@@ -53,7 +53,9 @@ print(json.dumps(dict(shape=list(shape), dtype=str(dtype).replace("torch.", ""),
 
 
 def _child(package: Path, op: str, mode: str, cache_dir: str) -> dict:
-    env = dict(os.environ, TRITON_CACHE_DIR=cache_dir, TILEGEN_CACHE_DIR=cache_dir)
+    # The compiled call path builds in the background of a first call and outlives the child: off
+    # here, so that no build competes with the rows after for the CPU (it delays no first call).
+    env = dict(os.environ, TRITON_CACHE_DIR=cache_dir, TILEGEN_CACHE_DIR=cache_dir, TILEGEN_FAST_PATH="0")
     env.pop("TRITON_INTERPRET", None)
     command = [sys.executable, "-c", _CHILD, str(package.resolve().parent), op, mode.split(",")[0], package.name]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)

@@ -40,6 +40,7 @@ KIND_TEMPLATES = {
 SHARED_FILES = {  # generated path -> template
     "_runtime.py": "runtime.py.jinja",
     "_native.py": "native.py.jinja",
+    "_fastpath.py": "fastpath.py.jinja",
     "tests/__init__.py": "tests_init.py.jinja",
     "bench/__init__.py": "tests_init.py.jinja",
     "tests/_support.py": "support.py.jinja",
