@@ -12,7 +12,6 @@ and read the current stream itself (both well under 0.1 us in C++).
 import importlib.machinery
 import importlib.util
 import os
-import statistics
 import subprocess
 import sys
 import sysconfig
@@ -24,6 +23,7 @@ import torch.utils.cpp_extension as cpp
 
 import generated  # noqa: F401
 from generated import _native, add
+from host_timing import interleaved_medians
 
 SOURCE = r"""
 #include <torch/extension.h>
@@ -107,15 +107,6 @@ def build():
     return module
 
 
-def per_call_us(fn, calls=1000):
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
-
-
 hot = build()
 add_mod = sys.modules["generated.add"]
 a, b = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
@@ -132,11 +123,5 @@ callers = {
     "add(a, b) (native Launch plan)": lambda: add(a, b),
     "torch.add(a, b)": lambda: torch.add(a, b),
 }
-for fn in callers.values():
-    per_call_us(fn)
-samples = {name: [] for name in callers}
-for turn in range(9):
-    for name in (list(callers) if turn % 2 == 0 else list(reversed(callers))):
-        samples[name].append(per_call_us(callers[name]))
-for name, values in samples.items():
-    print(f"{name:40} {statistics.median(values):6.2f} us (min {min(values):.2f})", flush=True)
+for name, (median, least) in interleaved_medians(callers).items():
+    print(f"{name:40} {median:6.2f} us (min {least:.2f})", flush=True)

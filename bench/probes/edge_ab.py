@@ -10,7 +10,6 @@ median, L2 emptied), torch.mm alongside. Then host time per call through descrip
 import importlib
 import statistics
 import sys
-import time
 
 import torch
 from triton.testing import do_bench
@@ -58,15 +57,7 @@ for (M, N, K, name, config), values in samples.items():
 
 
 def per_call_us(fn, calls=2000):
-    for _ in range(100):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
+    return host_timing.per_call_us(fn, calls, warmup=100)
 
 
 # Host time per call (small launches queue faster than they run, so this is the CPU's time).
@@ -78,5 +69,6 @@ for tma in (0, 1):
     with mm._CONFIGS.forcing(cfg(64, 64, 64, 4, 3, tma)):
         print(f"host: matmul 128x128x256 TMA={tma}: {per_call_us(lambda: mm.matmul(a, b)):6.2f} us per call")
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+import host_timing
 print(f"host: TensorDescriptor.from_tensor: {per_call_us(lambda: TensorDescriptor.from_tensor(a, [64, 64])):6.2f} us")
 print(f"host: rt.with_descriptors (two): {per_call_us(lambda: rt.with_descriptors((a, b), 0, (64, 64), 1, (64, 64))):6.2f} us")

@@ -5,7 +5,6 @@ medians. Each op's compiled result is checked against its Python-path result fir
 
     PYTHONPATH=. python3 bench/probes/fast_path.py
 """
-import statistics
 import sys
 import time
 from types import SimpleNamespace
@@ -15,18 +14,10 @@ import torch.nn.functional as F
 
 import generated as ops
 from generated import _fastpath
+from host_timing import interleaved_medians
 
 # The Python path alone: a stand-in that serves nothing and learns nothing.
 NO_FAST_PATH = SimpleNamespace(call=lambda *args: None, learn=lambda *args: False)
-
-
-def per_call_us(fn, calls=1000):
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
 
 
 def python_path(op, fn):
@@ -71,11 +62,5 @@ for op, (fast, eager) in cases.items():
     callers[f"{op}: Python path"] = slow
     callers[f"{op}: table alone"] = (lambda t, args: lambda: t(*args))(table, arguments[op])
     callers[f"{op}: torch"] = eager
-for fn in callers.values():
-    per_call_us(fn)
-samples = {name: [] for name in callers}
-for turn in range(9):
-    for name in (list(callers) if turn % 2 == 0 else list(reversed(callers))):
-        samples[name].append(per_call_us(callers[name]))
-for name, values in samples.items():
-    print(f"{name:36} {statistics.median(values):6.2f} us (min {min(values):.2f})", flush=True)
+for name, (median, least) in interleaved_medians(callers).items():
+    print(f"{name:36} {median:6.2f} us (min {least:.2f})", flush=True)

@@ -5,27 +5,19 @@ pieces one at a time (the pieces timed alone once summed to 4.7 us less than the
 Each row runs 20000 times after 500 warm-up calls; rows are interleaved over three rounds and
 each prints its minimum."""
 import sys
-import time
 
 import torch
 import triton
 
 from generated import add
+import host_timing
 
 add_mod = sys.modules["generated.add"]
 rt = sys.modules["generated._runtime"]
 
 
 def per_call_us(fn, calls=20000):
-    for _ in range(500):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
+    return host_timing.per_call_us(fn, calls, warmup=500)
 
 
 a = torch.randn(4096, device="cuda")

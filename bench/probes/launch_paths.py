@@ -4,26 +4,18 @@ compiled kernel's run() and the static launch called alone, and the pieces aroun
 the source of this Triton's launcher call."""
 import inspect
 import sys
-import time
 
 import torch
 import triton
 
 from generated import add
+import host_timing
 
 add_mod = sys.modules["generated.add"]
 
 
 def per_call_us(fn, calls=20000):
-    for _ in range(500):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
+    return host_timing.per_call_us(fn, calls, warmup=500)
 
 
 a = torch.randn(4096, device="cuda")

@@ -8,25 +8,20 @@ plan as a whole (the native plan is a _native.Launch: device, hook and stream ch
 import importlib
 import statistics
 import sys
-import time
 
 import torch
 import triton
 
 import generated  # noqa: F401  (loads the ops)
 from generated import _native
+import host_timing
 
 rt = sys.modules["generated._runtime"]
 ROUNDS, CALLS = 9, 1000
 
 
 def per_call_us(fn, calls=CALLS):
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
+    return host_timing.per_call_us(fn, calls, warmup=0)
 
 
 def launchers(module):

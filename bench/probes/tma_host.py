@@ -7,11 +7,11 @@ expanded arguments made once (what a cache of encoded descriptors per address wo
 Checks the direct launch's result. Triton 3.6 internals: prints what it cannot find and stops.
 """
 import sys
-import time
 
 import torch
 
 import generated  # noqa: F401
+import host_timing
 
 mm = sys.modules["generated.matmul"]
 rt = sys.modules["generated._runtime"]
@@ -22,15 +22,7 @@ def closure(fn):
 
 
 def per_call_us(fn, calls=5000):
-    for _ in range(100):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
+    return host_timing.per_call_us(fn, calls, warmup=100)
 
 
 M = N = K = 1000
