@@ -2,8 +2,12 @@
 rt.Launcher (through torch's static launcher where it applies) and one on Triton's launcher, the
 compiled kernel's run() and the static launch called alone, and the pieces around them. Prints
 the source of this Triton's launcher call."""
+import os
 import inspect
 import sys
+
+# The times here are of launch plans: the compiled call path (_fastpath.py) stays off.
+os.environ.setdefault("TILEGEN_FAST_PATH", "0")
 
 import torch
 import triton

@@ -5,9 +5,13 @@ result, then swapped in turn into the op's plan cache: batches of 1000 calls rot
 three callers for 9 rounds, and each prints its median batch (as `tilegen bench` times host
 work). Then the launch calls alone, on add's plan: native launch against static launch, and each
 plan as a whole (the native plan is a _native.Launch: device, hook and stream checks in C)."""
+import os
 import importlib
 import statistics
 import sys
+
+# The times here are of launch plans: the compiled call path (_fastpath.py) stays off.
+os.environ.setdefault("TILEGEN_FAST_PATH", "0")
 
 import torch
 import triton

@@ -6,7 +6,11 @@ the plan's launch through Triton's launcher, and Triton's C launcher called dire
 expanded arguments made once (what a cache of encoded descriptors per address would leave).
 Checks the direct launch's result. Triton 3.6 internals: prints what it cannot find and stops.
 """
+import os
 import sys
+
+# The times here are of launch plans: the compiled call path (_fastpath.py) stays off.
+os.environ.setdefault("TILEGEN_FAST_PATH", "0")
 
 import torch
 
