@@ -240,6 +240,29 @@ def test_a_build_in_progress_elsewhere_is_waited_for_and_a_failed_one_reported(t
     assert not os.path.exists(path + ".lock") and not os.path.exists(path)
 
 
+def test_the_module_is_loaded_in_a_thread_of_its_own(modules, monkeypatch):
+    _, fast = modules  # built into this module's cache (TILEGEN_CACHE_DIR), so found there
+    monkeypatch.delenv("TILEGEN_FAST_PATH", raising=False)
+    monkeypatch.setattr(_fastpath, "_module", None)
+    monkeypatch.setattr(_fastpath, "_loader", None)
+    monkeypatch.setattr(_fastpath, "UNAVAILABLE", None)
+    loaded = _fastpath.load(wait=True)
+    assert loaded is not None and loaded.Table is fast.Table and _fastpath._loader.name == "tilegen-fast-path"
+    assert _fastpath.load() is loaded  # once loaded, at once
+
+
+def test_a_failed_load_is_remembered(tmp_path, monkeypatch):
+    monkeypatch.delenv("TILEGEN_FAST_PATH", raising=False)
+    monkeypatch.setattr(_fastpath, "_module", None)
+    monkeypatch.setattr(_fastpath, "_loader", None)
+    monkeypatch.setattr(_fastpath, "UNAVAILABLE", None)
+    monkeypatch.setattr(_fastpath, "import_built", lambda: (_ for _ in ()).throw(OSError("no C++ compiler")))
+    assert _fastpath.load(wait=True) is None
+    assert _fastpath.UNAVAILABLE == "the compiled call path could not be built or loaded: no C++ compiler"
+    loader = _fastpath._loader
+    assert _fastpath.load() is None and _fastpath._loader is loader  # not tried again
+
+
 def test_turned_off_it_never_builds(monkeypatch):
     monkeypatch.setenv("TILEGEN_FAST_PATH", "0")
     monkeypatch.setattr(_fastpath, "_module", None)
