@@ -244,6 +244,35 @@ def test_rounds_interleave_the_providers_and_keep_the_median(monkeypatch):
     assert lines == ["stand_in float32 1024: tilegen 11.0 us, torch 21.0 us (medians of 3 rounds)"]
 
 
+def test_the_cudagraph_timer_times_each_point_from_a_graph_and_the_readme_says_so(monkeypatch, tmp_path):
+    import triton.testing
+
+    from tilegen.bench import Report, bench_module, write_readme
+
+    module = _stand_in_module()
+    times = iter([0.0011, 0.0012])
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, return_mode: pytest.fail("do_bench used"))
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", lambda fn, return_mode: next(times))
+    rows = bench_module(module, None, ["tilegen", "torch"], lambda line: None, timer="cudagraph")
+    assert [(r.provider, r.ms) for r in rows] == [("tilegen", 0.0011), ("torch", 0.0012)]
+    report = Report({"gpu": "G"}, {}, rows=rows, command="tilegen bench --timer cudagraph", timer="cudagraph")
+    text = write_readme(report, tmp_path, "table", []).read_text()
+    assert "Times are medians of triton.testing.do_bench_cudagraph (back-to-back calls" in text
+    assert "Times are medians of triton.testing.do_bench (each call timed alone" in \
+        write_readme(Report({}, {}, rows=rows), tmp_path, "table", []).read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--timer", "events"), "tilegen bench: --timer must be one of do_bench, cudagraph, got 'events'"),
+    (("--timer", "cudagraph", "--compile"), "tilegen bench: --timer cudagraph does not time torch.compile "
+                                            "(its kernels are captured by its own CUDA graphs); time --compile with do_bench"),
+])
+def test_timer_refused_in_one_line(cli, monkeypatch, args, message):
+    monkeypatch.chdir(REPO)
+    result = cli("bench", "add", *args)
+    assert result.exit_code == 2 and result.output.strip() == message
+
+
 def test_rounds_below_one_are_refused_in_one_line(cli, monkeypatch):
     monkeypatch.chdir(REPO)
     result = cli("bench", "matmul", "--rounds", "0")

@@ -57,6 +57,7 @@ class Report:
     cold_start: list[dict] = field(default_factory=list)
     command: str = ""
     rounds: int = 1  # timings per provider and point; the median is reported
+    timer: str = "do_bench"  # a key of TIMER_DESCRIPTIONS
 
 
 # ---- pure helpers (tested on the CPU) -------------------------------------------------------
@@ -258,7 +259,7 @@ def write_readme(report: Report, out: Path, table: str, summary: list[str]) -> P
         + f" ({LIMIT_MATMUL}^3).",
         "",
         "Speedup is PyTorch eager time / tilegen time (above 1: tilegen is faster); 'vs compile', where "
-        "present, is torch.compile time / tilegen time. Times are medians of triton.testing.do_bench"
+        f"present, is torch.compile time / tilegen time. Times are {TIMER_DESCRIPTIONS.get(report.timer, report.timer)}"
         + (f", each the median of {report.rounds} rounds in which the providers take turns" if report.rounds > 1 else "")
         + ". 'of limit' is tilegen's throughput over the measured limit above.",
         "",
@@ -407,13 +408,33 @@ def compile_for_one_shape(fn, inputs):
     return compiled
 
 
-def bench_module(module, shapes, providers, progress, rounds: int = 1) -> list[Row]:
+# How a point can be timed (--timer): what each measures, as the report says it.
+TIMER_DESCRIPTIONS = {
+    "do_bench": "medians of triton.testing.do_bench (each call timed alone, L2 emptied before it: "
+                "the launch latency of a lone call is in the time)",
+    "cudagraph": "medians of triton.testing.do_bench_cudagraph (back-to-back calls replayed from a "
+                 "CUDA graph: the GPU time per call in a stream of calls, with no host time and no L2 "
+                 "flush, so inputs that fit in L2 are read from it)",
+}
+
+
+def timer_function(timer: str):
+    """fn -> milliseconds, for a key of TIMER_DESCRIPTIONS."""
+    import triton.testing
+
+    if timer == "cudagraph":
+        return lambda fn: triton.testing.do_bench_cudagraph(fn, return_mode="median")
+    return lambda fn: triton.testing.do_bench(fn, return_mode="median")
+
+
+def bench_module(module, shapes, providers, progress, rounds: int = 1, timer: str = "do_bench") -> list[Row]:
     """Rows for every dtype and shape of one op. With rounds > 1 each provider is timed that many
     times, the providers taking turns, and the median is kept: a short kernel's time moves by
     several percent from one do_bench to the next, and taking turns spreads any drift of the
     GPU's clocks over all of them."""
     import torch
-    from triton.testing import do_bench
+
+    measure = timer_function(timer)
 
     rows = []
     for dtype in module.DTYPES:
@@ -428,7 +449,7 @@ def bench_module(module, shapes, providers, progress, rounds: int = 1) -> list[R
             samples = {provider: [] for provider in fns}
             for _ in range(rounds):
                 for provider, fn in fns.items():
-                    samples[provider].append(do_bench(lambda: fn(inputs), return_mode="median"))
+                    samples[provider].append(measure(lambda: fn(inputs)))
             times = []
             for provider, ms_list in samples.items():
                 ms = statistics.median(ms_list)
@@ -444,11 +465,16 @@ def bench_module(module, shapes, providers, progress, rounds: int = 1) -> list[R
 
 
 def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compile_too: bool,
-        command: str, cold_start_ops: list[str] = (), rounds: int = 1) -> Report:
+        command: str, cold_start_ops: list[str] = (), rounds: int = 1, timer: str = "do_bench") -> Report:
     import torch
 
     if rounds < 1:
         raise BenchError(f"--rounds must be at least 1, got {rounds}")
+    if timer not in TIMER_DESCRIPTIONS:
+        raise BenchError(f"--timer must be one of {', '.join(TIMER_DESCRIPTIONS)}, got {timer!r}")
+    if timer == "cudagraph" and compile_too:
+        raise BenchError("--timer cudagraph does not time torch.compile (its kernels are captured "
+                         "by its own CUDA graphs); time --compile with do_bench")
 
     if not torch.cuda.is_available():
         raise BenchError("no CUDA GPU found; `tilegen bench` times compiled kernels and needs one "
@@ -458,7 +484,8 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
     if cold_start_ops:
         load_bench_modules(list(cold_start_ops), package)  # unknown names fail here, before any timing
     dtypes = sorted({dtype_name(d) for m in modules for d in m.DTYPES if m.KIND == "matmul"})
-    report = Report(environment(), measure_limits(dtypes or ["float16"]), command=command, rounds=rounds)
+    report = Report(environment(), measure_limits(dtypes or ["float16"]), command=command, rounds=rounds,
+                    timer=timer)
     providers = ["tilegen", "torch"] + (["torch.compile"] if compile_too else [])
     total = sum(len(m.DTYPES) * len(parse_shapes(shapes_text, m.KIND) or m.SHAPES) for m in modules)
     done = [0]
@@ -468,7 +495,8 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
         print(f"[{done[0]:>3}/{total}] {label}", file=sys.stderr, flush=True)
 
     for module in modules:
-        report.rows.extend(bench_module(module, parse_shapes(shapes_text, module.KIND), providers, progress, rounds))
+        report.rows.extend(bench_module(module, parse_shapes(shapes_text, module.KIND), providers, progress, rounds,
+                                        timer))
         report.host_us.append(host_overhead(module))
     if cold_start_ops:
         from .coldstart import measure
