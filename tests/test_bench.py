@@ -71,7 +71,8 @@ def test_ratios_and_fractions():
 def test_reports_are_written(tmp_path):
     rows, limits = _rows()
     report = bench.Report({"gpu": "Test GPU", "torch": "x", "triton": "y"}, limits, rows, [
-        {"op": "matmul", "tilegen_us": 12.0, "torch_us": 13.0}], command="tilegen bench")
+        {"op": "matmul", "tilegen_us": 12.0, "torch_us": 13.0, "direct_launch": True, "fast_path": True},
+        {"op": "add", "tilegen_us": 9.0, "torch_us": 7.0, "direct_launch": True}], command="tilegen bench")
     table = bench.format_table(rows)
     assert "1.25x" in table and "0.50x" in table
     summary = bench.summary_lines(rows)
@@ -85,6 +86,9 @@ def test_reports_are_written(tmp_path):
     assert data["limits"]["copy_gbs"] == 4000.0 and len(data["rows"]) == 4
     readme = (tmp_path / "README.md").read_text()
     assert "tilegen bench" in readme and "Test GPU" in readme
+    # How calls launched; a run from before the compiled call path does not claim either way.
+    assert "matmul                   tilegen   12.0 us   torch   13.0 us   (direct launch: yes, compiled call path: yes)" in readme
+    assert "add                      tilegen    9.0 us   torch    7.0 us   (direct launch: yes)" in readme
     assert len(paths) == 2
 
 

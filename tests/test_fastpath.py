@@ -230,6 +230,11 @@ def test_a_build_in_progress_elsewhere_is_waited_for_and_a_failed_one_reported(t
         log.write("g++ ...\nfast.cpp:1: error: something")
     with pytest.raises(OSError, match="the build failed .*fast-x.so.log.: fast.cpp:1: error: something"):
         _fastpath._wait_for(path, None)
+    # No compiler: no builder, and no lock left for others to wait on.
+    monkeypatch.setattr(_fastpath, "build_command", lambda source, built: (_ for _ in ()).throw(OSError("no C++ compiler")))
+    with pytest.raises(OSError, match="no C\\+\\+ compiler"):
+        _fastpath._start_build(path)
+    assert not os.path.exists(path + ".lock") and os.listdir(tmp_path) == ["fast-x.so.log"]
     # A lock older than a build can take is its dead builder's: taken over.
     open(path + ".lock", "w").close()
     os.utime(path + ".lock", (0, 0))

@@ -267,7 +267,7 @@ def write_readme(report: Report, out: Path, table: str, summary: list[str]) -> P
         "## Host overhead (CPU microseconds per call, small inputs)", "",
         _host_method(report.host_us), "", "```",
         *[f"{h['op']:<24} tilegen {h['tilegen_us']:6.1f} us   torch {h['torch_us']:6.1f} us"
-          f"   (direct launch: {'yes' if h.get('direct_launch') else 'no'})" for h in report.host_us],
+          f"   ({launch_paths(h)})" for h in report.host_us],
         "```", "",
         "## All results", "", "```", table, "```", "",
     ]
@@ -355,6 +355,15 @@ def host_overhead(module, calls: int = 1000, batches: int = HOST_BATCHES) -> dic
     fast = getattr(op_module, "_FAST", None)
     result["fast_path"] = bool(fast is not None and fast.table is not None and fast.table.hits)
     return result
+
+
+def launch_paths(host: dict) -> str:
+    """How an op's calls launched in its host timing, for the reports (runs from before the
+    compiled call path leave it out)."""
+    text = f"direct launch: {'yes' if host.get('direct_launch') else 'no'}"
+    if "fast_path" in host:
+        text += f", compiled call path: {'yes' if host['fast_path'] else 'no'}"
+    return text
 
 
 def settle_fast_path(package: str) -> None:

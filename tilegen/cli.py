@@ -265,7 +265,7 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, timer,
     click.echo("\n".join(summary))
     for host in report.host_us:
         click.echo(f"host overhead {host['op']:<24} tilegen {host['tilegen_us']:.1f} us, torch {host['torch_us']:.1f} us"
-                   f" (direct launch: {'yes' if host.get('direct_launch') else 'no'})")
+                   f" ({bench_module.launch_paths(host)})")
     written = [] if render_dir is not None else bench_module.write_reports(report, out)
     written += bench_module.write_plots(report, out)
     written.append(bench_module.write_readme(report, out, table, summary))
