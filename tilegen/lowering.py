@@ -11,6 +11,7 @@ import textwrap
 from .dtypes import DTYPES
 from .expressions import tidy
 from .spec import Spec, TensorSpec
+from .runtime import VERSION as RUNTIME_VERSION
 from .tables import load_table, render_table, table_for_spec
 
 
@@ -53,28 +54,6 @@ def _input_checks(spec: Spec, ndims: dict[str, int | None]) -> list[str]:
     return lines
 
 
-def _fast_guard(spec: Spec, ndims: dict[str, int], dims: list[str]) -> str:
-    """One boolean expression that is True for valid arguments: the hot path's only check.
-
-    The precise checks (which raise the named errors) run only when it is False; it is
-    conservative, so a rare valid call (a Tensor subclass, an int for a float scalar) just
-    takes the precise path.
-    """
-    names = [t.name for t in spec.inputs]
-    parts = [f"type({n}) is torch.Tensor" for n in names]
-    for tensor in spec.inputs:
-        if tensor.dtype_source == tensor.name:
-            parts.append(f"{tensor.name}.dtype in {_dtype_constant(tensor.name)}")
-        else:
-            parts.append(f"{tensor.name}.dtype == {tensor.dtype_source}.dtype")
-    parts.append(f"rt.on_device({names[0]})")
-    parts += [f"{n}.device == {names[0]}.device" for n in names[1:]]
-    parts += [f"{n}.dim() == {ndims[n]}" for n in names if n in ndims]
-    parts += dims
-    parts += [f"type({s.name}) is {s.type}" for s in spec.scalars]
-    return " and\n            ".join(parts)
-
-
 def _signature(spec: Spec) -> str:
     parts = [t.name for t in spec.inputs]
     keyword_only = []
@@ -104,13 +83,8 @@ def _arg_docs(spec: Spec) -> list[str]:
     return lines
 
 
-def _output_context(spec: Spec, shape: str, like_first: bool = False) -> tuple[list[dict], list[str], str]:
-    """Per-output allocation info, the lines that unpack `out=`, and the return expression.
-
-    `shape` is the outputs' shape expression; `like_first`: the outputs have the first input's
-    shape, so the hot path may allocate them with torch.empty_like when that input is
-    contiguous (the layout the first call's outputs had), the cheapest allocation there is.
-    """
+def _output_context(spec: Spec) -> tuple[list[dict], list[str], str]:
+    """Per-output allocation info, the lines that unpack `out=`, and the return expression."""
     outputs, prelude = [], []
     single = len(spec.outputs) == 1
     if not single:
@@ -121,21 +95,16 @@ def _output_context(spec: Spec, shape: str, like_first: bool = False) -> tuple[l
             dtype_expr = DTYPES[tensor.dtypes[0]].torch
         else:
             dtype_expr = f"{tensor.dtype_source}.dtype"
-        first = spec.inputs[0].name
-        # Hot-path allocation: new_empty inherits the first input's device (and dtype, when the
-        # output's is the same), and costs less host time than torch.empty's keywords.
-        dtype_arg = "" if dtype_expr == f"{first}.dtype" else f", dtype={dtype_expr}"
-        hot_alloc = f"{first}.new_empty({shape}{dtype_arg})"
-        if like_first:
-            hot_alloc = f"torch.empty_like({first}{dtype_arg}) if {first}.is_contiguous() else {hot_alloc}"
+        earlier = spec.outputs[:index]
+        others = ""
+        if earlier:  # outputs must not share memory with each other either
+            others = ", others=[" + ", ".join(f'("out[{i}]", {t.name})' for i, t in enumerate(earlier)) + "]"
         outputs.append(dict(
-            hot_alloc=hot_alloc,
             name=tensor.name,
             arg="out" if single else f"{tensor.name}_out",
             arg_name="out" if single else f"out[{index}]",
             dtype_expr=dtype_expr,
-            value=tensor.name,
-            index_suffix="" if single else f"[{index}]",
+            others=others,
         ))
     result = spec.outputs[0].name if single else "(" + ", ".join(t.name for t in spec.outputs) + ",)"
     return outputs, prelude, result
@@ -152,28 +121,11 @@ def _common(spec: Spec, header: str) -> dict:
         config_mode=spec.configs.mode,
         key_mask=_key_mask(spec),
         table=render_table(table_for_spec(spec, load_table(spec.kind), load_table(spec.op, scope="op"))),
+        runtime_version=RUNTIME_VERSION,
         scalar_params=", ".join(s.name for s in spec.scalars),
-        scalar_args="(" + "".join(f"{s.name}, " for s in spec.scalars).rstrip(" ") + ")",
+        scalar_names="".join(f"{s.name}, " for s in spec.scalars).rstrip(" "),
+        call_args=", ".join([t.name for t in spec.inputs] + [s.name for s in spec.scalars]),
         input_pairs="[" + ", ".join(f'("{t.name}", {t.name})' for t in spec.inputs) + "]",
-        **_plan_context(spec),
-    )
-
-
-def _plan_context(spec: Spec) -> dict:
-    """Names for the wrappers' hot path: the call signature and the plan's arguments."""
-    inputs = [t.name for t in spec.inputs]
-    scalars = [s.name for s in spec.scalars]
-    # rt.tensor_signature's fields, written out for the inputs: one call fewer per input on the
-    # hot path, which computes this on every call (outputs, with out= only, use the helper).
-    parts = [f"{n}.shape, {n}.stride(), {n}.dtype, {n}.device, {n}.data_ptr() % 16" for n in inputs]
-    parts += [f"rt.scalar_signature({n})" for n in scalars]
-    return dict(
-        plan_params=", ".join(inputs + scalars),
-        plan_args=", ".join(inputs + [t.name for t in spec.outputs] + scalars),
-        signature_parts=",\n            ".join(parts) + ",",
-        out_signature=" ".join(f"rt.tensor_signature({t.name})," for t in spec.outputs),
-        input_addresses=" ".join(f"{n}.data_ptr()," for n in inputs),
-        out_names=", ".join(t.name for t in spec.outputs),
     )
 
 
@@ -194,27 +146,26 @@ def _fixed_or(spec: Spec, name: str, candidates):
 
 def elementwise_context(spec: Spec, header: str) -> dict:
     tile = spec.tiles[0]
-    exact = spec.mask(tile.axis) == "never"
+    policy = spec.mask(tile.axis)
+    exact = policy == "never"
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
     ctx = _common(spec, header)
     blocks = _fixed_or(spec, tile.block, tile.sizes)
     warps = _fixed_or(spec, "num_warps", spec.configs.num_warps)
-    outs, prelude, result = _output_context(spec, f"{inputs[0]}.shape", like_first=True)
+    outs, prelude, result = _output_context(spec)
     checks = _input_checks(spec, {})
     for name in inputs[1:]:
         checks.append(f'rt.check_same_shape("{spec.op}", "{name}", {name}, "{inputs[0]}", {inputs[0]})')
-    guard = _fast_guard(spec, {}, [f"{name}.shape == {inputs[0]}.shape" for name in inputs[1:]])
-    after = []
     if exact:
-        after.append(f'rt.check_divisible("{spec.op}", "{tile.axis}", {inputs[0]}.numel(), '
-                     f'{min(blocks)}, "{tile.block}")')
+        checks.append(f'rt.check_divisible("{spec.op}", "{tile.axis}", {inputs[0]}.numel(), '
+                      f'{min(blocks)}, "{tile.block}")')
     scalars = [s.name for s in spec.scalars]
     math_lines = [f"{name} = {tidy(expr.to_triton())}" for name, expr in spec.body]
-    compute_floor = spec.compute or "float32"
     ctx.update(
         block=tile.block,
-        candidates=f"rt.elementwise_candidates({blocks}, {warps}, exact={exact})",
+        mask=policy,
+        space=f"rt.ElementwiseSpace({tile.block!r}, {blocks}, {warps}, exact={exact})",
         input_names=inputs,
         output_names=outputs,
         tensor_names=inputs + outputs,
@@ -223,15 +174,10 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         math_args=", ".join(inputs + scalars),
         math_lines=math_lines,
         outputs=outs,
-        guard=guard,
-        checks=checks,
-        after_checks=after + prelude,
+        checks=checks + prelude,
         first_input=inputs[0],
-        output_shape=f"{inputs[0]}.shape",
         result=result,
-        key_expr=f"{inputs[0]}.numel()" if exact else f"rt.bucket({inputs[0]}.numel())",
-        contiguous_call=", ".join([f"{n}.contiguous()" for n in inputs] + [f"{s}={s}" for s in scalars]),
-        compute_floor=compute_floor,
+        compute_floor=spec.compute or "float32",
     )
     return ctx
 
@@ -242,15 +188,14 @@ def matmul_context(spec: Spec, header: str) -> dict:
     ctx = _common(spec, header)
     ndims = {t.name: len(t.shape) for t in spec.inputs}
     checks = _input_checks(spec, ndims)
+    for operand in (a, b):  # the interpreter's bfloat16 dot is wrong: refuse it
+        checks.append(f'rt.check_interpretable("{spec.op}", "{operand.name}", {operand.name}, matmul=True)')
     size_source = {m: f"{a.name}.shape[0]", n: f"{b.name}.shape[1]", k: f"{a.name}.shape[1]"}
     checks.append(f'rt.check_dim("{spec.op}", "{b.name}", {b.name}, 0, {size_source[k]}, "{k}")')
-    dims = [f"{b.name}.shape[0] == {a.name}.shape[1]"]
     for extra in extras:
         for dim, axis in enumerate(extra.shape):
             checks.append(f'rt.check_dim("{spec.op}", "{extra.name}", {extra.name}, {dim}, {size_source[axis]}, '
                           f'"{axis}")')
-            dims.append(f"{extra.name}.shape[{dim}] == {size_source[axis]}")
-    guard = _fast_guard(spec, ndims, dims)
     after = [f"{m}, {k} = {a.name}.shape", f"{n} = {b.name}.shape[1]"]
     tiles = {t.axis: t for t in spec.tiles}
     bm, bn, bk = tiles[m], tiles[n], tiles[k]
@@ -259,23 +204,19 @@ def matmul_context(spec: Spec, header: str) -> dict:
         if policy == "never":
             after.append(f'rt.check_divisible("{spec.op}", "{axis}", {axis}, {min(tile.sizes)}, "{tile.block}")')
     output_shape = f"({a.name}.shape[0], {b.name}.shape[1])"
-    outs, prelude, result = _output_context(spec, output_shape)
+    outs, prelude, result = _output_context(spec)
     tensor_names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
     stride_names = [f"stride_{t.name}_{d}" for t in list(spec.inputs) + list(spec.outputs) for d in range(len(t.shape))]
     # Sizes and strides arrive as a quotient and a power-of-two constexpr factor (see the kernel).
     factored_names = ["M", "N", "K", *stride_names]
     acc_dtype = DTYPES[spec.accumulate].triton
-    key_parts = [axis if policy == "never" else f"rt.bucket({axis})" for axis, policy in zip((m, n, k), policies)]
-    candidates = (
-        "rt.matmul_candidates("
+    space = (
+        f"rt.MatmulSpace(({bm.block!r}, {bn.block!r}, {bk.block!r}), "
         f"{_fixed_or(spec, bm.block, bm.sizes)}, {_fixed_or(spec, bn.block, bn.sizes)}, "
         f"{_fixed_or(spec, bk.block, bk.sizes)}, {_fixed_or(spec, 'num_warps', spec.configs.num_warps)}, "
         f"{_fixed_or(spec, 'num_stages', spec.configs.num_stages)}, "
         f"exact=({', '.join(str(p == 'never') for p in policies)}), splits={spec.split_k}, launch={spec.launch!r})"
     )
-    mask_exprs = []
-    for axis, block, policy in zip(("M", "N", "K"), ("bm", "bn", "bk"), policies):
-        mask_exprs.append({"always": "True", "never": "False", "auto": f"{axis} % {block} != 0"}[policy])
     ctx.update(
         a=a.name, b=b.name, m=m, n=n, k=k,
         output_shape=output_shape,
@@ -286,7 +227,6 @@ def matmul_context(spec: Spec, header: str) -> dict:
         stride_params=", ".join(stride_names),
         stride_names=stride_names,
         a_index=tensor_names.index(a.name), b_index=tensor_names.index(b.name),
-        peel_k=_peel_k(mask_exprs[2], tensor_names.index(a.name), tensor_names.index(b.name)),
         factored_names=factored_names,
         factor_params=", ".join(f"{name.upper()}_FACTOR: tl.constexpr" for name in factored_names),
         factor_names=", ".join(f'"{name.upper()}_FACTOR"' for name in factored_names),
@@ -300,19 +240,13 @@ def matmul_context(spec: Spec, header: str) -> dict:
         extras=[_extra_load(t, m, n) for t in extras],
         epilogue_lines=[f"{name} = {tidy(expr.to_triton())}" for name, expr in spec.body],
         outputs=outs,
-        guard=guard,
-        checks=checks,
-        after_checks=after + prelude,
+        checks=checks + after + prelude,
         result=result,
         tensor_names=tensor_names,
-        key_expr=", ".join(key_parts),
-        candidates=candidates,
-        heuristic="rt.matmul_heuristic",
+        space=space,
         group_m=spec.group_m,
         launch=spec.launch,
-        persistent={"auto": 'bool(config.get("PERSISTENT")) and split_k == 1', "tiled": "False",
-                    "persistent": "split_k == 1"}[spec.launch],
-        mask_m=mask_exprs[0], mask_n=mask_exprs[1], mask_k=mask_exprs[2],
+        mask_policies=repr(tuple(policies)),
     )
     return ctx
 
@@ -320,12 +254,6 @@ def matmul_context(spec: Spec, header: str) -> dict:
 def _wrapped_args(names: list[str]) -> str:
     """Call arguments as lines of at most 92 characters (the template indents the lines after the first)."""
     return "\n".join(textwrap.wrap(", ".join(names), width=92, break_long_words=False, break_on_hyphens=False))
-
-
-def _peel_k(mask_k: str, a_index: int, b_index: int) -> str:
-    """The wrapper's PEEL_K expression: a K mask exists and K rows load wide (see the kernel)."""
-    wide = f"rt.k_rows_load_wide(tensors[{a_index}], tensors[{b_index}])"
-    return {"False": "False", "True": wide}.get(mask_k, f"{mask_k} and {wide}")
 
 
 def _dot_options(spec: Spec) -> str:

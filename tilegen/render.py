@@ -18,7 +18,7 @@ from . import __version__
 from .benchgen import bench_context
 from .lowering import elementwise_context, matmul_context
 from .spec import Spec
-from .tables import SCHEDULE_FIELDS, table_path
+from .tables import table_path
 from .testgen import test_context
 
 
@@ -38,9 +38,6 @@ KIND_TEMPLATES = {
     "matmul": ("matmul.py.jinja", "test_matmul.py.jinja"),
 }
 SHARED_FILES = {  # generated path -> template
-    "_runtime.py": "runtime.py.jinja",
-    "_native.py": "native.py.jinja",
-    "_fastpath.py": "fastpath.py.jinja",
     "tests/__init__.py": "tests_init.py.jinja",
     "bench/__init__.py": "tests_init.py.jinja",
     "tests/_support.py": "support.py.jinja",
@@ -97,7 +94,7 @@ class Renderer:
 
     def op_module(self, item: SpecSource) -> str:
         module_template, _ = KIND_TEMPLATES[item.spec.kind]
-        header = self.header(item.display, item.raw, self._template_bytes(module_template, "wrapper_parts.jinja", "runtime.py.jinja"),
+        header = self.header(item.display, item.raw, self._template_bytes(module_template, "wrapper_parts.jinja"),
                              table_path(item.spec.kind).read_bytes() if table_path(item.spec.kind).is_file() else b"")
         context = CONTEXT_BUILDERS[item.spec.kind](item.spec, header)
         return self.render(module_template, context)
@@ -125,8 +122,7 @@ class Renderer:
         files["__init__.py"] = self.render("init.py.jinja", dict(header=init_header, ops=ops))
         for path, template in SHARED_FILES.items():
             header = self.header(specs_display, self._template_bytes(template))
-            files[path] = self.render(template, dict(header=header, package=self.package,
-                                                     schedule_fields=repr(SCHEDULE_FIELDS)))
+            files[path] = self.render(template, dict(header=header, package=self.package))
         return dict(sorted(files.items()))
 
 

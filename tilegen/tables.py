@@ -15,16 +15,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .runtime.schema import BLOCK_FIELDS, CONFIG_FIELDS, FIELD_DEFAULTS, SCHEDULE_FIELDS, rename_blocks
 from .spec import Spec
 
 TABLE_DIR = Path(__file__).resolve().parent / "tables"
-CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stages", "TMA", "PERSISTENT"),
-                 "elementwise": ("BLOCK", "num_warps")}
-# Fields that say how a tile is computed, not which: an entry applies to an op whose candidates
-# hold its other fields, whatever these say.
-SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA", "PERSISTENT")
-# Fields that entries written before the field existed leave out, with the value they meant.
-FIELD_DEFAULTS = {"SPLIT_K": 1, "TMA": 0, "PERSISTENT": 0}
 
 
 SCOPES = ("kind", "op")
@@ -59,6 +53,14 @@ def format_key(key) -> str:
     return "x".join(str(part) for part in key)
 
 
+def block_names(spec: Spec) -> tuple[str, ...]:
+    """The spec's names for its kind's block fields (BLOCK_FIELDS), in their order."""
+    if spec.kind == "elementwise":
+        return (spec.tiles[0].block,)
+    parts = spec.matmul_parts()
+    return tuple(spec.tile(axis).block for axis in (parts.m, parts.n, parts.k))
+
+
 def _block_sizes(spec: Spec) -> tuple[tuple[int, ...], ...]:
     if spec.kind == "elementwise":
         return (spec.tiles[0].sizes,)
@@ -68,7 +70,8 @@ def _block_sizes(spec: Spec) -> tuple[tuple[int, ...], ...]:
 
 def table_for_spec(spec: Spec, table: dict, own: dict | None = None) -> dict:
     """The entries this op can use: those of its kind's `table` and of its `own` table (which
-    wins at a key both hold), with its own tile sizes only; none for fixed configs."""
+    wins at a key both hold), with its own tile sizes only, their block fields named as the
+    spec names them; none for fixed configs."""
     if spec.configs.mode != "auto":
         return {}
     fields = CONFIG_FIELDS[spec.kind]
@@ -80,7 +83,8 @@ def table_for_spec(spec: Spec, table: dict, own: dict | None = None) -> dict:
             config = {**FIELD_DEFAULTS, **row}
             blocks = [config[name] for name in fields if name not in SCHEDULE_FIELDS]
             if all(b in allowed for b, allowed in zip(blocks, sizes)):
-                entries[parse_key(key_text)] = {name: config[name] for name in fields}
+                canonical = {name: config[name] for name in fields}
+                entries[parse_key(key_text)] = rename_blocks(canonical, BLOCK_FIELDS[spec.kind], block_names(spec))
         return entries
 
     own = own or {}

@@ -120,6 +120,7 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
                   if never[axis]]
     ctx.update(
         a=a.name, b=b.name, m=m, n=n, k=k,
+        bm=spec.tile(m).block, bn=spec.tile(n).block,
         extras=[dict(name=t.name, shape_expr=_extra_shape(t.shape, m, n)) for t in extras],
         shapes_literal=_shape_literal(dict.fromkeys(shapes)),
         empty_literal=_shape_literal(empty),

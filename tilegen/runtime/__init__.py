@@ -1,0 +1,51 @@
+"""tilegen.runtime: what every generated op shares, as a library.
+
+It imports only torch and triton (and, for the compiled call path, builds its C++ source with the
+machine's compiler), so a package built by tilegen needs only `pip install tilegen` to import.
+
+- checks: argument checks that name the op and the argument
+- layout: strided layouts, 64-bit offsets, alignment facts
+- schema: config field names, shape buckets, the call-signature rule (shared with tables and tune)
+- configs: candidate configs, heuristics, tuned-table lookup, the ConfigChooser
+- launch: Triton's launch, split-K scratch
+- callpath, native: the compiled call path and the one mechanism that builds native code
+- ops: each kind's launch logic (ElementwiseOp, MatmulOp)
+
+Generated modules call `require(VERSION_THEY_WERE_BUILT_FOR, module name)` on import, as
+protobuf's generated code checks its runtime: a module built for another runtime version is
+refused with one error that says to rebuild.
+"""
+
+from .checks import (check_dim, check_divisible, check_interpretable, check_same_device, check_same_dtype,
+                     check_same_shape, check_scalar, check_tensor, prepare_out, split_out)
+from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace
+from .device import INTERPRET, cdiv, device_facts, on_device
+from . import launch, layout, ops
+from .ops import ElementwiseOp, MatmulOp, op_of
+from .schema import bucket, scalar_signature, tensor_signature, tile_of
+
+# The interface generated code is written against. Raise it whenever a generated module built
+# for the old one would not work with the new one.
+VERSION = 1
+
+
+class RuntimeVersionError(ImportError):
+    pass
+
+
+def require(version, module):
+    """Called by each generated module on import with the runtime version it was built for."""
+    if version != VERSION:
+        raise RuntimeVersionError(
+            f"{module} was generated for tilegen.runtime version {version}, but the installed tilegen "
+            f"provides version {VERSION}; rebuild the package with `tilegen build` (or install the tilegen "
+            "it was built with)")
+
+
+__all__ = [
+    "VERSION", "RuntimeVersionError", "require", "INTERPRET", "cdiv", "device_facts", "on_device",
+    "check_dim", "check_divisible", "check_interpretable", "check_same_device", "check_same_dtype",
+    "check_same_shape", "check_scalar", "check_tensor", "prepare_out", "split_out",
+    "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ElementwiseOp", "MatmulOp", "op_of",
+    "bucket", "scalar_signature", "tensor_signature", "tile_of",
+]

@@ -1,0 +1,177 @@
+"""The fast eager path: an op's repeat calls served by one C++ call (csrc/callpath.cpp).
+
+A wrapper's first call with a signature runs its checks, picks a config and launches through
+Triton's own launch (`launch.py`); the op's `CallPath` then learns the call: its signature, its
+outputs' shapes and dtypes, and the compiled binary's launch, with every parameter that does not
+change from call to call converted once. A later call with the signature is one C++ call: the
+signature's read, at::empty for each output, one cuLaunchKernel. Anything else (another signature,
+`out=`, an input that requires grad, another device, a profiler's launch hook, tensor-descriptor
+operands) returns None and takes the wrapper's Python path.
+
+The module compiles against torch's headers (10-20 s), so it is built in a background thread on
+first use; calls take the Python path until it is ready. Where it cannot be built (no compiler), a
+warning says so once. TILEGEN_CALL_PATH=0 turns it off.
+"""
+
+import os
+import threading
+import warnings
+
+import torch
+import triton
+
+from . import native
+from .device import INTERPRET
+
+DISABLED = "TILEGEN_CALL_PATH=0"
+UNAVAILABLE = None  # why the module cannot be had, once that is known
+_module = None
+_loader = None  # the thread that builds or loads the module, and the process that started it
+_lock = threading.Lock()
+
+
+def _load_in_background():
+    global _module, UNAVAILABLE
+    try:
+        module = native.load("callpath")
+        missing = module.driver_ready()
+        if missing is not None:
+            raise native.BuildError(f"no CUDA driver: {missing}")
+        _module = module
+    except (OSError, ImportError) as exc:
+        UNAVAILABLE = f"the compiled call path is not available: {exc}"
+
+
+def load(wait=False):
+    """The module once built and loaded, else None. The first call starts the build (or the wait
+    for another process's) in a thread; wait=True waits for it (benchmarks and tests do, so that
+    they see the path calls settle on)."""
+    global _loader, UNAVAILABLE
+    if _module is not None or UNAVAILABLE is not None:
+        return _module
+    with _lock:
+        if _loader is None or _loader[1] != os.getpid():  # a forked child starts its own
+            if os.environ.get("TILEGEN_CALL_PATH", "1") in ("", "0"):
+                UNAVAILABLE = DISABLED
+                return None
+            thread = threading.Thread(target=_load_in_background, name="tilegen-call-path", daemon=True)
+            _loader = (thread, os.getpid())
+            thread.start()
+    if wait:
+        _loader[0].join()
+    return _module
+
+
+def _no_entry(*args):
+    return None
+
+
+# Triton scalar types as the launch's type codes: only those whose width in the kernel's
+# parameter list is certain (fp16 and bf16 scalars, which Triton never makes of a Python float,
+# stay with Triton's launch).
+_TYPE_CODES = {"i8": "b", "i16": "h", "i32": "i", "i64": "l", "u8": "B", "u16": "H", "u32": "I",
+               "u64": "K", "fp32": "f", "fp64": "d"}
+
+
+def launch_codes(binary, arg_names, varying):
+    """How `binary` takes the arguments `arg_names` of its launch: (a type code per parameter,
+    how many leading varying arguments the binary does not take, where each parameter after the
+    varying ones comes from: a position in the argument list, or None for a null pointer); None
+    where the call path cannot launch it: a tensor descriptor or other argument it has no code
+    for, scratch memory to allocate, more than one CTA per program, a cooperative or programmatic
+    launch.
+
+    The binary takes its parameters in order, less the constexprs (a None argument is one: the
+    split-K buffers of an unsplit matmul lead its arguments), then one pointer for each scratch
+    area its compiler declares (null when it needs none)."""
+    meta = getattr(binary, "metadata", None)
+    src = getattr(binary, "src", None)
+    if meta is None or not hasattr(src, "signature") or not hasattr(binary, "function"):
+        return None
+    if getattr(meta, "num_ctas", 1) != 1 or getattr(meta, "launch_cooperative_grid", False) \
+            or getattr(meta, "launch_pdl", False):
+        return None
+    scratch = []
+    for field in ("global_scratch_size", "profile_scratch_size"):
+        if hasattr(meta, field):
+            if getattr(meta, field):
+                return None
+            scratch.append(None)
+    signature = src.signature
+    codes, kept = [], []
+    for index, name in enumerate(arg_names):
+        kind = signature.get(name, signature.get(index))
+        if kind is None:
+            return None
+        if kind == "constexpr":
+            continue
+        code = "p" if kind.startswith("*") else _TYPE_CODES.get(kind)
+        if code is None:
+            return None
+        codes.append(code)
+        kept.append(index)
+    kept_head = [index for index in kept if index < varying]
+    skip = kept_head[0] if kept_head else varying
+    if kept_head != list(range(skip, varying)):
+        return None  # the binary drops a varying argument after one it takes
+    return "".join(codes) + "p" * len(scratch), skip, (*kept[len(kept_head):], *scratch)
+
+
+class CallPath:
+    """One op's compiled call path. `call(*args)` serves a call with a learned signature (the
+    op's result) or returns None; `learn(...)` hands it a call the Python path served.
+
+    Until the module is ready, `call` returns None at once; the Python path keeps offering what
+    it serves, and the first offer that finds the module ready opens the table.
+    """
+
+    def __init__(self):
+        self.call = _no_entry
+        self.table = None
+
+    def learn(self, call_args, launched, result):
+        """After the Python path served `call_args` with the launch `launched` (launch.Launched)
+        and returned `result`: from now on, serve such calls here, where they can be."""
+        if INTERPRET or launched is None or torch.cuda.is_current_stream_capturing():
+            return False
+        codes = launch_codes(launched.binary, launched.arg_names, launched.varying)
+        if codes is None:
+            return False
+        if self.table is None:
+            module = load()
+            if module is None:
+                _warn_unavailable()
+                return False
+            current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+            self.table = module.Table(current_device, triton.runtime.driver.active.get_current_stream,
+                                      triton.knobs.runtime)
+            self.call = self.table
+        codes, skip, kept_tail = codes
+        binary, args, grid, device = launched.binary, launched.args, launched.grid, launched.device
+        tail = tuple(None if i is None else args[i] for i in kept_tail)
+        grid = (*grid, 1, 1)[:3]
+        meta = binary.metadata
+        try:
+            plan = _module.prepare(binary.function, *grid, meta.num_warps * 32, meta.shared, device, codes,
+                                   launched.varying - skip, tail)
+        except (TypeError, ValueError, OverflowError):  # a value it cannot pass: Triton's launch can
+            return False
+        stream = triton.runtime.driver.active.get_current_stream(device)
+        return self.table.learn(tuple(call_args), tuple(args[:launched.varying]), plan, skip, result, stream)
+
+    def forget(self):
+        """Drop every learned call (a forced config, a changed mode)."""
+        if self.table is not None:
+            self.table.forget()
+
+
+def _warn_unavailable():
+    """Say once why calls stay on the Python path, where that is not by choice."""
+    global _WARNED
+    if not _WARNED and UNAVAILABLE is not None and UNAVAILABLE != DISABLED:
+        _WARNED = True
+        warnings.warn(f"tilegen: {UNAVAILABLE}; repeat calls take Triton's launch, with more host time a call",
+                      RuntimeWarning, stacklevel=4)
+
+
+_WARNED = False

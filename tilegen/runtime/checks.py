@@ -1,0 +1,150 @@
+"""Argument checks for generated wrappers: each raises TypeError/ValueError naming the op, the
+argument and what was expected."""
+
+import torch
+
+from .device import INTERPRET
+
+
+def dtype_names(dtypes):
+    return ", ".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+def check_tensor(op, name, value, dtypes, ndim=None):
+    """`value` is a dense tensor of one of `dtypes` (and `ndim` dims), where kernels run."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{op}: argument '{name}' must be a torch.Tensor, got {type(value).__name__}")
+    if value.layout != torch.strided or value.is_nested:
+        raise TypeError(f"{op}: argument '{name}' is a {str(value.layout).replace('torch.', '')} tensor; "
+                        "only dense (strided) tensors are supported")
+    if value.dtype not in dtypes:
+        raise TypeError(f"{op}: argument '{name}' has dtype {dtype_names([value.dtype])}, "
+                        f"expected {dtype_names(dtypes)}")
+    if ndim is not None and value.dim() != ndim:
+        raise ValueError(f"{op}: argument '{name}' must be {ndim}-D, got shape {tuple(value.shape)}")
+    check_device(op, name, value)
+
+
+def check_device(op, name, value):
+    if INTERPRET:
+        if value.device.type != "cpu":
+            raise ValueError(f"{op}: argument '{name}' is on {value.device}; under TRITON_INTERPRET=1 "
+                             "tensors must be on the CPU")
+    elif value.device.type != "cuda":
+        raise ValueError(f"{op}: argument '{name}' is on {value.device}, expected a CUDA tensor (to run CPU "
+                         "tensors in Triton's interpreter, set TRITON_INTERPRET=1 before the first import)")
+
+
+def check_same_dtype(op, name, value, ref_name, ref):
+    if value.dtype != ref.dtype:
+        raise TypeError(f"{op}: argument '{name}' has dtype {dtype_names([value.dtype])}, expected "
+                        f"{dtype_names([ref.dtype])} (the dtype of '{ref_name}')")
+
+
+def check_same_device(op, named):
+    first_name, first = named[0]
+    for name, value in named[1:]:
+        if value.device != first.device:
+            raise ValueError(f"{op}: argument '{name}' is on {value.device}, expected {first.device} "
+                             f"(the device of '{first_name}')")
+
+
+def check_same_shape(op, name, value, ref_name, ref):
+    if value.shape != ref.shape:
+        raise ValueError(f"{op}: argument '{name}' has shape {tuple(value.shape)}, expected "
+                         f"{tuple(ref.shape)} (the shape of '{ref_name}')")
+
+
+def check_dim(op, name, value, dim, size, axis):
+    if value.shape[dim] != size:
+        raise ValueError(f"{op}: argument '{name}' has size {value.shape[dim]} on axis {axis} "
+                         f"(dim {dim}), expected {size}")
+
+
+# What a kernel's scalar argument can hold: Triton passes a Python int as int32 or int64 and a
+# float as float32.
+_INT_RANGE = (-(2**63), 2**63)
+
+
+def check_scalar(op, name, value, kind):
+    ok = isinstance(value, (int, float)) if kind == "float" else isinstance(value, int)
+    if not ok or isinstance(value, bool):
+        raise TypeError(f"{op}: argument '{name}' must be a Python {kind}, got {type(value).__name__}")
+    if kind == "int" and not _INT_RANGE[0] <= value < _INT_RANGE[1]:
+        raise ValueError(f"{op}: argument '{name}' = {value} does not fit in 64 bits")
+
+
+def check_divisible(op, axis, size, block, name):
+    if size % block:
+        raise ValueError(f"{op}: axis {axis} has size {size}, which the spec requires to be a multiple "
+                         f"of {name}={block} (masks: {axis}: never)")
+
+
+def check_interpretable(op, name, value, matmul=False):
+    """Refuse what Triton's interpreter cannot compute right: its bfloat16 dot returns garbage."""
+    if INTERPRET and matmul and value.dtype == torch.bfloat16:
+        raise TypeError(f"{op}: argument '{name}' is bfloat16, which Triton's interpreter cannot multiply "
+                        "correctly (TRITON_INTERPRET=1); run bfloat16 matmuls on a GPU")
+
+
+def byte_span(t):
+    """[first byte, past the last byte) that `t` can reach in its storage."""
+    start = t.storage_offset() * t.element_size()
+    extent = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+    return start, start + (extent + 1) * t.element_size()
+
+
+def overlaps(a, b):
+    """Whether tensors `a` and `b` may share an element of memory."""
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    a_lo, a_hi = byte_span(a)
+    b_lo, b_hi = byte_span(b)
+    return a_lo < b_hi and b_lo < a_hi
+
+
+def has_internal_overlap(t):
+    return any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.stride()))
+
+
+def prepare_out(op, out, shape, dtype, device, inputs, name="out", others=()):
+    """The output tensor: `out` after checking it, or a new one. `others` are the (name, tensor)
+    outputs already prepared, which `out` must not overlap either."""
+    if out is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{op}: argument '{name}' must be a torch.Tensor or None, got {type(out).__name__}")
+    if out.layout != torch.strided or out.is_nested:
+        raise TypeError(f"{op}: argument '{name}' must be a dense (strided) tensor")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{op}: argument '{name}' has shape {tuple(out.shape)}, expected {tuple(shape)}")
+    if out.dtype != dtype:
+        raise TypeError(f"{op}: argument '{name}' has dtype {dtype_names([out.dtype])}, "
+                        f"expected {dtype_names([dtype])}")
+    if out.device != device:
+        raise ValueError(f"{op}: argument '{name}' is on {out.device}, expected {device}")
+    if out.requires_grad and out.is_leaf and torch.is_grad_enabled():
+        raise RuntimeError(f"{op}: argument '{name}' is a leaf tensor that requires grad; it cannot be "
+                           "written in place")
+    if has_internal_overlap(out):
+        raise ValueError(f"{op}: argument '{name}' has overlapping elements (stride 0); it cannot be written")
+    for input_name, value in inputs:
+        if overlaps(out, value):
+            raise ValueError(f"{op}: argument '{name}' shares memory with input '{input_name}'; "
+                             "pass a separate tensor")
+    for other_name, value in others:
+        if overlaps(out, value):
+            raise ValueError(f"{op}: argument '{name}' shares memory with '{other_name}'; each output "
+                             "needs its own tensor")
+    return out
+
+
+def split_out(op, out, count):
+    """`out=` for an op with several outputs: None, or a tuple with one tensor per output."""
+    if out is None:
+        return (None,) * count
+    if not isinstance(out, (tuple, list)) or len(out) != count:
+        raise TypeError(f"{op}: argument 'out' must be None or a tuple of {count} tensors")
+    return tuple(out)

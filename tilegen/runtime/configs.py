@@ -1,0 +1,270 @@
+"""Config choice: candidate configs per kind, the heuristics, tuned tables, and the chooser that
+remembers its pick per shape bucket.
+
+Configs name their block fields as the op's spec does (`names`), so the kernel's constexprs, the
+candidates and the rendered table agree.
+"""
+
+import contextlib
+import math
+
+import triton
+
+from .device import INTERPRET, cdiv
+from .schema import tile_of
+
+# Doublings (summed over the key's sizes) past which a table entry is no better a guess than the
+# heuristic.
+TABLE_REACH = 2.0
+
+
+class ConfigChooser:
+    """Picks a launch config per key and remembers it, so that a choice costs one dict lookup.
+
+    mode "fixed": always the first candidate. "auto": the config measured best for the nearest
+    shape bucket on this GPU (the op's table, from `tilegen tune`), else the space's heuristic;
+    no runtime tuning. "autotune": on a GPU, time every candidate once per key with
+    triton.testing.do_bench and keep the fastest; in the interpreter (which cannot time kernels)
+    the heuristic's pick.
+
+    Hooks for tools and tests: `forcing(config)`, `using_mode(mode)`, `recording()`, `reset()`,
+    and `on_change`, callbacks run whenever an earlier choice stops holding (the compiled call
+    path forgets the calls it learned then).
+    """
+
+    def __init__(self, mode, space, table=None, key_mask=None):
+        self.mode = mode
+        self.space = space
+        # Key parts masked out (configs.key leaves their axis out) do not tell configs apart.
+        self.key_mask = key_mask if key_mask is not None and not all(key_mask) else None
+        self.table = table or {}
+        self.cache = {}
+        self.on_change = []
+        self._forced = None
+        self._records = []
+
+    def candidates(self, facts, key, explore=False):
+        """Every config this op may launch for `key` (tests run each one). explore=True (tuning)
+        also varies what the spec leaves open besides the tiles (warps, pipeline stages)."""
+        return self.space.candidates(facts, key, explore=explore)
+
+    def changed(self):
+        """Forget every choice made so far, and tell the listeners."""
+        self.cache.clear()
+        for callback in self.on_change:
+            callback()
+
+    reset = changed
+
+    @contextlib.contextmanager
+    def forcing(self, config):
+        """Launch with `config` inside the block, whatever the mode would pick."""
+        self._forced = config
+        self.changed()
+        try:
+            yield
+        finally:
+            self._forced = None
+            self.changed()
+
+    @contextlib.contextmanager
+    def using_mode(self, mode):
+        """Choose in `mode` ("auto", "autotune", "fixed") inside the block."""
+        old, self.mode = self.mode, mode
+        self.changed()
+        try:
+            yield
+        finally:
+            self.mode = old
+            self.changed()
+
+    @contextlib.contextmanager
+    def recording(self):
+        """Yield a list that collects (key, config) for each choice made inside the block. Calls
+        served without a choice (the compiled call path's) are forgotten on the way in."""
+        chosen = []
+        self._records.append(chosen)
+        self.changed()
+        try:
+            yield chosen
+        finally:
+            self._records.remove(chosen)
+
+    def choose(self, key, facts, launch):
+        """The config for `key`; `launch(config)` runs one launch (autotune times it)."""
+        if self._forced is not None:
+            config = self._forced
+        else:
+            cache_key = key
+            if self.key_mask is not None:
+                cache_key = tuple(part if keep else None for part, keep in zip(key, self.key_mask))
+            config = self.cache.get(cache_key)
+            if config is None:
+                config = self.cache[cache_key] = self._pick(key, facts, launch)
+        for chosen in self._records:
+            chosen.append((key, config))
+        return config
+
+    def _pick(self, key, facts, launch):
+        fitting = self.candidates(facts, key)
+        if not fitting:
+            raise ValueError(f"no launch config fits key {key}")
+        if self.mode == "autotune" and not INTERPRET:
+            timings = [(triton.testing.do_bench(lambda: launch(c), warmup=5, rep=20), i, c)
+                       for i, c in enumerate(fitting)]
+            return min(timings)[2]
+        if self.mode == "fixed":
+            return fitting[0]
+        tuned = nearest_entry(self.table.get(facts[2], {}), key, fitting)
+        return tuned if tuned is not None else self.space.heuristic(fitting, facts, key)
+
+
+def nearest_entry(entries, key, fitting):
+    """The table entry nearest `key` (same element size; log2 distance over sizes) that is a candidate.
+
+    Keys end with the element size; entries whose tiles are not among `fitting` (a masks: never
+    axis, a smaller candidate list) are passed over, and so are entries more than TABLE_REACH
+    doublings away in total.
+    """
+    tiles = [tile_of(c) for c in fitting]
+    ranked = sorted(
+        (sum(abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(entry_key[:-1], key[:-1])), i)
+        for i, entry_key in enumerate(entries) if entry_key[-1] == key[-1]
+    )
+    configs = list(entries.values())
+    for distance, i in ranked:
+        if distance > TABLE_REACH:
+            break
+        config = configs[i]
+        if tile_of(config) in tiles:
+            return config
+    return None
+
+
+def default_warps(block):
+    # 8 to 16 elements per thread: enough bytes in flight per load, few enough registers.
+    return max(1, min(8, block // 256))
+
+
+class ElementwiseSpace:
+    """Candidate configs for a 1-D tiled op: each block size with its warp counts. The key is
+    (size or its bucket, element size). `exact` (masks: never) keeps only blocks that divide
+    the size, which the key then holds exactly."""
+
+    def __init__(self, block, blocks, warps, exact):
+        self.block, self.blocks, self.warps, self.exact = block, list(blocks), list(warps), exact
+
+    def candidates(self, facts, key, explore=False):
+        def warp_options(b):
+            if self.warps:
+                return self.warps
+            w = default_warps(b)
+            return sorted({max(1, w // 2), w, min(16, w * 2)}) if explore else [w]
+        return [{self.block: b, "num_warps": w} for b in self.blocks if not self.exact or key[0] % b == 0
+                for w in warp_options(b)]
+
+    def heuristic(self, fitting, facts, key):
+        """The largest block that still gives every multiprocessor a few programs to run."""
+        sms, numel = facts[0], key[0]
+        ordered = sorted(fitting, key=lambda c: (c[self.block], c["num_warps"]))
+        for config in reversed(ordered):
+            if cdiv(numel, config[self.block]) >= 4 * sms:
+                return config
+        return ordered[0]
+
+
+class MatmulSpace:
+    """Tile candidates for a matmul, pruned to those that fit the shape and shared memory.
+
+    The key is (M, N, K, itemsize); `exact` flags the axes with masks: never, whose blocks must
+    divide the size. Tiles much taller or wider than the output only waste work, and a split of
+    K is only worth a second pass over partial sums where the tiles alone fill at most two waves
+    and each slice still has a few K steps to pipeline. (Bucketed keys overstate a shape by up
+    to 2x per axis, so the bounds are loose; the table or the heuristic chooses.)
+
+    `launch` is the spec's schedule.launch. Under "auto", tuning also tries persistent variants
+    (PERSISTENT: one program per multiprocessor, looping over the tiles) where the tiles fill
+    more than one wave; "tiled" and "persistent" fix the launch style in the op instead.
+    """
+
+    def __init__(self, names, bm_sizes, bn_sizes, bk_sizes, warps, stages, exact, splits=(1,), launch="auto"):
+        self.names = tuple(names)
+        self.sizes = (list(bm_sizes), list(bn_sizes), list(bk_sizes))
+        self.warps, self.stages, self.exact = list(warps), list(stages), tuple(exact)
+        self.splits, self.launch = tuple(splits), launch
+
+    def _warp_options(self, bm, bn, explore):
+        if self.warps:
+            return self.warps
+        if bm * bn >= 128 * 256:
+            return [8]  # fewer warps would each hold too much of the accumulator
+        if explore and bm * bn >= 64 * 128:
+            return [4, 8]
+        return [4]
+
+    def _stage_options(self, per_stage, shared, explore):
+        if self.stages:
+            return self.stages
+        deepest = max(2, min(4, shared // max(per_stage, 1)))
+        return sorted({3, 4, 5, deepest}) if explore else [deepest]
+
+    def candidates(self, facts, key, explore=False):
+        sms, shared = facts[0], facts[1]
+        m, n, k, itemsize = key
+        bm_sizes, bn_sizes, bk_sizes = self.sizes
+        exact = self.exact
+        name_m, name_n, name_k = self.names
+        out = []
+        for bm in bm_sizes:
+            if (exact[0] and m % bm) or (bm > max(64, m) and bm != min(bm_sizes)):
+                continue
+            for bn in bn_sizes:
+                if bm * bn > 128 * 256 or (exact[1] and n % bn):  # larger fp32 accumulators spill
+                    continue
+                if bn > max(64, n) and bn != min(bn_sizes):
+                    continue
+                tiles = cdiv(m, bm) * cdiv(n, bn)
+                for bk in bk_sizes:
+                    if exact[2] and k % bk:
+                        continue
+                    per_stage = (bm * bk + bk * bn) * itemsize
+                    for split in self.splits:
+                        if split > 1 and not (tiles < 2 * sms and tiles * split <= 4 * sms and cdiv(k, bk) >= 4 * split):
+                            continue
+                        for w in self._warp_options(bm, bn, explore):
+                            for s in self._stage_options(per_stage, shared, explore):
+                                if per_stage * s > shared:
+                                    continue
+                                config = {name_m: bm, name_n: bn, name_k: bk, "SPLIT_K": split, "num_warps": w,
+                                          "num_stages": s}
+                                variants = [config]
+                                if explore and self.launch == "auto" and split == 1 and tiles > sms:
+                                    variants.append(dict(config, PERSISTENT=1))
+                                for variant in variants:
+                                    out.append(variant)
+                                    if explore:  # tensor-memory-accelerator loads, where they fit
+                                        out.append(dict(variant, TMA=1))
+        return out
+
+    def heuristic(self, fitting, facts, key):
+        """Big tiles for throughput, shrunk until the grid covers the machine; BK by element size.
+        Where even the smallest tiles leave multiprocessors idle, split K until they are busy."""
+        sms = facts[0]
+        m, n, k, itemsize = key
+        want_bk = 64 if itemsize <= 2 else 32
+        name_m, name_n, name_k = self.names
+
+        def score(c):
+            tiles = cdiv(m, c[name_m]) * cdiv(n, c[name_n])
+            waste = (cdiv(m, c[name_m]) * c[name_m] * cdiv(n, c[name_n]) * c[name_n]) / max(m * n, 1)
+            fills = tiles >= sms
+            area = c[name_m] * c[name_n]
+            return (fills, -round(waste, 1), area if fills else -area, -abs(c[name_k] - want_bk), c["num_stages"],
+                    -c["num_warps"])
+
+        unsplit = [c for c in fitting if c.get("SPLIT_K", 1) == 1] or fitting
+        best = max(unsplit, key=score)
+        tiles = cdiv(m, best[name_m]) * cdiv(n, best[name_n])
+        splits = [c for c in fitting if all(c[f] == best[f] for f in best if f != "SPLIT_K")
+                  and tiles * c.get("SPLIT_K", 1) <= sms]
+        return max(splits, key=lambda c: c.get("SPLIT_K", 1)) if splits else best

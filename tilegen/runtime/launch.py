@@ -1,0 +1,74 @@
+"""Launching: Triton's own launch, which serves first calls, the interpreter, other devices,
+profilers and tracing; what it launched, for the compiled call path to learn; split-K scratch."""
+
+import torch
+import triton
+
+
+class Launched:
+    """One launch through Triton: the compiled binary (None in the interpreter), its grid, its
+    argument list (constexprs excluded), how many leading arguments vary from call to call, and
+    the device index."""
+
+    __slots__ = ("binary", "arg_names", "grid", "args", "varying", "device")
+
+    def __init__(self, binary, arg_names, grid, args, varying, device):
+        self.binary, self.arg_names, self.grid = binary, arg_names, grid
+        self.args, self.varying, self.device = args, varying, device
+
+
+class Kernel:
+    """One @triton.jit kernel, launched the standard way: `kernel[grid](*args, **constexprs)`."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        # The compiled binary takes every parameter positionally, constexprs included.
+        self.arg_names = list(getattr(fn, "arg_names", []))
+
+    def launch(self, grid, args, varying, constexprs, num_warps, num_stages=None):
+        """Launch now, on the device of the first tensor argument; return what was launched."""
+        options = {"num_warps": num_warps}
+        if num_stages is not None:
+            options["num_stages"] = num_stages
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        if device is None or device.type != "cuda":
+            binary = self.fn[grid](*args, **constexprs, **options)
+            return Launched(None, self.arg_names, grid, args, varying, None)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index == torch.cuda.current_device():
+            binary = self.fn[grid](*args, **constexprs, **options)
+        else:
+            with torch.cuda.device(index):
+                binary = self.fn[grid](*args, **constexprs, **options)
+        return Launched(binary, self.arg_names, grid, args, varying, index)
+
+
+_SPLIT_K_WORKSPACES = {}
+
+
+def split_k_workspace(device, partials, tiles):
+    """(float32 room for `partials` partial sums, zeroed int32 arrival counters, one per output
+    tile) for a split-K launch.
+
+    Within a launch each partial sum is written before it is read, and split-K kernels leave
+    every counter at zero when they finish, so one workspace serves every launch on a stream
+    (launches on one stream run in order); each stream gets its own, grown for a larger launch
+    (the old one is freed in stream order, or kept by the compiled call path for the calls it
+    learned on that stream). A fresh buffer per call would cost each call about 2 us of host
+    time, as much as split-K gains at 64x4096x4096 (bench/probes/skinny_split.txt). Under CUDA
+    graph capture the workspace is a fresh one, its counters zeroed inside the graph, and the
+    graph keeps it.
+    """
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return (torch.empty(partials, dtype=torch.float32, device=device),
+                torch.zeros(tiles, dtype=torch.int32, device=device))
+    key = (device.index, triton.runtime.driver.active.get_current_stream(device.index))
+    held = _SPLIT_K_WORKSPACES.get(key)
+    if held is None or held[0].numel() < partials or held[1].numel() < tiles:
+        sums, counters = held or (None, None)
+        if sums is None or sums.numel() < partials:
+            sums = torch.empty(partials, dtype=torch.float32, device=device)
+        if counters is None or counters.numel() < tiles:
+            counters = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
+        held = _SPLIT_K_WORKSPACES[key] = sums, counters
+    return held

@@ -1,0 +1,102 @@
+"""Memory layouts: collapsing strided shapes, offsets that need 64 bits, alignment facts the
+kernels are specialized on."""
+
+import torch
+
+from .device import INTERPRET
+
+try:  # host-side tensor descriptors (tensor-memory-accelerator loads) arrived in Triton 3.4
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton: no TMA configs run
+    TensorDescriptor = None
+
+INT32_LIMIT = 2**31 - 1
+# Dims a strided elementwise kernel indexes; layouts with more independent dims run on copies.
+MAX_STRIDED_RANK = 4
+
+
+def max_offset(t):
+    """The largest element offset a kernel computes for `t` (its reach from the base pointer)."""
+    return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if size > 0)
+
+
+def needs_int64(*tensors, extra=0):
+    """True when 32-bit offset arithmetic could overflow for any tensor (plus one tile of slack)."""
+    for t in tensors:
+        numel = t.numel()
+        # Fast path: a contiguous tensor reaches exactly numel - 1 elements.
+        if t.is_contiguous() and numel + extra <= INT32_LIMIT:
+            continue
+        if max_offset(t) + extra > INT32_LIMIT or numel + extra > INT32_LIMIT:
+            return True
+    return False
+
+
+def collapse(shape, strides_per_tensor):
+    """Merge dims that are contiguous in every tensor; drop size-1 dims.
+
+    Returns (sizes, [strides per tensor]), fewest dims first-to-last, so that a strided
+    kernel does as little index arithmetic as the layouts allow.
+    """
+    dims = [(size, [strides[d] for strides in strides_per_tensor]) for d, size in enumerate(shape) if size != 1]
+    merged = []
+    for size, strides in dims:
+        if merged:
+            prev_size, prev_strides = merged[-1]
+            if all(p == s * size for p, s in zip(prev_strides, strides)):
+                merged[-1] = (prev_size * size, strides)
+                continue
+        merged.append((size, strides))
+    if not merged:
+        merged = [(1, [0] * len(strides_per_tensor))]
+    sizes = [size for size, _ in merged]
+    strides = [[s[i] for _, s in merged] for i in range(len(strides_per_tensor))]
+    return sizes, strides
+
+
+def pad_front(values, rank, fill):
+    return [fill] * (rank - len(values)) + list(values)
+
+
+def stride_factor(stride):
+    """The power of two (up to 16) a kernel may multiply back into `stride` // it: Triton's own
+    specialization knows multiples of 16 only. Strides past 32 bits stay whole (factor 1), so
+    the product never needs more bits than the stride did."""
+    if stride > INT32_LIMIT:
+        return 1
+    return 16 if stride % 16 == 0 else stride & -stride
+
+
+def size_factor(size):
+    """As stride_factor, for a matmul's M, N or K: a multiple of 16 comes whole, since Triton's
+    own specialization marks it and the kernel then compiles as it would without factors (with
+    factor 16, 4000^3 ran 7% slower, bench/probes/tma_edges.txt); 1000 comes as 125 * 8."""
+    if size % 16 == 0 or size > INT32_LIMIT:
+        return 1
+    return size & -size
+
+
+def k_rows_load_wide(a, b):
+    """Whether either matmul operand ([M, K] and [K, N]) holds K contiguously in 16-byte aligned
+    rows: only then do loads along K go wide, and only then does a mask on K narrow them."""
+    def wide(t, k_dim):
+        row = t.stride(1 - k_dim) * t.element_size()
+        return t.stride(k_dim) == 1 and row % 16 == 0 and t.data_ptr() % 16 == 0
+    return wide(a, 1) or wide(b, 0)
+
+
+def tma_loads_fit(*operands):
+    """Whether tensor-memory-accelerator loads can read these 2-D operands: a GPU that has them
+    (compute capability 9 or later; the interpreter runs them too), each operand's last dim
+    contiguous, its rows and base address 16-byte aligned."""
+    if TensorDescriptor is None:
+        return False
+    for t in operands:
+        if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+            return False
+    return INTERPRET or torch.cuda.get_device_capability(operands[0].device)[0] >= 9
+
+
+def described(tensor, block):
+    """A tensor descriptor of `tensor` with `block` (reads past the edges return zeros)."""
+    return TensorDescriptor.from_tensor(tensor, list(block))

@@ -1,0 +1,186 @@
+"""The launch logic of each kind of op, the same for every op of the kind: layouts, the config
+key, constexprs, the grid, and learning the call for the compiled call path.
+
+A generated module makes one of these per op with what varies (its kernels, its config space and
+table, its spec's block names, masks and schedule), and its wrapper checks, allocates and calls
+`run`.
+"""
+
+import torch
+import triton.language as tl
+
+from .callpath import CallPath
+from .configs import ConfigChooser
+from .device import cdiv, device_facts
+from .launch import Kernel, split_k_workspace
+from .layout import (MAX_STRIDED_RANK, collapse, described, k_rows_load_wide, needs_int64, pad_front,
+                     size_factor, stride_factor, tma_loads_fit)
+from .schema import bucket
+
+
+# Every op made, by the module its kernels are defined in (op_of).
+_REGISTRY = {}
+
+
+def op_of(module_name):
+    """The runtime object of the op whose generated module is `module_name` (e.g.
+    "generated.add"): the hook tools (tune, bench) use to reach its configs and call path."""
+    try:
+        return _REGISTRY[module_name]
+    except KeyError:
+        raise LookupError(f"no tilegen op is defined in module {module_name!r} (is it imported?)") from None
+
+
+class Op:
+    """What every op has: its name, its config chooser and its compiled call path. `fast(*args)`
+    is the call path's entry: the result of a call with a learned signature, else None."""
+
+    def __init__(self, name, configs: ConfigChooser, kernel):
+        self.name = name
+        self.configs = configs
+        self.call_path = CallPath()
+        # A changed choice (a forced config, another mode) makes learned calls stale.
+        configs.on_change.append(self.call_path.forget)
+        self.module = getattr(getattr(kernel, "fn", kernel), "__module__", None)
+        _REGISTRY[self.module] = self
+
+    def fast(self, *args):
+        return self.call_path.call(*args)
+
+    def _learn(self, call, launched, result):
+        if call is not None:
+            self.call_path.learn(call, launched, result)
+
+
+class ElementwiseOp(Op):
+    """An op over tensors of one shape: the flat kernel where every tensor is contiguous, the
+    strided one (up to MAX_STRIDED_RANK collapsed dims) elsewhere.
+
+    `block` is the spec's block name; `mask` the spec's policy for the tiled axis: "auto" (a
+    mask only where the size does not divide the block), "always" or "never" (the wrapper
+    checks divisibility); `compute` the floor of the math's precision."""
+
+    def __init__(self, name, kernel, strided_kernel, configs, *, block="BLOCK", mask="auto", compute=tl.float32):
+        super().__init__(name, configs, kernel)
+        self.kernel, self.strided_kernel = Kernel(kernel), Kernel(strided_kernel)
+        self.block, self.mask, self.compute = block, mask, compute
+        self.exact_key = mask == "never"
+
+    def run(self, inputs, outputs, scalars=(), call=None, result=None):
+        """Compute `outputs` (checked or allocated by the wrapper) from `inputs` and `scalars`.
+        With `call` (the wrapper's arguments) and `result` (what it returns), the compiled call
+        path learns the call."""
+        numel = outputs[0].numel()
+        if numel == 0:
+            return
+        tensors = (*inputs, *outputs)
+        layout = None
+        if not all(t.is_contiguous() for t in tensors):
+            layout = collapse(outputs[0].shape, [t.stride() for t in tensors])
+            if len(layout[0]) > MAX_STRIDED_RANK:
+                # More independent dims than the strided kernel indexes: compute on contiguous copies.
+                fresh = [torch.empty(o.shape, dtype=o.dtype, device=o.device) for o in outputs]
+                self.run([t.contiguous() for t in inputs], fresh, scalars)
+                for output, computed in zip(outputs, fresh):
+                    output.copy_(computed)
+                return
+        key = (numel if self.exact_key else bucket(numel), inputs[0].element_size())
+
+        def launch(config):
+            return self._launch(tensors, scalars, numel, layout, config)
+
+        config = self.configs.choose(key, device_facts(outputs[0].device), launch)
+        self._learn(call, launch(config), result)
+
+    def _compute_dtype(self, inputs):
+        # The math runs in the spec's precision at least, and in float64 when an input is float64.
+        return tl.float64 if any(t.dtype == torch.float64 for t in inputs) else self.compute
+
+    def _launch(self, tensors, scalars, numel, layout, config):
+        block = config[self.block]
+        even = {"always": False, "never": True}.get(self.mask, numel % block == 0)
+        constexprs = {self.block: block, "EVEN": even, "INDEX_64": needs_int64(*tensors, extra=block),
+                      "COMPUTE": self._compute_dtype(tensors)}
+        grid = (cdiv(numel, block),)
+        varying = len(tensors) + len(scalars)
+        if layout is None:
+            return self.kernel.launch(grid, (*tensors, *scalars, numel), varying, constexprs, config["num_warps"])
+        sizes, strides = layout
+        sizes = pad_front(sizes, MAX_STRIDED_RANK, 1)
+        flat_strides = [s for per_tensor in strides for s in pad_front(per_tensor, MAX_STRIDED_RANK, 0)]
+        args = (*tensors, *scalars, numel, *sizes[1:], *flat_strides)
+        return self.strided_kernel.launch(grid, args, varying, constexprs, config["num_warps"])
+
+
+class MatmulOp(Op):
+    """C = epilogue(A @ B, extras): one kernel, tiled or persistent, split-K where the config
+    says, operands through pointers or tensor descriptors.
+
+    `blocks` are the spec's block names for M, N, K; `masks` its policies for them ("auto",
+    "always", "never"); `launch` its schedule.launch ("auto", "tiled", "persistent");
+    `operands` the positions of A and B among the tensors (inputs, then outputs); `factors` the
+    kernel's constexpr names for the power-of-two factors of M, N, K and each tensor's strides."""
+
+    def __init__(self, name, kernel, configs, *, factors, blocks=("BM", "BN", "BK"), masks=("auto",) * 3,
+                 group_m=8, launch="auto", operands=(0, 1)):
+        super().__init__(name, configs, kernel)
+        self.kernel = Kernel(kernel)
+        self.factor_names = tuple(factors)
+        self.blocks, self.masks, self.group_m = tuple(blocks), tuple(masks), group_m
+        self.schedule, self.operands = launch, operands
+
+    def run(self, tensors, scalars, M, N, K, call=None, result=None):
+        """Compute the outputs (the last of `tensors`, checked or allocated by the wrapper).
+        With `call` and `result`, the compiled call path learns the call."""
+        if M == 0 or N == 0:
+            return
+        a = tensors[self.operands[0]]
+        key = tuple(size if policy == "never" else bucket(size)
+                    for size, policy in zip((M, N, K), self.masks)) + (a.element_size(),)
+
+        def launch(config):
+            return self._launch(tensors, scalars, M, N, K, config)
+
+        config = self.configs.choose(key, device_facts(a.device), launch)
+        self._learn(call, launch(config), result)
+
+    def loads_through_descriptors(self, config, a, b):
+        """Whether `config` loads operands `a` and `b` through tensor descriptors: it asks for
+        them (TMA) and their layout allows them; otherwise the kernel loads through pointers."""
+        return bool(config.get("TMA")) and tma_loads_fit(a, b)
+
+    def _launch(self, tensors, scalars, M, N, K, config):
+        bm, bn, bk = (config[name] for name in self.blocks)
+        split_k = config.get("SPLIT_K", 1)
+        tiles = cdiv(M, bm) * cdiv(N, bn)
+        persistent = {"tiled": False, "persistent": True}.get(self.schedule, bool(config.get("PERSISTENT")))
+        persistent = persistent and split_k == 1  # split-K always launches tiled
+        # Persistent: one program per multiprocessor (fewer where there are fewer tiles).
+        device = tensors[0].device
+        grid = (min(tiles, device_facts(device)[0]), 1) if persistent else (tiles, split_k)
+        a, b = (tensors[i] for i in self.operands)
+        use_tma = self.loads_through_descriptors(config, a, b)
+        mask_m, mask_n, mask_k = ({"always": True, "never": False}.get(policy, size % block != 0)
+                                  for policy, size, block in zip(self.masks, (M, N, K), (bm, bn, bk)))
+        strides = [s for t in tensors for s in t.stride()]
+        factors = [size_factor(v) for v in (M, N, K)] + [stride_factor(s) for s in strides]
+        quotients = [v // f for v, f in zip((M, N, K, *strides), factors)]
+        constexprs = {
+            self.blocks[0]: bm, self.blocks[1]: bn, self.blocks[2]: bk, "GROUP_M": self.group_m,
+            "SPLIT_K": split_k, "MASK_M": mask_m, "MASK_N": mask_n, "MASK_K": mask_k,
+            # Where K rows load wide, whole K steps run unmasked and the partial one apart.
+            "PEEL_K": mask_k and k_rows_load_wide(a, b), "USE_TMA": use_tma,
+            "INDEX_64": needs_int64(*tensors, extra=bk), "PERSISTENT": persistent,
+            **dict(zip(self.factor_names, factors)),
+        }
+        if split_k == 1:
+            workspace = (None, None)  # no partial sums: the split-K arguments are never read
+        else:
+            workspace = split_k_workspace(device, tiles * split_k * bm * bn, tiles)
+        head = list(tensors)
+        if use_tma:
+            head[self.operands[0]] = described(a, (bm, bk))
+            head[self.operands[1]] = described(b, (bk, bn))
+        args = (*workspace, *head, *scalars, *quotients)
+        varying = 2 + len(tensors) + len(scalars)
+        return self.kernel.launch(grid, args, varying, constexprs, config["num_warps"], config["num_stages"])

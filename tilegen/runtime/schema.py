@@ -1,0 +1,48 @@
+"""The names and rules that tables, tuning and the runtime share: one place for each.
+
+A config is a dict of launch parameters. Its block fields carry the names the spec's `tiles`
+give them (`block: BM`), in the op's kernels, its candidates and its rendered table alike; the
+kind-wide table files store them under the kind's canonical names below, and `spec_fields` /
+`canonical_fields` translate between the two.
+"""
+
+# Each kind's config fields, block fields first, under their canonical (table file) names.
+BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",)}
+CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stages", "TMA", "PERSISTENT"),
+                 "elementwise": ("BLOCK", "num_warps")}
+# Fields that say how a tile is computed, not which: an entry applies to an op whose candidates
+# hold its other fields, whatever these say.
+SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA", "PERSISTENT")
+# Fields that entries written before the field existed leave out, with the value they meant.
+FIELD_DEFAULTS = {"SPLIT_K": 1, "TMA": 0, "PERSISTENT": 0}
+
+
+def rename_blocks(config, source, target):
+    """`config` with its block fields renamed from the names `source` to `target` (in order)."""
+    names = dict(zip(source, target))
+    return {names.get(field, field): value for field, value in config.items()}
+
+
+def bucket(size):
+    """The shape bucket of a size: the next power of two. Shapes that share a bucket share a
+    table entry and a chosen config."""
+    return 1 if size <= 1 else 1 << (size - 1).bit_length()
+
+
+def tile_of(config):
+    """What decides whether a table entry applies to an op: its config less the schedule fields."""
+    return tuple((k, v) for k, v in sorted(config.items()) if k not in SCHEDULE_FIELDS)
+
+
+def scalar_signature(value):
+    """What a launch depends on for a scalar argument, as Triton specializes it: an int's value
+    when small, else its divisibility by 16 and whether it fits in 32 bits; otherwise its type.
+    (The compiled call path, csrc/callpath.cpp, keys calls by the same rule.)"""
+    if type(value) is int:
+        return value if -16 < value < 16 else (value & 15, value >> 31)
+    return type(value)
+
+
+def tensor_signature(t):
+    """What a launch depends on for one tensor: shape, strides, dtype, device, 16-byte alignment."""
+    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
