@@ -9,7 +9,7 @@ import torch
 import triton.testing
 from triton.runtime.errors import OutOfResources
 
-from generated import _runtime as rt
+import tilegen.runtime as rt
 from tilegen import tune
 
 FACTS = (132, 232448, "stand-in GPU")
@@ -32,14 +32,14 @@ def test_host_time_is_the_least_of_its_batches(monkeypatch):
 def host_keeps_up(monkeypatch):
     """Calls cost the host no time (the stand-in has no GPU to launch on); a test may say otherwise."""
     monkeypatch.setattr(tune, "host_ms", lambda fn: 0.0)
+    monkeypatch.setattr(tune, "device_facts", lambda device: FACTS)
 
 
 def stand_in(costs, dtypes, descriptors_fit=True):
     """An op whose candidate tiles are 64/128 x 64/128 x 32 and whose time is costs[dtype](config)."""
     # launch="tiled": the search, not the launch styles, is under test (no persistent variants).
-    chooser = rt.ConfigChooser("auto", rt.matmul_candidates([64, 128], [64, 128], [32], [], [], (False,) * 3,
-                                                            launch="tiled"),
-                               rt.matmul_heuristic)
+    chooser = rt.ConfigChooser("auto", rt.MatmulSpace(("BM", "BN", "BK"), [64, 128], [64, 128], [32], [], [],
+                                                      (False,) * 3, launch="tiled"))
     timed = []
     state = {}
 
@@ -60,9 +60,9 @@ def stand_in(costs, dtypes, descriptors_fit=True):
 
     module = SimpleNamespace(OP="stand_in", DTYPES=dtypes, SHAPES=[(1000, 1000, 1000)], make_inputs=make_inputs,
                              run_torch=lambda inputs: inputs.clone(), run_tilegen=run_tilegen)
-    op_module = SimpleNamespace(_CONFIGS=chooser, rt=SimpleNamespace(device_facts=lambda device: FACTS),
-                                _loads_through_descriptors=lambda config, inputs: descriptors_fit and config.get("TMA"))
-    return module, op_module, timed, do_bench
+    op = SimpleNamespace(configs=chooser, operands=(0, 0),
+                         loads_through_descriptors=lambda config, a, b: descriptors_fit and config.get("TMA"))
+    return module, op, timed, do_bench
 
 
 def cost(base, variants):
@@ -142,7 +142,7 @@ def test_compile_worker_leaves_failing_configs_to_the_timing_loop(monkeypatch):
     module = SimpleNamespace(make_inputs=lambda shape, dtype: None, run_tilegen=run_tilegen)
     chooser = SimpleNamespace(forcing=lambda config: contextlib.nullcontext(forced.append(config)))
     monkeypatch.setattr(tune, "load_bench_modules", lambda ops, package: [module])
-    monkeypatch.setitem(sys.modules, "pkg.stand_in", SimpleNamespace(_CONFIGS=chooser))
+    monkeypatch.setattr(tune, "op_of", lambda name: SimpleNamespace(configs=chooser) if name == "pkg.stand_in" else None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     configs = [dict(BM=64), dict(BM=128)]
     tune._compile_configs("pkg", "stand_in", (1, 1, 1), "float16", configs)
@@ -158,7 +158,7 @@ def test_leaders_are_timed_again_so_no_config_wins_on_one_lucky_timing(monkeypat
 
     def do_bench(fn, **_):
         fn()
-        config = op_module._CONFIGS.forced
+        config = op_module.configs.forced
         ident = tune.identity(config)
         times_timed[ident] = times_timed.get(ident, 0) + 1
         lucky = (config["BM"], config["BN"]) == (64, 64) and times_timed[ident] == 1
@@ -189,7 +189,7 @@ def test_one_slow_timing_does_not_drop_the_fastest_config(monkeypatch):
 
     def do_bench(fn, **_):
         fn()
-        config = dict(op_module._CONFIGS.forced)
+        config = dict(op_module.configs.forced)
         order.append(config)
         first = (config["BM"], config["BN"]) == (128, 64) and order.count(config) == 1
         return 30 if first else steady(config)
@@ -231,7 +231,7 @@ def test_finalists_are_decided_by_rounds_of_their_own_when_the_gpu_slows(monkeyp
     def do_bench(fn, **_):
         fn()
         calls.append(1)
-        return steady(op_module._CONFIGS.forced) * (1 + 0.01 * (len(calls) - 1))
+        return steady(op_module.configs.forced) * (1 + 0.01 * (len(calls) - 1))
 
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     monkeypatch.setattr(tune, "REFINED_TILES", 1)
@@ -279,7 +279,7 @@ def tma_stand_in(monkeypatch, kernel_ms, tma_host_ms, pointer_host_ms=0.004):
 
     def host(fn):
         fn()
-        return tma_host_ms if op_module._CONFIGS.forced.get("TMA") else pointer_host_ms
+        return tma_host_ms if op_module.configs.forced.get("TMA") else pointer_host_ms
     monkeypatch.setattr(tune, "host_ms", host)
     return tune.tune_module(module, op_module, None, lambda line: None)["1024x1024x1024x2"]
 

@@ -9,28 +9,20 @@ measured once per run: device-to-device copy bandwidth and cuBLAS's best dense r
 from __future__ import annotations
 
 import csv
-import importlib
 import json
 import math
 import platform
-import re
 import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .measure import (BenchError, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes,
+                      settle_call_path, shape_label)
+
 LIMIT_MATMUL = 8192
 COPY_BYTES = 1 << 30
-
-
-class BenchError(Exception):
-    """Bad input to `tilegen bench` (exit 2)."""
-
-
-def dtype_name(dtype) -> str:
-    """torch.float16 -> 'float16', as reports and command lines spell dtypes."""
-    return str(dtype).replace("torch.", "")
 
 
 @dataclass
@@ -61,38 +53,6 @@ class Report:
 
 
 # ---- pure helpers (tested on the CPU) -------------------------------------------------------
-
-_SIZE = re.compile(r"^(\d+)(?:\^(\d+))?$")
-
-
-def parse_size(text: str) -> int:
-    """'4096' or '2^20' -> int."""
-    match = _SIZE.match(text.strip())
-    if not match:
-        raise BenchError(f"--shapes: {text!r} is not a size (write 4096 or 2^20)")
-    base, power = int(match.group(1)), match.group(2)
-    return base ** int(power) if power else base
-
-
-def parse_shapes(text: str | None, kind: str) -> list[tuple[int, ...]] | None:
-    """'1024x1024x1024,16x4096x4096' -> [(1024, 1024, 1024), (16, 4096, 4096)]; matmul shapes are MxNxK."""
-    if not text:
-        return None
-    shapes = []
-    for item in text.split(","):
-        dims = tuple(parse_size(part) for part in item.strip().lower().split("x"))
-        if kind == "matmul" and len(dims) != 3:
-            raise BenchError(f"--shapes: {item!r} is not MxNxK (matmul ops need three sizes)")
-        if any(d <= 0 for d in dims):
-            raise BenchError(f"--shapes: {item!r} has an empty dimension")
-        shapes.append(dims)
-    return shapes
-
-
-def shape_label(shape) -> str:
-    if len(shape) == 1 and shape[0] >= 4096 and shape[0] & (shape[0] - 1) == 0:
-        return f"2^{shape[0].bit_length() - 1}"
-    return "x".join(str(d) for d in shape)
 
 
 def throughput(ms: float, flops: int, nbytes: int) -> tuple[float | None, float | None]:
@@ -313,19 +273,6 @@ def measure_limits(dtypes: list[str]) -> dict:
 HOST_BATCHES = 7
 
 
-def issue_ms(fn, calls: int, *args) -> float:
-    """Milliseconds of host work per call of `fn(*args)`: `calls` calls issued back to back and
-    timed without waiting on the GPU, whose queue then drains outside the timing."""
-    import torch
-
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn(*args)
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e3
-
-
 def host_overhead(module, calls: int = 1000, batches: int = HOST_BATCHES) -> dict:
     """CPU time per call on a small input: launch cost, not GPU time.
 
@@ -349,32 +296,30 @@ def host_overhead(module, calls: int = 1000, batches: int = HOST_BATCHES) -> dic
     result = {"op": module.OP, "batches": batches, "calls": calls}
     for name, samples in per_call.items():
         result[f"{name}_us"] = statistics.median(samples)
-    op_module = sys.modules.get(module.__name__.replace(".bench.bench_", "."))
-    launchers = [v for v in vars(op_module).values() if type(v).__name__ == "Launcher"] if op_module else []
-    result["direct_launch"] = any(launcher.direct and launcher.plans_made for launcher in launchers)
-    fast = getattr(op_module, "_FAST", None)
-    result["fast_path"] = bool(fast is not None and fast.table is not None and fast.table.hits)
+    result["fast_path"] = call_path_served(module)
     return result
+
+
+def call_path_served(module) -> bool:
+    """Whether the compiled call path served calls of the op that bench `module` times."""
+    from .runtime import op_of
+
+    try:
+        table = op_of(module.__name__.replace(".bench.bench_", ".")).call_path.table
+    except LookupError:  # a stand-in with no generated op behind it
+        return False
+    return bool(table is not None and table.hits)
 
 
 def launch_paths(host: dict) -> str:
     """How an op's calls launched in its host timing, for the reports (runs from before the
     compiled call path leave it out)."""
-    text = f"direct launch: {'yes' if host.get('direct_launch') else 'no'}"
+    parts = []
+    if "direct_launch" in host:  # runs from before the runtime library had one fast path
+        parts.append(f"direct launch: {'yes' if host['direct_launch'] else 'no'}")
     if "fast_path" in host:
-        text += f", compiled call path: {'yes' if host['fast_path'] else 'no'}"
-    return text
-
-
-def settle_fast_path(package: str) -> None:
-    """Wait for the compiled call path (built in the background on first use) before any timing,
-    so that host times are those of the path calls settle on; say so where there is none."""
-    try:
-        fast_path = importlib.import_module(f"{Path(package).name}._fastpath")
-    except ImportError:  # a package generated before the compiled call path
-        return
-    if fast_path.load(wait=True) is None:
-        print(f"note: {fast_path.UNAVAILABLE}", file=sys.stderr, flush=True)
+        parts.append(f"compiled call path: {'yes' if host['fast_path'] else 'no'}")
+    return ", ".join(parts) or "launch path not recorded"
 
 
 def _host_method(host_us: list[dict]) -> str:
@@ -384,20 +329,6 @@ def _host_method(host_us: list[dict]) -> str:
         count, calls = next(iter(batches))
         return f"Each the median of {count} batches of {calls} calls, tilegen and torch taking turns."
     return "Each one loop of calls per provider."
-
-
-def check_agreement(got, want, dtype, label, tolerance=None):
-    """Raise (naming `label`) unless tilegen's outputs `got` match PyTorch's `want`, to `tolerance`
-    (default: 2e-2 for half-precision dtypes, 1e-3 otherwise)."""
-    import torch
-
-    got = got if isinstance(got, tuple) else (got,)
-    want = want if isinstance(want, tuple) else (want,)
-    if tolerance is None:
-        tolerance = 2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-3
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g.float(), w.float(), atol=tolerance, rtol=tolerance, equal_nan=True,
-                                   msg=lambda m: f"{label}: tilegen and PyTorch disagree: {m}")
 
 
 def compile_for_one_shape(fn, inputs):
@@ -489,7 +420,7 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
         raise BenchError("no CUDA GPU found; `tilegen bench` times compiled kernels and needs one "
                          "(the interpreter cannot time kernels)")
     modules = load_bench_modules(ops, package)
-    settle_fast_path(package)
+    settle_call_path()
     if cold_start_ops:
         load_bench_modules(list(cold_start_ops), package)  # unknown names fail here, before any timing
     dtypes = sorted({dtype_name(d) for m in modules for d in m.DTYPES if m.KIND == "matmul"})
@@ -516,14 +447,3 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
     return report
 
 
-def load_bench_modules(ops: list[str], package: str):
-    root = Path(package)
-    folder = root / "bench"
-    if not folder.is_dir():
-        raise BenchError(f"{folder}: no generated benchmarks; run `tilegen build` first")
-    known = sorted(p.stem[len("bench_"):] for p in folder.glob("bench_*.py"))
-    for op in ops:
-        if op not in known:
-            raise BenchError(f"unknown op {op!r} (generated ops: {', '.join(known) or 'none'})")
-    sys.path.insert(0, str(root.resolve().parent))
-    return [importlib.import_module(f"{root.name}.bench.bench_{op}") for op in (ops or known)]

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .bench import shape_label
+from .measure import shape_label
 
 MODES = ("table", "table, warm cache", "autotune")
 
@@ -31,31 +31,31 @@ import torch
 root, op, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path.insert(0, root)
 bench = importlib.import_module(f"{sys.argv[4]}.bench.bench_{op}")
-module = importlib.import_module(f"{sys.argv[4]}.{op}")
+import tilegen.runtime as rt
+configs = rt.op_of(f"{sys.argv[4]}.{op}").configs
 shape, dtype = bench.SHAPES[0], bench.DTYPES[0]
 inputs = bench.make_inputs(shape, dtype)
 torch.cuda.synchronize()
 imported = time.perf_counter() - start
-if mode == "autotune":
-    module._CONFIGS.mode = "autotune"
-start = time.perf_counter()
-bench.run_tilegen(inputs)
-torch.cuda.synchronize()
-first = time.perf_counter() - start
-start = time.perf_counter()
-bench.run_tilegen(inputs)
-torch.cuda.synchronize()
-second = time.perf_counter() - start
+with configs.using_mode("autotune" if mode == "autotune" else configs.mode), configs.recording() as chosen:
+    start = time.perf_counter()
+    bench.run_tilegen(inputs)
+    torch.cuda.synchronize()
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    bench.run_tilegen(inputs)
+    torch.cuda.synchronize()
+    second = time.perf_counter() - start
 print(json.dumps(dict(shape=list(shape), dtype=str(dtype).replace("torch.", ""), import_s=imported,
                       first_call_s=first, second_call_s=second,
-                      config=module._CONFIGS.cache.get(module._CONFIGS.last_key))))
+                      config=chosen[-1][1])))
 """
 
 
 def _child(package: Path, op: str, mode: str, cache_dir: str) -> dict:
     # The compiled call path builds in the background of a first call and outlives the child: off
     # here, so that no build competes with the rows after for the CPU (it delays no first call).
-    env = dict(os.environ, TRITON_CACHE_DIR=cache_dir, TILEGEN_CACHE_DIR=cache_dir, TILEGEN_FAST_PATH="0")
+    env = dict(os.environ, TRITON_CACHE_DIR=cache_dir, TILEGEN_CACHE_DIR=cache_dir, TILEGEN_CALL_PATH="0")
     env.pop("TRITON_INTERPRET", None)
     command = [sys.executable, "-c", _CHILD, str(package.resolve().parent), op, mode.split(",")[0], package.name]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)

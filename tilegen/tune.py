@@ -12,8 +12,11 @@ import statistics
 import sys
 from pathlib import Path
 
-from .bench import BenchError, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes, shape_label
-from .tables import SCHEDULE_FIELDS, SCOPES, TABLE_DIR, format_key, merge_entries
+from .measure import (BenchError, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes,
+                      settle_call_path, shape_label)
+from .runtime import device_facts, op_of
+from .runtime.schema import BLOCK_FIELDS, rename_blocks, tile_of
+from .tables import SCOPES, TABLE_DIR, format_key, merge_entries
 
 
 def _warm_up_gpu(seconds: float = 1.0) -> None:
@@ -91,12 +94,7 @@ def brief(config: dict) -> str:
     return " ".join(parts)
 
 
-def tile_of(config: dict) -> tuple:
-    """The parts of a config that decide whether a table entry applies (not its schedule)."""
-    return tuple((k, v) for k, v in identity(config) if k not in SCHEDULE_FIELDS)
-
-
-def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -> dict[str, dict]:
+def tune_module(module, op, shapes, progress, dtypes=(), compiler=None) -> dict[str, dict]:
     """{key: best config} for one op over its dtypes and shapes.
 
     Two passes per shape: every candidate tile with its default warps and stages, then the
@@ -116,9 +114,13 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
     from triton.runtime.errors import OutOfResources
     from triton.testing import do_bench
 
-    chooser = op_module._CONFIGS
-    loads_through_descriptors = getattr(op_module, "_loads_through_descriptors", lambda config, inputs: True)
-    facts = op_module.rt.device_facts(torch.device("cuda"))
+    chooser = op.configs
+    facts = device_facts(torch.device("cuda"))
+
+    def loads_through_descriptors(config, inputs):
+        if not hasattr(op, "loads_through_descriptors"):
+            return True
+        return op.loads_through_descriptors(config, *(inputs[i] for i in op.operands))
     scores: dict[tuple, dict[tuple, list[float]]] = {}
     configs: dict[tuple, dict] = {}
     chosen_dtypes = [d for d in module.DTYPES if not dtypes or dtype_name(d) in dtypes]
@@ -127,9 +129,9 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
         for shape in shapes or module.SHAPES:
             inputs = module.make_inputs(shape, dtype)
             want = module.run_torch(inputs)
-            chooser.reset()  # a remembered plan would skip the choice that records the key
-            module.run_tilegen(inputs)
-            key = chooser.last_key
+            with chooser.recording() as chosen:
+                module.run_tilegen(inputs)
+            key = chosen[-1][0]
             samples: dict[tuple, list[float]] = {}  # kernel ms per config identity, in timing order
             host: dict[tuple, list[float]] = {}  # host ms per call, likewise
 
@@ -173,14 +175,14 @@ def tune_module(module, op_module, shapes, progress, dtypes=(), compiler=None) -
                 floor = host_floor()
                 return sorted(samples, key=lambda ident: rank_ms(ident, floor))  # stable: ties keep timing order
 
-            base = chooser.all_candidates(facts, key)
+            base = chooser.candidates(facts, key)
             measure(base)
             best_tiles = []
             for ident in ranked():
                 if tile_of(configs[ident]) not in best_tiles:
                     best_tiles.append(tile_of(configs[ident]))
             seen = {identity(c) for c in base}
-            measure([c for c in chooser.all_candidates(facts, key, explore=True)
+            measure([c for c in chooser.candidates(facts, key, explore=True)
                      if tile_of(c) in best_tiles[:REFINED_TILES] and identity(c) not in seen])
             if not samples:
                 raise BenchError(f"{module.OP} {shape_label(shape)}: no candidate config could run")
@@ -259,9 +261,9 @@ def _refuse_shapes_sharing_a_key(module, chooser, shapes, dtypes) -> None:
     for dtype in dtypes:
         seen: dict[tuple, tuple] = {}
         for shape in shapes:
-            chooser.reset()
-            module.run_tilegen(module.make_inputs(shape, dtype))
-            key = chooser.last_key
+            with chooser.recording() as chosen:
+                module.run_tilegen(module.make_inputs(shape, dtype))
+            key = chosen[-1][0]
             if key in seen:
                 raise BenchError(f"{module.OP}: shapes {shape_label(seen[key])} and {shape_label(shape)} share the "
                                  f"table key {format_key(key)}, whose one entry serves both; tune one shape per key")
@@ -295,7 +297,7 @@ def _compile_configs(package, op, shape, dtype_name, configs):
     import torch
 
     module = load_bench_modules([op], package)[0]
-    chooser = sys.modules[f"{Path(package).name}.{op}"]._CONFIGS
+    chooser = op_of(f"{Path(package).name}.{op}").configs
     inputs = module.make_inputs(shape, getattr(torch, dtype_name))
     for config in configs:
         with chooser.forcing(config):
@@ -322,15 +324,19 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
     if not torch.cuda.is_available():
         raise BenchError("no CUDA GPU found; `tilegen tune` measures compiled kernels and needs one")
     gpu = torch.cuda.get_device_name()
+    settle_call_path()
     compiler = ParallelCompiler(package, jobs) if jobs > 1 else None
     _warm_up_gpu()
     updates: dict[str, dict] = {}
     try:
         for module in modules:
-            op_module = sys.modules[f"{Path(package).name}.{module.OP}"]
+            op = op_of(f"{Path(package).name}.{module.OP}")
             shapes = parse_shapes(shapes_text, module.KIND)
-            found = tune_module(module, op_module, shapes, lambda line: print(line, file=sys.stderr, flush=True),
+            found = tune_module(module, op, shapes, lambda line: print(line, file=sys.stderr, flush=True),
                                 dtypes or (), compiler)
+            # Tables store block fields under the kind's names; the op's spec may name them otherwise.
+            spec_names = op.configs.space.names
+            found = {key: rename_blocks(config, spec_names, BLOCK_FIELDS[module.KIND]) for key, config in found.items()}
             updates.setdefault(module.KIND if scope == "kind" else module.OP, {}).update(found)
     finally:
         if compiler is not None:

@@ -43,6 +43,11 @@ class ConfigChooser:
         self._forced = None
         self._records = []
 
+    @property
+    def forced(self):
+        """The config `forcing` launches with, or None."""
+        return self._forced
+
     def candidates(self, facts, key, explore=False):
         """Every config this op may launch for `key` (tests run each one). explore=True (tuning)
         also varies what the spec leaves open besides the tiles (warps, pipeline stages)."""
@@ -153,6 +158,7 @@ class ElementwiseSpace:
 
     def __init__(self, block, blocks, warps, exact):
         self.block, self.blocks, self.warps, self.exact = block, list(blocks), list(warps), exact
+        self.names = (block,)  # the spec's names for the kind's block fields
 
     def candidates(self, facts, key, explore=False):
         def warp_options(b):

@@ -1,0 +1,447 @@
+"""The compiled call path (tilegen/runtime/csrc/callpath.cpp) and the one mechanism that builds
+native code (tilegen/runtime/native.py).
+
+On the CPU the module is built for real, with warnings on, into a fresh cache, and tables are
+tried on plans with no programs (which launch nothing, driver or not) through `explain`; on a GPU
+the ops' repeat calls are served there and checked against torch."""
+import os
+import shutil
+import stat
+import struct
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import tilegen.runtime as rt
+from tilegen.runtime import callpath, native
+
+pytestmark = pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")),
+                                reason="no C++ compiler to build the compiled call path with")
+
+QUIET = SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(the module, the path it was built to, the compiler's warnings), from source into a fresh cache."""
+    cache = tmp_path_factory.mktemp("cache")
+    os.chmod(cache, 0o700)
+    old = os.environ.get("TILEGEN_CACHE_DIR")
+    os.environ["TILEGEN_CACHE_DIR"] = str(cache)
+    try:
+        path, warnings = native.build("callpath")
+        yield native.load("callpath"), path, warnings
+    finally:
+        if old is None:
+            del os.environ["TILEGEN_CACHE_DIR"]
+        else:
+            os.environ["TILEGEN_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def module(built):
+    return built[0]
+
+
+def test_the_build_has_no_warnings(built):
+    _, path, warnings = built
+    assert warnings == "", warnings
+    assert os.path.basename(path).startswith("callpath-") and os.path.isfile(path + ".sha256")
+
+
+def table_with(module, device=0, hooks=QUIET, streams=None, stream=77):
+    streams = [] if streams is None else streams
+    return module.Table(lambda: device, lambda d: streams.append(d) or stream, hooks)
+
+
+def empty_plan(module, codes, varying, tail=()):
+    """A plan of no programs: it launches nothing, so a table can be tried on the CPU."""
+    return module.prepare(1, 0, 1, 1, 32, 0, 0, codes, varying, tail)
+
+
+def filled_values(module, plan):
+    """Every 8-byte slot of an explained plan, in order."""
+    return module.describe(plan)[-1]
+
+
+def as_float(slot):
+    return struct.unpack("<f", struct.pack("<Q", slot)[:4])[0]
+
+
+def test_prepare_converts_fixed_values_once(module):
+    t = torch.zeros(4)
+    plan = module.prepare(99, 8, 2, 1, 256, 49152, 0, "pifdlpH", 2, (0.5, 0.25, 2**40, t, 65535))
+    function, grid, threads, shared, device, codes, varying, fixed = module.describe(plan)
+    assert (function, grid, threads, shared, device, codes, varying) == (99, (8, 2, 1), 256, 49152, 0, "pifdlpH", 2)
+    # Each fixed value as the kernel reads it from the start of its 8-byte slot.
+    assert struct.pack("<Q", fixed[0])[:4] == struct.pack("<f", 0.5)
+    assert struct.pack("<Q", fixed[1]) == struct.pack("<d", 0.25)
+    assert fixed[2] == 2**40 and fixed[3] == t.data_ptr() and fixed[4] == 65535
+    assert module.describe(module.prepare(1, 1, 1, 1, 32, 0, 0, "pi", 1, (-3,)))[-1] == (2**32 - 3,)
+
+
+def test_prepare_refuses_what_it_cannot_pass(module):
+    prepare = module.prepare
+    with pytest.raises(ValueError, match="unknown type code 'z'"):
+        prepare(1, 1, 1, 1, 32, 0, 0, "pz", 1, (None,))
+    with pytest.raises(OverflowError, match="does not fit in 32 bits"):
+        prepare(1, 1, 1, 1, 32, 0, 0, "pi", 1, (2**31,))
+    with pytest.raises(OverflowError, match="does not fit in 16 bits"):
+        prepare(1, 1, 1, 1, 32, 0, 0, "pH", 1, (2**16,))
+    with pytest.raises(ValueError, match="3 type codes for 1 varying and 1 fixed"):
+        prepare(1, 1, 1, 1, 32, 0, 0, "ppi", 1, (4,))
+    with pytest.raises(ValueError, match="at most"):
+        prepare(1, 1, 1, 1, 32, 0, 0, "p" * 200, 200, ())
+
+
+def test_a_learned_call_is_served_with_fresh_outputs_and_its_own_values(module):
+    table = table_with(module)
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    c = torch.empty(4, 5)
+    plan = empty_plan(module, "pppfi", 4, (20,))
+    assert table(a, b, 2.0) is None  # nothing learned yet
+    assert table.learn((a, b, 2.0), (a, b, c, 2.0), plan, 0, c, 77) is True
+    # Other tensors of the same signature, another scalar value: served.
+    a2, b2 = torch.randn(4, 5), torch.randn(4, 5)
+    got, filled = table.explain(a2, b2, 0.5)
+    assert got.shape == (4, 5) and got.dtype == torch.float32 and got.is_contiguous()
+    values = filled_values(module, filled)
+    assert values[:3] == (a2.data_ptr(), b2.data_ptr(), got.data_ptr())
+    assert as_float(values[3]) == 0.5 and values[4] == 20  # the fixed value stays
+    again, _ = table.explain(a2, b2, 0.5)
+    assert again.data_ptr() != got.data_ptr()  # each call its own output
+    assert isinstance(table(a2, b2, 0.5), torch.Tensor) and table.hits == 1
+
+
+class Traced(torch.Tensor):
+    """A tensor subclass: torch functions on it may do anything, so it takes the Python path."""
+
+
+def test_only_the_learned_signature_is_served(module):
+    table = table_with(module)
+    a, b, c = torch.randn(4, 5), torch.randn(4, 5), torch.empty(4, 5)
+    assert table.learn((a, b, 2.0), (a, b, c, 2.0), empty_plan(module, "pppf", 4), 0, c, 77)
+    base = torch.randn(64)
+    offset = base[1:21].view(4, 5)  # the same layout, 4 bytes past a 16-byte boundary
+    misses = {
+        "other shape": (torch.randn(5, 4), b, 2.0),
+        "other strides": (a.t().contiguous().t(), b, 2.0),
+        "other dtype": (a.double(), b, 2.0),
+        "misaligned": (offset, b, 2.0),
+        "an int for a float": (a, b, 2),
+        "a bool": (a, b, True),
+        "a subclass": (a.as_subclass(Traced), b, 2.0),
+        "a list": (a.tolist(), b, 2.0),
+        "too few": (a, b),
+        "too many": (a, b, 2.0, 1.0),
+        "requires grad": (a.clone().requires_grad_(), b, 2.0),
+    }
+    for name, args in misses.items():
+        assert table(*args) is None, name
+    assert table(a, b, scale=2.0) is None  # keywords: the Python path reads them
+    assert table.hits == 0 and table(a, b, 7.5) is not None
+    assert table(torch.nn.Parameter(a, requires_grad=False), b, 7.5) is not None  # a plain tensor to torch
+
+
+def test_ints_are_told_apart_as_triton_specializes_them(module):
+    table = table_with(module)
+    a, c = torch.randn(8), torch.empty(8)
+    plan = empty_plan(module, "ppl", 3)
+    for learned in (1, 48, 2**40 + 16):
+        assert table.learn((a, learned), (a, c, learned), plan, 0, c, 77)
+    assert table(a, 1) is not None and table(a, 2) is None  # small ints: each its own
+    assert table(a, 32) is not None and table(a, 33) is None  # divisible by 16 or not
+    assert table(a, 2**40 + 32) is not None and table(a, 2**31 + 16) is None  # above 32 bits or not
+    assert table(a, 2**70) is None  # past 64 bits: never served
+    _, filled = table.explain(a, 2**40 + 32)
+    assert filled_values(module, filled)[2] == 2**40 + 32
+
+
+def test_several_outputs_come_back_as_a_tuple_in_their_dtypes(module):
+    table = table_with(module)
+    x, v = torch.randn(3, 7), torch.rand(3, 7)
+    y, z = torch.empty(3, 7, dtype=torch.float16), torch.empty(3, 7)
+    assert table.learn((x, v, 1e-6), (x, v, y, z, 1e-6), empty_plan(module, "ppppf", 5), 0, (y, z), 77)
+    (got_y, got_z), filled = table.explain(x, v, 1e-5)
+    assert got_y.dtype == torch.float16 and got_z.dtype == torch.float32 and got_y.shape == got_z.shape == (3, 7)
+    assert filled_values(module, filled)[2:4] == (got_y.data_ptr(), got_z.data_ptr())
+
+
+def test_learning_refuses_what_it_cannot_repeat(module):
+    table = table_with(module)
+    a, c = torch.randn(4, 5), torch.empty(4, 5)
+    plan = empty_plan(module, "ppf", 3)
+    derived = 2.0 * 3  # a scalar the wrapper computed: not one of the call's arguments
+    assert table.learn((a, 2.0), (a, c, derived), plan, 0, c, 77) is False
+    assert table.learn((a, 2.0), (a, c.t(), 2.0), plan, 0, c.t(), 77) is False  # not contiguous
+    assert table.learn((a, 2.0), (a, a, 2.0), plan, 0, a, 77) is False  # an input handed back
+    assert table.learn((a, 2.0), (a, c), plan, 0, c, 77) is False  # another count of varying values
+    assert table.learn((a, 2.0), (a, c, a), plan, 0, c, 77) is False  # a tensor in a float's slot
+    assert table.learn((a, object()), (a, c, 2.0), plan, 0, c, 77) is False  # an argument it cannot key
+    assert table.size() == 0
+    with pytest.raises(TypeError, match="takes a plan from prepare"):
+        table.learn((a, 2.0), (a, c, 2.0), b"not a plan", 0, c, 77)
+    # Leading launch arguments the binary does not take are skipped.
+    assert table.learn((a, 2.0), (None, a, c, 2.0), plan, 1, c, 77) is True
+    # None in a pointer's place is a null pointer on every call; in a scalar's, it cannot be.
+    nulls = empty_plan(module, "pppf", 4)
+    assert table.learn((a, 2.0), (None, a, c, 2.0), nulls, 0, c, 77) is True
+    assert filled_values(module, table.explain(a, 3.0)[1])[0] == 0
+    assert table.learn((a, 2.0), (a, c, None), plan, 0, c, 77) is False
+    table.forget()
+    assert table.size() == 0 and table(a, 2.0) is None
+
+
+def test_scratch_tensors_are_held_and_serve_only_their_stream(module):
+    """A split-K launch reads a workspace that is neither an argument nor an output: the entry
+    keeps it, and serves calls on the stream it was learned on only."""
+    a, c = torch.randn(6), torch.empty(6)
+    sums, counters = torch.empty(64), torch.zeros(8, dtype=torch.int32)
+    plan = empty_plan(module, "pppp", 4)
+    on_77 = table_with(module, stream=77)
+    assert on_77.learn((a,), (sums, counters, a, c), plan, 0, c, 77)
+    del sums  # the entry holds it
+    got, filled = on_77.explain(a)
+    values = filled_values(module, filled)
+    assert values[1] == counters.data_ptr() and values[2:] == (a.data_ptr(), got.data_ptr())
+    on_78 = table_with(module, stream=78)
+    assert on_78.learn((a,), (torch.empty(64), counters, a, c), plan, 0, c, 77)
+    assert on_78(a) is None  # another stream: the Python path finds that stream's workspace
+
+
+def test_calls_on_another_device_or_with_a_hook_listening_go_to_the_python_path(module):
+    a, c = torch.randn(6), torch.empty(6)
+    plan = empty_plan(module, "pp", 2)
+    streams = []
+    for device, hooks, served in [
+        (0, QUIET, True),
+        (0, SimpleNamespace(launch_enter_hook=SimpleNamespace(calls=[]), launch_exit_hook=None), True),
+        (1, QUIET, False),
+        (0, SimpleNamespace(launch_enter_hook=SimpleNamespace(calls=[print]), launch_exit_hook=None), False),
+        (0, SimpleNamespace(launch_enter_hook=None, launch_exit_hook=print), False),
+    ]:
+        table = table_with(module, device=device, hooks=hooks, streams=streams)
+        assert table.learn((a,), (a, c), plan, 0, c, 77)
+        assert (table(a) is not None) == served, (device, hooks)
+    assert streams == [0, 0]  # the stream of the plan's device, read only for calls served
+    broken = table_with(module, hooks=object())
+    broken.learn((a,), (a, c), plan, 0, c, 77)
+    with pytest.raises(AttributeError):  # hooks without the attributes: the error is not swallowed
+        broken(a)
+
+
+def _fake_binary(signature, **metadata):
+    """A compiled kernel as the call path reads it: its signature and metadata."""
+    fields = dict(num_ctas=1, global_scratch_size=0, profile_scratch_size=0, num_warps=4, shared=1024)
+    fields.update(metadata)
+    return SimpleNamespace(src=SimpleNamespace(signature=signature), metadata=SimpleNamespace(**fields),
+                           function=1234)
+
+
+_FLAT_NAMES = ["a_ptr", "b_ptr", "c_ptr", "alpha", "numel", "BLOCK", "EVEN"]
+_FLAT_SIGNATURE = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "alpha": "fp32", "numel": "i32",
+                   "BLOCK": "constexpr", "EVEN": "constexpr"}
+
+
+def test_launch_codes_follow_the_binarys_parameters():
+    def codes(binary, varying=4):
+        return callpath.launch_codes(binary, _FLAT_NAMES, varying)
+
+    # Constexprs are left out; each scratch area the compiler declares takes a null pointer.
+    assert codes(_fake_binary(_FLAT_SIGNATURE)) == ("pppfipp", 0, (4, None, None))
+    no_scratch = _fake_binary(_FLAT_SIGNATURE)
+    del no_scratch.metadata.global_scratch_size, no_scratch.metadata.profile_scratch_size
+    assert codes(no_scratch) == ("pppfi", 0, (4,))
+    # Where it cannot launch, Triton's launch does.
+    assert codes(_fake_binary(dict(_FLAT_SIGNATURE, a_ptr="tensordesc<fp16[64, 64]>"))) is None
+    assert codes(_fake_binary(dict(_FLAT_SIGNATURE, alpha="fp16"))) is None  # a width it is not sure of
+    assert codes(_fake_binary(_FLAT_SIGNATURE, global_scratch_size=256)) is None
+    assert codes(_fake_binary(_FLAT_SIGNATURE, num_ctas=2)) is None
+    assert codes(_fake_binary(_FLAT_SIGNATURE, launch_pdl=True)) is None
+    # Leading varying arguments it does not take (None pointers) are skipped; others it cannot.
+    assert codes(_fake_binary(dict(_FLAT_SIGNATURE, a_ptr="constexpr", b_ptr="constexpr"))) == ("pfipp", 2, (4, None, None))
+    assert codes(_fake_binary(dict(_FLAT_SIGNATURE, alpha="constexpr"))) is None
+    assert codes(_fake_binary(dict(_FLAT_SIGNATURE, numel="constexpr"))) == ("pppfpp", 0, (None, None))
+
+
+def test_call_path_learns_triton_launches_and_forgets_with_the_choice(module, monkeypatch):
+    monkeypatch.setattr(callpath, "_module", module)
+    monkeypatch.setattr(callpath, "INTERPRET", False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    import triton
+
+    monkeypatch.setattr(triton.runtime, "driver", SimpleNamespace(active=SimpleNamespace(get_current_stream=lambda d: 77)))
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
+    monkeypatch.setattr(triton, "knobs", SimpleNamespace(runtime=QUIET), raising=False)
+    path = callpath.CallPath()
+    a, c = torch.randn(6), torch.empty(6)
+    binary = _fake_binary({"a_ptr": "*fp32", "c_ptr": "*fp32", "numel": "i32", "BLOCK": "constexpr"})
+    launched = rt.launch.Launched(binary, ["a_ptr", "c_ptr", "numel", "BLOCK"], (0,), (a, c, 6), 2, 0)
+    assert path.call(a) is None
+    assert path.learn((a,), rt.launch.Launched(None, [], (1,), (a, c), 2, None), c) is False  # the interpreter's
+    assert path.learn((a,), launched, c) is True
+    assert path.call is path.table and path.table.explain(a) is not None
+    path.forget()
+    assert path.call(a) is None
+
+
+def test_without_the_module_calls_stay_on_the_python_path_and_it_says_why_once(monkeypatch):
+    monkeypatch.setattr(callpath, "INTERPRET", False)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(callpath, "load", lambda wait=False: None)
+    monkeypatch.setattr(callpath, "UNAVAILABLE", "the compiled call path is not available: no C++ compiler")
+    monkeypatch.setattr(callpath, "_WARNED", False)
+    path = callpath.CallPath()
+    a, c = torch.randn(6), torch.empty(6)
+    binary = _fake_binary({"a_ptr": "*fp32", "c_ptr": "*fp32"})
+    launched = rt.launch.Launched(binary, ["a_ptr", "c_ptr"], (1,), (a, c), 2, 0)
+    with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler; repeat calls take Triton's launch"):
+        assert path.learn((a,), launched, c) is False
+    assert path.learn((a,), launched, c) is False  # once
+    assert path.call(a) is None
+
+
+def test_the_module_is_loaded_in_a_thread_and_a_failure_is_remembered(monkeypatch):
+    monkeypatch.delenv("TILEGEN_CALL_PATH", raising=False)
+    for name, value in (("_module", None), ("_loader", None), ("UNAVAILABLE", None)):
+        monkeypatch.setattr(callpath, name, value)
+    monkeypatch.setattr(native, "load", lambda name: (_ for _ in ()).throw(native.BuildError("no C++ compiler")))
+    assert callpath.load(wait=True) is None
+    assert callpath.UNAVAILABLE == "the compiled call path is not available: no C++ compiler"
+    assert callpath._loader[0].name == "tilegen-call-path"
+    loader = callpath._loader
+    assert callpath.load() is None and callpath._loader is loader  # not tried again
+
+
+def test_turned_off_it_never_builds(monkeypatch):
+    monkeypatch.setenv("TILEGEN_CALL_PATH", "0")
+    for name, value in (("_module", None), ("_loader", None), ("UNAVAILABLE", None)):
+        monkeypatch.setattr(callpath, name, value)
+    assert callpath.load() is None and callpath.UNAVAILABLE == callpath.DISABLED and callpath._loader is None
+
+
+# ---- the build mechanism -------------------------------------------------------------------
+
+def test_cache_dir_honours_xdg_and_the_explicit_setting(monkeypatch, tmp_path):
+    monkeypatch.delenv("TILEGEN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert native.cache_dir() == str(tmp_path / "xdg" / "tilegen")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert native.cache_dir() == os.path.join(os.path.expanduser("~"), ".cache", "tilegen")
+    monkeypatch.setenv("TILEGEN_CACHE_DIR", str(tmp_path / "mine"))
+    assert native.cache_dir() == str(tmp_path / "mine")
+
+
+def test_a_folder_others_can_write_to_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o1777)  # as /tmp is
+    with pytest.raises(native.BuildError, match="can be written by other users; refusing to load code from it"):
+        native.private_dir(str(shared))
+    fresh = native.private_dir(str(tmp_path / "fresh"))
+    assert stat.S_IMODE(os.stat(fresh).st_mode) == 0o700
+    link = tmp_path / "link"
+    link.symlink_to(fresh)
+    with pytest.raises(native.BuildError, match="is not a folder"):
+        native.private_dir(str(link))
+
+
+def test_a_planted_truncated_or_foreign_file_is_rebuilt_not_loaded(built, monkeypatch):
+    module, path, _ = built
+    good = open(path, "rb").read()
+    stamp = os.stat(path).st_mtime_ns
+    assert native.build("callpath") == (path, "")  # found verified: not built again
+    assert os.stat(path).st_mtime_ns == stamp
+    compiles = []
+    real = native.compile_command
+    monkeypatch.setattr(native, "compile_command", lambda source, output: compiles.append(output) or real(source, output))
+    for damage in (good[: len(good) // 2], b"garbage"):
+        # Truncated, or replaced by something else (as a new file: this process has the
+        # module mapped, and writing into that file would pull it from under it).
+        with open(path + ".planted", "wb") as handle:
+            handle.write(damage)
+        os.replace(path + ".planted", path)
+        native.build("callpath")
+        assert open(path, "rb").read() == good
+    os.chmod(path, 0o666)  # writable by others: not trusted
+    native.build("callpath")
+    assert stat.S_IMODE(os.stat(path).st_mode) & 0o022 == 0
+    assert len(compiles) == 3
+    scratch = [name for name in os.listdir(os.path.dirname(path)) if name.startswith(".build-")]
+    assert scratch == []  # each build's scratch folder is gone
+
+
+def test_a_failed_build_says_why_and_leaves_nothing(monkeypatch, tmp_path):
+    monkeypatch.setenv("TILEGEN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(native, "compile_command", lambda source, output: [sys.executable, "-c",
+                        "import sys; sys.stderr.write('x.cpp:1: error: no good'); sys.exit(1)"])
+    with pytest.raises(native.BuildError, match="building callpath failed: x.cpp:1: error: no good"):
+        native.build("callpath")
+    left = sorted(os.listdir(tmp_path / "cache"))
+    assert all(name.endswith(".lock") for name in left)
+    monkeypatch.setenv("CXX", "")
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(native.BuildError, match="no C\\+\\+ compiler"):
+        native.compiler()
+
+
+# ---- on the GPU: every op's repeat calls ------------------------------------------------------
+
+def _gpu_cases():
+    """(op, input shapes, the wrapper's arguments from the inputs, its scalars, the oracle) for
+    every op: elementwise ones flat and strided, matmul ones with and without masks, split-K
+    (M = 16) and tensor-descriptor loads (1024^3's table entry), which must stay right."""
+    import torch.nn.functional as F
+
+    def same(*inputs):
+        return inputs
+
+    def transposed(*inputs):
+        return tuple(t.t() for t in inputs)
+
+    def rms_scale_exp_oracle(x, v):
+        return x * torch.rsqrt(v + 1e-6), torch.exp(-x.abs())
+
+    flat, strided = [(4000,), (4000,)], [(130, 96), (130, 96)]
+    return [
+        ("add", flat, same, {}, lambda a, b: a + b),
+        ("add", strided, transposed, {}, lambda a, b: a + b),
+        ("scaled_silu_mul", flat, same, dict(alpha=0.5), lambda a, b: 0.5 * F.silu(a) * b),
+        ("fma_clamp", flat, lambda a, b: (a, b, b), dict(lo=-0.5, hi=0.5), lambda a, b, c: (a * b + c).clamp(-0.5, 0.5)),
+        ("rms_scale_exp", strided, lambda x, v: (x.t(), v.t().abs()), dict(eps=1e-6), rms_scale_exp_oracle),
+        ("matmul_relu", [(96, 72), (72, 80)], same, {}, lambda a, b: torch.relu(a @ b)),
+        ("matmul", [(256, 128), (192, 128)], lambda a, b: (a, b.t()), {}, lambda a, b: a @ b),
+        ("matmul", [(16, 4096), (4096, 512)], same, {}, lambda a, b: a @ b),
+        ("matmul", [(1024, 1024), (1024, 1024)], same, {}, lambda a, b: a @ b),
+        ("matmul_bias_gelu", [(100, 64), (64, 96), (96,)], same, {}, lambda a, b, bias: F.gelu(a @ b + bias)),
+        ("matmul_residual_scaled", [(128, 256), (256, 128), (128, 128)], same, dict(alpha=0.5, beta=2.0),
+         lambda x, w, r: 0.5 * (x @ w) + 2.0 * r),
+    ]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled call path launches on a GPU only")
+@pytest.mark.parametrize("case", range(11))
+def test_repeat_calls_are_served_compiled_and_stay_right(case):
+    import generated as ops
+    from generated.tests import _support as s
+
+    if callpath.load(wait=True) is None:
+        pytest.skip(f"no compiled call path here: {callpath.UNAVAILABLE}")
+    op, shapes, arguments, scalars, oracle = _gpu_cases()[case]
+    table_of = lambda: rt.op_of(f"generated.{op}").call_path.table  # noqa: E731
+    for dtype in (torch.float16, torch.float32 if op != "matmul_residual_scaled" else torch.bfloat16):
+        args = arguments(*[s.random(shape, dtype, seed) for seed, shape in enumerate(shapes)])
+        getattr(ops, op)(*args, **scalars)  # the Python path serves it, and the table learns it
+        hits = table_of().hits if table_of() is not None else 0
+        for seed in range(3):  # other tensors of the same signature, and fresh outputs
+            args = arguments(*[s.random(shape, dtype, 10 * seed + i + 10) for i, shape in enumerate(shapes)])
+            got = getattr(ops, op)(*args, **scalars)
+            want = oracle(*[t.float() for t in args])
+            for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                assert g.dtype == dtype and g.is_contiguous(), op
+                torch.testing.assert_close(g.float(), w, atol=5e-2, rtol=2e-2, msg=op)
+        served = table_of().hits - hits if table_of() is not None else 0
+        if shapes[0] != (1024, 1024):  # tensor-descriptor launches stay with Triton's launch
+            assert served == 3, (op, shapes, dtype)
