@@ -15,6 +15,7 @@
 #   OUT=/tmp/check STEPS="bench" BENCH="matmul_relu --shapes 128x4096x4096" bash bench/h200_check.sh
 #   OUT=/tmp/check STEPS="rounds" bash bench/h200_check.sh          # matmul, medians of 5 turns
 #   OUT=/tmp/check STEPS="compile:matmul_relu" bash bench/h200_check.sh  # about 5 minutes (one op)
+#   OUT=/tmp/check STEPS="host" BEFORE=.before bash bench/h200_check.sh  # host time, two trees
 #
 # ARCHIVE=FILE packs everything into one .tar.gz at FILE when the steps are done (and removes
 # the folder), for machines that hand back only a few files:
@@ -53,6 +54,9 @@ step rounds 240 python3 -m tilegen bench matmul --rounds 5 --out "$out/matmul_ro
 step compile:matmul_relu 420 python3 -m tilegen bench matmul_relu --compile --out "$out/compile/matmul_relu"
 step compile:matmul_bias_gelu 420 python3 -m tilegen bench matmul_bias_gelu --compile --out "$out/compile/matmul_bias_gelu"
 step compile:matmul_residual_scaled 420 python3 -m tilegen bench matmul_residual_scaled --compile --out "$out/compile/matmul_residual_scaled"
+# Host time per call before and after the runtime library (BEFORE: a folder holding the older
+# tree's package as generated_before; not a default step).
+step host 300 env BEFORE="${BEFORE:-.before}" python3 bench/probes/host_before_after.py
 step cold_start 200 python3 -m tilegen bench add --shapes 2^24 --cold-start matmul,add --out "$out/cold_start"
 
 if [[ -n "${ARCHIVE:-}" ]]; then

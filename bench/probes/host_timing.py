@@ -5,7 +5,7 @@ import statistics
 
 import torch
 
-from tilegen.bench import issue_ms
+from tilegen.measure import issue_ms
 
 
 def per_call_us(fn, calls, warmup=0):
