@@ -231,6 +231,28 @@ def test_a_wheel_ships_every_template_and_table():
     assert tables and all(any(fnmatch.fnmatch(path, g) for g in shipped["tilegen"]) for path in tables)
 
 
+def test_op_modules_are_mostly_kernels():
+    """What a module holds besides its kernels, docs and tuned table (imports, the op object, the
+    wrapper) stays small: the logic every op shares lives in tilegen.runtime, not in each module.
+    Kernels take at least twice those lines."""
+    import ast
+
+    kernel = host = 0
+    for path in (REPO / "generated").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            lines = node.end_lineno - node.lineno + 1
+            if isinstance(node, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in node.decorator_list):
+                kernel += lines
+            elif isinstance(node, ast.FunctionDef):
+                body = node.body[1:] if isinstance(node.body[0], ast.Expr) else node.body  # less the docstring
+                host += sum(n.end_lineno - n.lineno + 1 for n in body) + 1
+            elif not (isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "_TABLE") \
+                    and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+                host += lines
+    assert kernel >= 2 * host, (kernel, host)
+
+
 def test_a_wheel_is_enough_to_import_a_generated_package(tmp_path):
     """Installed from a wheel (no checkout on the path), tilegen.runtime serves a generated package
     copied anywhere: the runtime and its C++ source ship in the wheel."""

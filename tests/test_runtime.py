@@ -434,12 +434,13 @@ def test_interpreter_refuses_bfloat16_matmul_and_computes_the_rest():
 
 def test_outputs_may_not_overlap_each_other_or_be_leaves_that_require_grad():
     import generated
+    from generated.tests import _support as s
 
-    x, v = torch.rand(4, 5), torch.rand(4, 5)
-    y = torch.empty(4, 5)
+    x, v = s.random((4, 5), torch.float32, 0), s.random((4, 5), torch.float32, 1, positive=True)
+    y = torch.empty_like(x)
     with pytest.raises(ValueError, match=r"rms_scale_exp: argument 'out\[1\]' shares memory with 'out\[0\]'"):
         generated.rms_scale_exp(x, v, out=(y, y))
-    leaf = torch.empty(4, 5, requires_grad=True)
+    leaf = torch.empty_like(x, requires_grad=True)
     with pytest.raises(RuntimeError, match="add: argument 'out' is a leaf tensor that requires grad"):
         generated.add(x, v, out=leaf)
     with pytest.raises(TypeError, match="add: argument 'a' is a sparse_coo tensor"):

@@ -5,7 +5,7 @@ machine's compiler), so a package built by tilegen needs only `pip install tileg
 
 - checks: argument checks that name the op and the argument
 - layout: strided layouts, 64-bit offsets, alignment facts
-- schema: config field names, shape buckets, the call-signature rule (shared with tables and tune)
+- schema: config field names, shape buckets, table-entry identity (shared with tables and tune)
 - configs: candidate configs, heuristics, tuned-table lookup, the ConfigChooser
 - launch: Triton's launch, split-K scratch
 - callpath, native: the compiled call path and the one mechanism that builds native code
@@ -22,7 +22,7 @@ from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace
 from .device import INTERPRET, cdiv, device_facts, on_device
 from . import launch, layout, ops
 from .ops import ElementwiseOp, MatmulOp, op_of
-from .schema import bucket, scalar_signature, tensor_signature, tile_of
+from .schema import bucket, tile_of
 
 # The interface generated code is written against. Raise it whenever a generated module built
 # for the old one would not work with the new one.
@@ -47,5 +47,5 @@ __all__ = [
     "check_dim", "check_divisible", "check_interpretable", "check_same_device", "check_same_dtype",
     "check_same_shape", "check_scalar", "check_tensor", "prepare_out", "split_out",
     "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ElementwiseOp", "MatmulOp", "op_of",
-    "bucket", "scalar_signature", "tensor_signature", "tile_of",
+    "bucket", "tile_of",
 ]

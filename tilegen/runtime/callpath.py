@@ -10,7 +10,7 @@ operands) returns None and takes the wrapper's Python path.
 
 The module compiles against torch's headers (10-20 s), so it is built in a background thread on
 first use; calls take the Python path until it is ready. Where it cannot be built (no compiler), a
-warning says so once. TILEGEN_CALL_PATH=0 turns it off.
+warning says so once. TILEGEN_CALL_PATH=0 turns it off (TILEGEN_FAST_PATH=0, its older name, too).
 """
 
 import os
@@ -51,7 +51,7 @@ def load(wait=False):
         return _module
     with _lock:
         if _loader is None or _loader[1] != os.getpid():  # a forked child starts its own
-            if os.environ.get("TILEGEN_CALL_PATH", "1") in ("", "0"):
+            if os.environ.get("TILEGEN_CALL_PATH", os.environ.get("TILEGEN_FAST_PATH", "1")) in ("", "0"):
                 UNAVAILABLE = DISABLED
                 return None
             thread = threading.Thread(target=_load_in_background, name="tilegen-call-path", daemon=True)

@@ -2,8 +2,11 @@
 
 A config is a dict of launch parameters. Its block fields carry the names the spec's `tiles`
 give them (`block: BM`), in the op's kernels, its candidates and its rendered table alike; the
-kind-wide table files store them under the kind's canonical names below, and `spec_fields` /
-`canonical_fields` translate between the two.
+kind-wide table files store them under the kind's canonical names below, and `rename_blocks`
+translates between the two.
+
+The rule that tells calls apart (which calls may repeat a learned launch) lives in one place too:
+`append_key` in csrc/callpath.cpp, the only code that keys calls.
 """
 
 # Each kind's config fields, block fields first, under their canonical (table file) names.
@@ -32,17 +35,3 @@ def bucket(size):
 def tile_of(config):
     """What decides whether a table entry applies to an op: its config less the schedule fields."""
     return tuple((k, v) for k, v in sorted(config.items()) if k not in SCHEDULE_FIELDS)
-
-
-def scalar_signature(value):
-    """What a launch depends on for a scalar argument, as Triton specializes it: an int's value
-    when small, else its divisibility by 16 and whether it fits in 32 bits; otherwise its type.
-    (The compiled call path, csrc/callpath.cpp, keys calls by the same rule.)"""
-    if type(value) is int:
-        return value if -16 < value < 16 else (value & 15, value >> 31)
-    return type(value)
-
-
-def tensor_signature(t):
-    """What a launch depends on for one tensor: shape, strides, dtype, device, 16-byte alignment."""
-    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
