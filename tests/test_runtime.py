@@ -102,58 +102,6 @@ def test_tuned_entries_merge_into_the_table_of_their_scope(tmp_path):
     assert list(own["GPU"]) == ["16x16x16x2", "8192x8192x8192x2"] and own["GPU"]["8192x8192x8192x2"] == dict(BM=128)
 
 
-@pytest.fixture
-def sources(tmp_path):
-    """The project's specs by op, and `narrow`: matmul_relu with tiles of 64 and 128 rows and
-    columns only, and K steps of 32 and 64."""
-    narrow = (REPO / "specs" / "matmul_relu.yaml").read_text().replace("op: matmul_relu", "op: narrow")
-    narrow = narrow.replace("sizes: [64, 128, 256]", "sizes: [64, 128]").replace("sizes: [32, 64, 128]",
-                                                                                 "sizes: [32, 64]")
-    (tmp_path / "narrow.yaml").write_text(narrow)
-    return {s.spec.op: s.spec for s in load_specs([REPO / "specs", tmp_path], REPO)}
-
-
-def test_table_is_filtered_to_each_specs_tile_sizes(sources):
-    table = {"GPU": {"64x64x64x2": dict(BM=256, BN=128, BK=64, num_warps=8, num_stages=3),
-                     "128x128x128x2": dict(BM=64, BN=64, BK=32, num_warps=4, num_stages=4)}}
-    assert list(table_for_spec(sources["matmul"], table)["GPU"]) == [(64, 64, 64, 2), (128, 128, 128, 2)]
-    assert list(table_for_spec(sources["narrow"], table)["GPU"]) == [(128, 128, 128, 2)]
-    assert table_for_spec(sources["rms_scale_exp"], {"GPU": {"4096x4": dict(BLOCK=1024, num_warps=4)}}) == {}
-    assert render_table({}) == "{}"
-
-
-def test_an_ops_own_table_comes_before_its_kinds(sources):
-    kind = {"GPU": {"128x4096x4096x2": dict(BM=64, BN=64, BK=128, num_warps=4, num_stages=5),
-                    "4096x4096x4096x2": dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)}}
-    own = {"GPU": {"128x4096x4096x2": dict(BM=64, BN=128, BK=64, SPLIT_K=2, num_warps=4, num_stages=4),
-                   "4096x4096x4096x2": dict(BM=256, BN=128, BK=64, num_warps=8, num_stages=4)},
-           "OTHER": {"1024x1024x1024x2": dict(BM=64, BN=64, BK=32, num_warps=4, num_stages=3)}}
-    narrow = table_for_spec(sources["narrow"], kind, own)
-    # Its own entry where the kind's tile is off its menu (BK 128); the kind's where its own is
-    # (BM 256); entries for a GPU only its own table knows.
-    assert narrow["GPU"][(128, 4096, 4096, 2)]["BN"] == 128 and narrow["GPU"][(128, 4096, 4096, 2)]["SPLIT_K"] == 2
-    assert narrow["GPU"][(4096, 4096, 4096, 2)]["BM"] == 128
-    assert narrow["OTHER"][(1024, 1024, 1024, 2)]["BK"] == 32
-    # Another op reads only its kind's table: the same entries as without `own`.
-    assert table_for_spec(sources["matmul"], kind) == table_for_spec(sources["matmul"], kind, {})
-    assert table_for_spec(sources["matmul"], kind)["GPU"][(4096, 4096, 4096, 2)]["BM"] == 128
-
-
-def test_tuned_entries_merge_into_the_table_of_their_scope(tmp_path):
-    from tilegen.tables import load_table, merge_entries
-
-    merge_entries("matmul", "GPU", {"4096x4096x4096x2": dict(BM=128)}, tmp_path)
-    merge_entries("matmul", "OTHER", {"16x4096x4096x2": dict(BM=64)}, tmp_path)
-    path = merge_entries("matmul_relu", "GPU", {"8192x8192x8192x2": dict(BM=256), "16x16x16x2": dict(BM=64)},
-                         tmp_path, scope="op")
-    assert path == tmp_path / "ops" / "matmul_relu.json"
-    merge_entries("matmul_relu", "GPU", {"8192x8192x8192x2": dict(BM=128)}, tmp_path, scope="op")
-    assert load_table("matmul", tmp_path) == {"GPU": {"4096x4096x4096x2": dict(BM=128)},
-                                              "OTHER": {"16x4096x4096x2": dict(BM=64)}}
-    own = load_table("matmul_relu", tmp_path, scope="op")
-    assert list(own["GPU"]) == ["16x16x16x2", "8192x8192x8192x2"] and own["GPU"]["8192x8192x8192x2"] == dict(BM=128)
-
-
 @pytest.mark.parametrize("value, launch", [(None, "auto"), ("tiled", "tiled"), ("persistent", "persistent")])
 def test_schedule_launch(tmp_path, value, launch):
     text = (REPO / "specs" / "matmul_relu.yaml").read_text()

@@ -130,7 +130,6 @@ def test_compile_worker_leaves_failing_configs_to_the_timing_loop(monkeypatch):
     # The worker only warms Triton's cache: a config that fails there is met and reported again
     # by the timing loop, so the worker goes on to the next config.
     import contextlib
-    import sys
 
     forced, ran = [], []
 

@@ -20,7 +20,7 @@ from .checks import (check_dim, check_divisible, check_interpretable, check_same
                      check_same_shape, check_scalar, check_tensor, prepare_out, split_out)
 from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace
 from .device import INTERPRET, cdiv, device_facts, on_device
-from . import launch, layout, ops
+from . import launch, layout, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
 from .ops import ElementwiseOp, MatmulOp, op_of
 from .schema import bucket, tile_of
 
