@@ -204,6 +204,19 @@ def test_torch_compile_times_get_their_own_column_and_summary():
     assert not any("add" in line and "torch.compile" in line for line in summary)
 
 
+def test_tilegen_inside_torch_compile_gets_a_column_and_a_summary_line():
+    rows, limits = _rows()
+    rows.append(bench.Row("matmul", "matmul", "float16", "4096x4096x4096", "torch.compile", 0.3, 458.1, None))
+    rows.append(bench.Row("matmul", "matmul", "float16", "4096x4096x4096", "tilegen.compile", 0.21, 654.5, None))
+    bench.attach_ratios(rows, limits)
+    table = bench.format_table(rows).splitlines()
+    assert table[0].endswith("in compile ms") and table[1].endswith("0.2100")
+    summary = bench.summary_lines(rows)
+    # 0.21 ms composed into a compiled function, against 0.2 ms called eagerly.
+    assert ("matmul                   float16   inside torch.compile: geomean 1.05x its eager time, worst 1.05x "
+            "at 4096x4096x4096") in summary
+
+
 def test_render_writes_the_readme_again_from_results_json(cli, tmp_path):
     rows, limits = _rows()
     report = bench.Report({"gpu": "Test GPU", "torch": "x", "triton": "y"}, limits, rows,

@@ -31,7 +31,8 @@ class Row:
     kind: str
     dtype: str
     shape: str
-    provider: str            # "tilegen", "torch" or "torch.compile"
+    provider: str            # "tilegen", "torch", "torch.compile" or "tilegen.compile" (tilegen's op
+                             # called from a torch.compile'd function)
     ms: float
     tflops: float | None
     gbs: float | None
@@ -91,9 +92,11 @@ def format_table(rows: list[Row]) -> str:
     """One line per (op, dtype, shape): both times, throughputs, speedup, fraction of limit; with
     torch.compile rows, its time and tilegen's speedup over it too."""
     with_compile = any(r.provider == "torch.compile" for r in rows)
+    composed = any(r.provider == "tilegen.compile" for r in rows)
     header = (f"{'op':<24} {'dtype':<9} {'shape':<16} {'tilegen ms':>10} {'torch ms':>9} "
               f"{'tilegen':>12} {'torch':>12} {'speedup':>8} {'of limit':>8}")
-    lines = [header + (f" {'compile ms':>10} {'vs compile':>10}" if with_compile else "")]
+    lines = [header + (f" {'compile ms':>10} {'vs compile':>10}" if with_compile else "")
+             + (f" {'in compile ms':>13}" if composed else "")]
     by_key: dict[tuple, dict[str, Row]] = {}
     for row in rows:
         by_key.setdefault((row.op, row.dtype, row.shape), {})[row.provider] = row
@@ -109,6 +112,9 @@ def format_table(rows: list[Row]) -> str:
         compiled = providers.get("torch.compile")
         if compiled is not None:
             line += f" {compiled.ms:>10.4f} {ours.speedup_vs_compile or 0:>9.2f}x"
+        inside = providers.get("tilegen.compile")
+        if inside is not None:
+            line += f" {inside.ms:>13.4f}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -121,6 +127,7 @@ def summary_lines(rows: list[Row]) -> list[str]:
     for row in rows:
         if row.provider == "tilegen":
             groups.setdefault((row.op, row.dtype), []).append(row)
+    inside = {(r.op, r.dtype, r.shape): r.ms for r in rows if r.provider == "tilegen.compile"}
     for (op, dtype), items in groups.items():
         mean = geometric_mean(r.speedup_vs_torch for r in items)
         worst = min(items, key=lambda r: r.speedup_vs_torch or 0)
@@ -132,6 +139,11 @@ def summary_lines(rows: list[Row]) -> list[str]:
             out.append(f"{op:<24} {dtype:<9} vs torch.compile: geomean "
                        f"{geometric_mean(r.speedup_vs_compile for r in against):.2f}x, "
                        f"worst {worst.speedup_vs_compile:.2f}x at {worst.shape}")
+        composed = [(r, inside[(r.op, r.dtype, r.shape)] / r.ms) for r in items if (r.op, r.dtype, r.shape) in inside]
+        if composed:
+            worst_row, worst_ratio = max(composed, key=lambda pair: pair[1])
+            out.append(f"{op:<24} {dtype:<9} inside torch.compile: geomean {geometric_mean(x for _, x in composed):.2f}x "
+                       f"its eager time, worst {worst_ratio:.2f}x at {worst_row.shape}")
     return out
 
 
@@ -386,6 +398,8 @@ def bench_module(module, shapes, providers, progress, rounds: int = 1, timer: st
             fns = {"tilegen": module.run_tilegen, "torch": module.run_torch}
             if "torch.compile" in providers:
                 fns["torch.compile"] = compile_for_one_shape(module.run_torch, inputs)
+                # tilegen's op composed into a compiled function: what a model under torch.compile gets.
+                fns["tilegen.compile"] = compile_for_one_shape(module.run_tilegen, inputs)
             samples = {provider: [] for provider in fns}
             for _ in range(rounds):
                 for provider, fn in fns.items():

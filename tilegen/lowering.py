@@ -125,8 +125,23 @@ def _common(spec: Spec, header: str) -> dict:
         scalar_params=", ".join(s.name for s in spec.scalars),
         scalar_names="".join(f"{s.name}, " for s in spec.scalars).rstrip(" "),
         call_args=", ".join([t.name for t in spec.inputs] + [s.name for s in spec.scalars]),
+        compute_params=", ".join([t.name for t in spec.inputs] + [s.name for s in spec.scalars]),
+        input_args=", ".join(t.name for t in spec.inputs),
+        named_inputs=", ".join(f"{t.name}={t.name}" for t in spec.inputs),
+        typed_params=_typed_params(spec),
+        return_type="torch.Tensor" if len(spec.outputs) == 1 else
+        "tuple[" + ", ".join("torch.Tensor" for _ in spec.outputs) + "]",
         input_pairs="[" + ", ".join(f'("{t.name}", {t.name})' for t in spec.inputs) + "]",
     )
+
+
+def _typed_params(spec: Spec) -> str:
+    """The registered op's parameters, annotated as torch.library infers its schema from them."""
+    params = [f"{t.name}: torch.Tensor" for t in spec.inputs]
+    for scalar in spec.scalars:
+        default = "" if scalar.default is None else f" = {scalar.default!r}"
+        params.append(f"{scalar.name}: {scalar.type}{default}")
+    return ", ".join(params)
 
 
 def _key_mask(spec: Spec) -> str:

@@ -97,6 +97,7 @@ class Renderer:
         header = self.header(item.display, item.raw, self._template_bytes(module_template, "wrapper_parts.jinja"),
                              table_path(item.spec.kind).read_bytes() if table_path(item.spec.kind).is_file() else b"")
         context = CONTEXT_BUILDERS[item.spec.kind](item.spec, header)
+        context["namespace"] = self.package  # torch.ops.<package>.<op>
         return self.render(module_template, context)
 
     def op_test(self, item: SpecSource) -> str:

@@ -125,6 +125,8 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
         shapes_literal=_shape_literal(dict.fromkeys(shapes)),
         empty_literal=_shape_literal(empty),
         odd_shape=fit(127, 65, 129),
+        aligned_shape=fit(128, 96, 256),
+        a_index=[t.name for t in spec.inputs].index(a.name), b_index=[t.name for t in spec.inputs].index(b.name),
         # Config keys whose candidates hold every tile, and every split of K.
         large_key=", ".join(map(str, fit(4096, 4096, 4096))),
         skinny_key=", ".join(map(str, fit(64, 4096, 4096))),

@@ -10,6 +10,7 @@ machine's compiler), so a package built by tilegen needs only `pip install tileg
 - launch: Triton's launch, split-K scratch
 - callpath, native: the compiled call path and the one mechanism that builds native code
 - ops: each kind's launch logic (ElementwiseOp, MatmulOp)
+- library: registration with torch.library, and how wrappers route traced calls
 
 Generated modules call `require(VERSION_THEY_WERE_BUILT_FOR, module name)` on import, as
 protobuf's generated code checks its runtime: a module built for another runtime version is
@@ -20,7 +21,8 @@ from .checks import (check_dim, check_divisible, check_interpretable, check_same
                      check_same_shape, check_scalar, check_tensor, prepare_out, split_out)
 from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace
 from .device import INTERPRET, cdiv, device_facts, on_device
-from . import launch, layout, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
+from .library import copy_out, refuse_grad, register, tracing
+from . import launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
 from .ops import ElementwiseOp, MatmulOp, op_of
 from .schema import bucket, tile_of
 
@@ -47,5 +49,5 @@ __all__ = [
     "check_dim", "check_divisible", "check_interpretable", "check_same_device", "check_same_dtype",
     "check_same_shape", "check_scalar", "check_tensor", "prepare_out", "split_out",
     "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ElementwiseOp", "MatmulOp", "op_of",
-    "bucket", "tile_of",
+    "bucket", "tile_of", "copy_out", "refuse_grad", "register", "tracing",
 ]

@@ -8,6 +8,7 @@ candidates and the rendered table agree.
 import contextlib
 import math
 
+import torch
 import triton
 
 from .device import INTERPRET, cdiv
@@ -96,7 +97,8 @@ class ConfigChooser:
             self._records.remove(chosen)
 
     def choose(self, key, facts, launch):
-        """The config for `key`; `launch(config)` runs one launch (autotune times it)."""
+        """The config for `key`; `launch(config)` runs one launch (autotune times it; None where
+        nothing can be timed, as while tracing: then the table or the heuristic decides)."""
         if self._forced is not None:
             config = self._forced
         else:
@@ -114,7 +116,10 @@ class ConfigChooser:
         fitting = self.candidates(facts, key)
         if not fitting:
             raise ValueError(f"no launch config fits key {key}")
-        if self.mode == "autotune" and not INTERPRET:
+        if self.mode == "autotune" and not INTERPRET and launch is not None:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(f"autotuning key {key} would time kernels inside a CUDA graph capture; "
+                                   "call the op once with these shapes before capturing")
             timings = [(triton.testing.do_bench(lambda: launch(c), warmup=5, rep=20), i, c)
                        for i, c in enumerate(fitting)]
             return min(timings)[2]

@@ -4,6 +4,8 @@ profilers and tracing; what it launched, for the compiled call path to learn; sp
 import torch
 import triton
 
+from . import library
+
 
 class Launched:
     """One launch through Triton: the compiled binary (None in the interpreter), its grid, its
@@ -26,10 +28,18 @@ class Kernel:
         self.arg_names = list(getattr(fn, "arg_names", []))
 
     def launch(self, grid, args, varying, constexprs, num_warps, num_stages=None):
-        """Launch now, on the device of the first tensor argument; return what was launched."""
+        """Launch now, on the device of the first tensor argument; return what was launched.
+
+        With tensors that stand in for data while an op is traced, the launch is recorded through
+        torch.library.wrap_triton (TorchInductor then sees the kernel), or, where ops are opaque
+        (the interpreter), left out: a fake implementation only computes the outputs' metadata."""
         options = {"num_warps": num_warps}
         if num_stages is not None:
             options["num_stages"] = num_stages
+        if library.traced(args):
+            if library.TRACEABLE:
+                torch.library.wrap_triton(self.fn)[grid](*args, **constexprs, **options)
+            return Launched(None, self.arg_names, grid, args, varying, None)
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
         if device is None or device.type != "cuda":
             binary = self.fn[grid](*args, **constexprs, **options)
@@ -46,7 +56,7 @@ class Kernel:
 _SPLIT_K_WORKSPACES = {}
 
 
-def split_k_workspace(device, partials, tiles):
+def split_k_workspace(device, partials, tiles, fresh=False):
     """(float32 room for `partials` partial sums, zeroed int32 arrival counters, one per output
     tile) for a split-K launch.
 
@@ -57,9 +67,9 @@ def split_k_workspace(device, partials, tiles):
     learned on that stream). A fresh buffer per call would cost each call about 2 us of host
     time, as much as split-K gains at 64x4096x4096 (bench/probes/skinny_split.txt). Under CUDA
     graph capture the workspace is a fresh one, its counters zeroed inside the graph, and the
-    graph keeps it.
+    graph keeps it; so is a traced launch's (`fresh`), which the traced graph allocates.
     """
-    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing() or fresh:
         return (torch.empty(partials, dtype=torch.float32, device=device),
                 torch.zeros(tiles, dtype=torch.int32, device=device))
     key = (device.index, triton.runtime.driver.active.get_current_stream(device.index))

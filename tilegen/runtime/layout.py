@@ -76,12 +76,14 @@ def size_factor(size):
     return size & -size
 
 
-def k_rows_load_wide(a, b):
+def k_rows_load_wide(a, b, assume_aligned=False):
     """Whether either matmul operand ([M, K] and [K, N]) holds K contiguously in 16-byte aligned
-    rows: only then do loads along K go wide, and only then does a mask on K narrow them."""
+    rows: only then do loads along K go wide, and only then does a mask on K narrow them.
+    `assume_aligned`: take base addresses as aligned (traced tensors have none to read)."""
     def wide(t, k_dim):
         row = t.stride(1 - k_dim) * t.element_size()
-        return t.stride(k_dim) == 1 and row % 16 == 0 and t.data_ptr() % 16 == 0
+        aligned = assume_aligned or t.data_ptr() % 16 == 0
+        return t.stride(k_dim) == 1 and row % 16 == 0 and aligned
     return wide(a, 1) or wide(b, 0)
 
 

@@ -9,6 +9,7 @@ table, its spec's block names, masks and schedule), and its wrapper checks, allo
 import torch
 import triton.language as tl
 
+from . import library
 from .callpath import CallPath
 from .configs import ConfigChooser
 from .device import cdiv, device_facts
@@ -70,13 +71,13 @@ class ElementwiseOp(Op):
         """Compute `outputs` (checked or allocated by the wrapper) from `inputs` and `scalars`.
         With `call` (the wrapper's arguments) and `result` (what it returns), the compiled call
         path learns the call."""
-        numel = outputs[0].numel()
+        numel = int(outputs[0].numel())  # concrete, also where tracing made it symbolic
         if numel == 0:
             return
         tensors = (*inputs, *outputs)
         layout = None
         if not all(t.is_contiguous() for t in tensors):
-            layout = collapse(outputs[0].shape, [t.stride() for t in tensors])
+            layout = collapse([int(d) for d in outputs[0].shape], [[int(s) for s in t.stride()] for t in tensors])
             if len(layout[0]) > MAX_STRIDED_RANK:
                 # More independent dims than the strided kernel indexes: compute on contiguous copies.
                 fresh = [torch.empty(o.shape, dtype=o.dtype, device=o.device) for o in outputs]
@@ -89,18 +90,19 @@ class ElementwiseOp(Op):
         def launch(config):
             return self._launch(tensors, scalars, numel, layout, config)
 
-        config = self.configs.choose(key, device_facts(outputs[0].device), launch)
+        traced = library.traced(tensors)
+        config = self.configs.choose(key, device_facts(outputs[0].device), None if traced else launch)
         self._learn(call, launch(config), result)
 
-    def _compute_dtype(self, inputs):
-        # The math runs in the spec's precision at least, and in float64 when an input is float64.
-        return tl.float64 if any(t.dtype == torch.float64 for t in inputs) else self.compute
+    def _math_64(self, tensors):
+        # The math runs in the spec's precision at least, and in float64 when a tensor is float64.
+        return self.compute == tl.float64 or any(t.dtype == torch.float64 for t in tensors)
 
     def _launch(self, tensors, scalars, numel, layout, config):
         block = config[self.block]
         even = {"always": False, "never": True}.get(self.mask, numel % block == 0)
         constexprs = {self.block: block, "EVEN": even, "INDEX_64": needs_int64(*tensors, extra=block),
-                      "COMPUTE": self._compute_dtype(tensors)}
+                      "MATH_64": self._math_64(tensors)}
         grid = (cdiv(numel, block),)
         varying = len(tensors) + len(scalars)
         if layout is None:
@@ -132,24 +134,27 @@ class MatmulOp(Op):
     def run(self, tensors, scalars, M, N, K, call=None, result=None):
         """Compute the outputs (the last of `tensors`, checked or allocated by the wrapper).
         With `call` and `result`, the compiled call path learns the call."""
+        M, N, K = int(M), int(N), int(K)  # concrete, also where tracing made them symbolic
         if M == 0 or N == 0:
             return
         a = tensors[self.operands[0]]
         key = tuple(size if policy == "never" else bucket(size)
                     for size, policy in zip((M, N, K), self.masks)) + (a.element_size(),)
+        traced = library.traced(tensors)
 
         def launch(config):
-            return self._launch(tensors, scalars, M, N, K, config)
+            return self._launch(tensors, scalars, M, N, K, config, traced)
 
-        config = self.configs.choose(key, device_facts(a.device), launch)
+        config = self.configs.choose(key, device_facts(a.device), None if traced else launch)
         self._learn(call, launch(config), result)
 
-    def loads_through_descriptors(self, config, a, b):
+    def loads_through_descriptors(self, config, a, b, traced=False):
         """Whether `config` loads operands `a` and `b` through tensor descriptors: it asks for
-        them (TMA) and their layout allows them; otherwise the kernel loads through pointers."""
-        return bool(config.get("TMA")) and tma_loads_fit(a, b)
+        them (TMA) and their layout allows them; otherwise the kernel loads through pointers.
+        A traced launch loads through pointers: the layout of the data it will see is unknown."""
+        return bool(config.get("TMA")) and not traced and tma_loads_fit(a, b)
 
-    def _launch(self, tensors, scalars, M, N, K, config):
+    def _launch(self, tensors, scalars, M, N, K, config, traced=False):
         bm, bn, bk = (config[name] for name in self.blocks)
         split_k = config.get("SPLIT_K", 1)
         tiles = cdiv(M, bm) * cdiv(N, bn)
@@ -159,24 +164,26 @@ class MatmulOp(Op):
         device = tensors[0].device
         grid = (min(tiles, device_facts(device)[0]), 1) if persistent else (tiles, split_k)
         a, b = (tensors[i] for i in self.operands)
-        use_tma = self.loads_through_descriptors(config, a, b)
+        use_tma = self.loads_through_descriptors(config, a, b, traced)
         mask_m, mask_n, mask_k = ({"always": True, "never": False}.get(policy, size % block != 0)
                                   for policy, size, block in zip(self.masks, (M, N, K), (bm, bn, bk)))
-        strides = [s for t in tensors for s in t.stride()]
+        strides = [int(s) for t in tensors for s in t.stride()]
         factors = [size_factor(v) for v in (M, N, K)] + [stride_factor(s) for s in strides]
         quotients = [v // f for v, f in zip((M, N, K, *strides), factors)]
         constexprs = {
             self.blocks[0]: bm, self.blocks[1]: bn, self.blocks[2]: bk, "GROUP_M": self.group_m,
             "SPLIT_K": split_k, "MASK_M": mask_m, "MASK_N": mask_n, "MASK_K": mask_k,
             # Where K rows load wide, whole K steps run unmasked and the partial one apart.
-            "PEEL_K": mask_k and k_rows_load_wide(a, b), "USE_TMA": use_tma,
+            "PEEL_K": mask_k and k_rows_load_wide(a, b, assume_aligned=traced), "USE_TMA": use_tma,
             "INDEX_64": needs_int64(*tensors, extra=bk), "PERSISTENT": persistent,
             **dict(zip(self.factor_names, factors)),
         }
-        if split_k == 1:
+        if split_k == 1 and not traced:
             workspace = (None, None)  # no partial sums: the split-K arguments are never read
+        elif split_k == 1:  # a traced launch passes tensors (never read) rather than None
+            workspace = split_k_workspace(device, 1, 1, fresh=True)
         else:
-            workspace = split_k_workspace(device, tiles * split_k * bm * bn, tiles)
+            workspace = split_k_workspace(device, tiles * split_k * bm * bn, tiles, fresh=traced)
         head = list(tensors)
         if use_tma:
             head[self.operands[0]] = described(a, (bm, bk))

@@ -7,8 +7,9 @@
    its parameters, the fixed ones converted once (`prepare`). A later call with that signature
    costs the signature's read, at::empty for each output and one cuLaunchKernel. Any other call
    returns None and the Python path (Triton's own launch) serves it; so does a call on another
-   device, on another stream than a learned launch that holds scratch memory, or with one of
-   Triton's launch hooks listening (a profiler).
+   device, on another stream than a learned launch that holds scratch memory, with one of
+   Triton's launch hooks listening (a profiler), or under a torch dispatch mode (fake tensors,
+   make_fx, export: the registered op must see those calls).
 
    libcuda is opened when the module loads, so the module builds and loads without a GPU (the
    CPU tests try tables through `explain`, which launches nothing). */
@@ -18,6 +19,7 @@
 #include <structmember.h>
 
 #include <ATen/ops/empty.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <dlfcn.h>
@@ -477,6 +479,8 @@ PyObject *wrap_outputs(const Entry &entry, at::Tensor *outputs) {
    and for one on another device or stream or with a launch hook listening. Given `explained`, it
    launches nothing and leaves there the plan it would launch, every slot filled (for tests). */
 PyObject *serve(Table *self, PyObject *const *args, Py_ssize_t count, PyObject **explained) {
+    if (c10::impl::TorchDispatchModeTLS::any_modes_set())
+        Py_RETURN_NONE;  /* something traces or intercepts torch calls: the registered op serves */
     std::shared_ptr<const Entry> entry = find(self, args, count);
     if (!entry)
         Py_RETURN_NONE;
