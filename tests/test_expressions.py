@@ -41,6 +41,14 @@ def test_every_function_lowers_to_valid_python():
         compile(expression.to_torch(), "<torch>", "eval")
 
 
+def test_every_unknown_name_and_function_is_reported_once():
+    with pytest.raises(ExpressionError) as info:
+        parse_expression("a + bb + softplus(a) + bb * zz(cc)", NAMES)
+    messages = [problem.message for problem in info.value.all()]
+    assert messages == ["unknown name 'bb'", "function 'softplus' is not allowed", "function 'zz' is not allowed",
+                        "unknown name 'cc'"]
+
+
 @pytest.mark.parametrize("source, message", [
     ("__import__('os')", "function '__import__' is not allowed"),
     ("a.__class__", "Attribute is not allowed"),

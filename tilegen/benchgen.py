@@ -7,7 +7,7 @@ from .expressions import tidy
 from .spec import Spec
 from .testgen import _dtype_exprs, _positive_domain, _scalar_test_value
 
-# DESIGN.md section 6: the matmul shape set, as (M, N, K).
+# The matmul shape set every benchmark and the tables start from, as (M, N, K).
 MATMUL_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
                  (16, 4096, 4096), (128, 4096, 4096), (4096, 11008, 4096), (1025, 769, 513)]
 ELEMENTWISE_SHAPES = [(1 << p,) for p in range(12, 29, 2)]

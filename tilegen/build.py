@@ -33,11 +33,17 @@ def find_spec_files(paths: list[Path], errors: ErrorLog) -> list[Path]:
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            files.extend(sorted(p for p in path.iterdir() if p.suffix in SPEC_SUFFIXES and p.is_file()))
+            for entry in sorted(p for p in path.iterdir() if p.suffix in SPEC_SUFFIXES):
+                if entry.is_file():
+                    files.append(entry)
+                elif not entry.is_dir():  # a dangling link, a FIFO, a socket: never skipped silently
+                    errors.add(str(entry), 0, "", "not a regular file", "spec files are plain YAML files")
         elif path.is_file():
             files.append(path)
+        elif path.exists() or path.is_symlink():
+            errors.add(str(path), 0, "", "not a regular file or folder")
         else:
-            errors.add(str(path), 1, "", "no such file or folder")
+            errors.add(str(path), 0, "", "no such file or folder")
     return files
 
 
@@ -55,7 +61,7 @@ def load_specs(paths: list[Path], root: Path | None = None) -> list[SpecSource]:
     errors = ErrorLog()
     files = find_spec_files(paths, errors)
     if not files and not errors:
-        errors.add(", ".join(str(p) for p in paths), 1, "", "no spec files found", "*.yaml or *.yml files")
+        errors.add(", ".join(str(p) for p in paths), 0, "", "no spec files found", "*.yaml or *.yml files")
     sources: list[SpecSource] = []
     seen: dict[str, str] = {}
     for file in files:
@@ -203,7 +209,8 @@ def compare_package(files: dict[str, str], out: Path) -> Staleness:
     return Staleness(missing, changed, extra, "".join(diff))
 
 
-def spec_summary(spec: Spec) -> str:
+def spec_summary(spec: Spec) -> tuple[str, str, str]:
+    """(op, kind, signature) of a spec, for `tilegen list`."""
     ins = ", ".join(f"{t.name}[{','.join(t.shape)}]" if t.shape else t.name for t in spec.inputs)
     outs = ", ".join(t.name for t in spec.outputs)
-    return f"{spec.op:<20} {spec.kind:<12} ({ins}) -> {outs}"
+    return spec.op, spec.kind, f"({ins}) -> {outs}"

@@ -29,15 +29,17 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     sys.exit(code)
 
 
-def _guarded(debug: bool, action):
-    """Run `action`, turning expected failures into one-line messages (a traceback with --debug)."""
+def _guarded(debug: bool, action, writes: bool = False):
+    """Run `action`, turning expected failures into one-line messages (a traceback with --debug).
+    `writes`: the command would have written files, so a spec failure says nothing was."""
     try:
         return action()
     except SpecFailure as exc:
         for line in exc.log.lines():
             click.echo(line, err=True)
         count = len(exc.log.lines())
-        click.echo(f"tilegen: {count} error{'s' if count != 1 else ''}; nothing was written", err=True)
+        tail = "; nothing was written" if writes else ""
+        click.echo(f"tilegen: {count} error{'s' if count != 1 else ''}{tail}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except (BuildError, TemplateError) as exc:
         if debug:
@@ -101,7 +103,8 @@ def main() -> None:
 
 @main.command()
 @click.argument("specs", nargs=-1)
-@click.option("-o", "--out", default=DEFAULT_OUT, show_default=True, help="Folder of the generated package.")
+@click.option("--package", "-o", "--out", "out", default=DEFAULT_OUT, show_default=True,
+              help="Folder of the generated package (-o and --out: shorter spellings).")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 with a diff if the output is stale.")
 @click.option("--force", is_flag=True, help="Build even if the output holds files tilegen did not write (they are kept).")
 @click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
@@ -111,11 +114,11 @@ def build(specs, out, check, force, debug):
     \b
     Examples:
       tilegen build specs/
-      tilegen build specs/ -o generated --check   # CI: fail if generated/ is stale
+      tilegen build specs/ --package generated --check   # CI: fail if generated/ is stale
     """
     out_path = Path(out)
-    sources = _guarded(debug, lambda: load_specs(_spec_paths(specs), _root_for(out_path)))
-    files = _guarded(debug, lambda: render_package(sources, out_path, _root_for(out_path)))
+    sources = _guarded(debug, lambda: load_specs(_spec_paths(specs), _root_for(out_path)), writes=not check)
+    files = _guarded(debug, lambda: render_package(sources, out_path, _root_for(out_path)), writes=not check)
     if check:
         stale = compare_package(files, out_path)
         if stale.clean:
@@ -127,8 +130,20 @@ def build(specs, out, check, force, debug):
             for name in names:
                 click.echo(f"{out}/{name}: {label}", err=True)
         _fail(f"tilegen: {out} is stale; run `tilegen build` and commit the result", EXIT_FAILED)
-    _guarded(debug, lambda: write_package(files, out_path, force=force))
-    click.echo(f"{out}: wrote {len(files)} files for {len(sources)} ops ({', '.join(s.spec.op for s in sources)})")
+    before = compare_package(files, out_path) if out_path.is_dir() else None
+    if before is not None and before.clean:
+        click.echo(f"{out}: up to date ({len(files)} files, {len(sources)} ops)")
+        return
+    _guarded(debug, lambda: write_package(files, out_path, force=force), writes=True)
+    ops = ", ".join(s.spec.op for s in sources)
+    if before is None:
+        click.echo(f"{out}: wrote {len(files)} files for {len(sources)} ops ({ops})")
+        return
+    changes = [(label, names) for label, names in (("new", before.missing), ("changed", before.changed),
+                                                   ("removed", before.extra)) if names]
+    said = "; ".join(f"{label}: {', '.join(names[:6])}{f' and {len(names) - 6} more' if len(names) > 6 else ''}"
+                     for label, names in changes)
+    click.echo(f"{out}: updated {sum(len(n) for _, n in changes)} of {len(files)} files for {len(sources)} ops ({said})")
 
 
 @main.command()
@@ -148,15 +163,26 @@ def check(specs, debug):
 @main.command()
 @click.argument("spec")
 @click.option("--tests", is_flag=True, help="Print the op's generated tests instead of its module.")
+@click.option("--specs", "specs_dir", default=DEFAULT_SPECS, show_default=True,
+              help="Folder to look for SPEC in when SPEC names an op.")
 @click.option("--debug", is_flag=True, help="Show tracebacks for internal errors.")
-def render(spec, tests, debug):
-    """Print the module generated for one SPEC file.
+def render(spec, tests, specs_dir, debug):
+    """Print the module generated for one SPEC: a spec file, or an op name found in --specs.
 
     \b
-    Example:
+    Examples:
       tilegen render specs/matmul_relu.yaml | less
+      tilegen render matmul_relu --tests
     """
-    sources = _guarded(debug, lambda: load_specs([Path(spec)]))
+    path = Path(spec)
+    if not path.exists() and "/" not in spec and not spec.endswith((".yaml", ".yml")):
+        path = Path(specs_dir) / f"{spec}.yaml"  # an op name
+        if not path.exists():
+            _fail(f"tilegen render: no spec for op {spec!r} in {specs_dir}/ (give a spec file, or --specs DIR)")
+    sources = _guarded(debug, lambda: load_specs([path]))
+    if len(sources) > 1:
+        _fail(f"tilegen render: {spec} holds {len(sources)} specs; name one ({sources[0].display}) or an op "
+              f"({sources[0].spec.op})")
     renderer = Renderer(package=DEFAULT_OUT)
     text = _guarded(debug, lambda: renderer.op_test(sources[0]) if tests else renderer.op_module(sources[0]))
     click.echo(text, nl=False)
@@ -173,13 +199,16 @@ def list_ops(specs, debug):
       tilegen list
     """
     sources = _guarded(debug, lambda: load_specs(_spec_paths(specs)))
-    for source in sorted(sources, key=lambda s: s.spec.op):
-        click.echo(f"{spec_summary(source.spec)}  {source.display}")
+    rows = [(*spec_summary(source.spec), source.display) for source in sorted(sources, key=lambda s: s.spec.op)]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:  # columns as wide as their widest entry, so long names keep them in line
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3])
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("ops", nargs=-1)
-@click.option("-o", "--out", default=DEFAULT_OUT, show_default=True, help="Folder of the generated package.")
+@click.option("--package", "-o", "--out", "out", default=DEFAULT_OUT, show_default=True,
+              help="Folder of the generated package (-o and --out: older spellings).")
 @click.option("--pytest-args", default="", help="Extra arguments for pytest, as one string.")
 def test(ops, out, pytest_args):
     """Run the generated tests of OPS (default: every op).
@@ -191,7 +220,7 @@ def test(ops, out, pytest_args):
       tilegen test
       tilegen test add matmul_relu --pytest-args "-x -q"
     """
-    tests_dir = Path(out) / "tests"
+    tests_dir = (Path(out) / "tests").resolve()  # pytest runs from the package's parent folder
     if not tests_dir.is_dir():
         _fail(f"tilegen: {tests_dir}: no generated tests; run `tilegen build` first")
     targets = []

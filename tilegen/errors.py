@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, order=True)
 class SpecError:
-    """One problem in one spec, printed as `path:line: key.path: message (allowed)`."""
+    """One problem in one spec, printed as `path:line: key.path: message (allowed)`; a problem with
+    the file itself rather than a line of it (line 0) as `path: message (allowed)`."""
 
     path: str
     line: int
@@ -16,7 +17,10 @@ class SpecError:
     allowed: str = ""
 
     def __str__(self) -> str:
-        text = f"{self.path}:{self.line}: {self.key or '<document>'}: {self.message}"
+        if self.line == 0 and not self.key:
+            text = f"{self.path}: {self.message}"
+        else:
+            text = f"{self.path}:{self.line}: {self.key or '<document>'}: {self.message}"
         if self.allowed:
             text += f" ({self.allowed})"
         return text

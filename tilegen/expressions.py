@@ -61,12 +61,17 @@ _ALLOWED = ("numbers, declared names, + - * / ** (integer power 1..8), unary -, 
 
 
 class ExpressionError(ValueError):
-    """A rejected expression; `allowed` says what the language accepts."""
+    """A rejected expression; `allowed` says what the language accepts. `others` holds further
+    independent problems of the same expression (each unknown name or function once)."""
 
-    def __init__(self, message: str, allowed: str = _ALLOWED):
+    def __init__(self, message: str, allowed: str = _ALLOWED, others: tuple["ExpressionError", ...] = ()):
         super().__init__(message)
         self.message = message
         self.allowed = allowed
+        self.others = others
+
+    def all(self) -> list["ExpressionError"]:
+        return [self, *self.others]
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,13 @@ def parse_expression(source: object, names: set[str]) -> Expression:
     except (RecursionError, MemoryError, ValueError):
         raise ExpressionError("expression is nested too deeply", f"at most {MAX_DEPTH} levels") from None
     checker = _Checker(names)
-    checker.check(tree.body, depth=0, in_condition=False)
+    try:
+        checker.check(tree.body, depth=0, in_condition=False)
+    except ExpressionError as exc:  # a problem that stops the check, after those noted before it
+        raise ExpressionError(exc.message, exc.allowed, tuple(checker.problems)) from None
+    if checker.problems:
+        first, *others = checker.problems
+        raise ExpressionError(first.message, first.allowed, tuple(others))
     return Expression(text, tree, tuple(sorted(checker.used)))
 
 
@@ -118,6 +129,13 @@ class _Checker:
         self.names = names
         self.used: set[str] = set()
         self.count = 0
+        # Unknown names and functions are independent of each other: all are reported, each once.
+        # Other problems stop the check at once.
+        self.problems: list[ExpressionError] = []
+
+    def note(self, problem: ExpressionError) -> None:
+        if all(p.message != problem.message for p in self.problems):
+            self.problems.append(problem)
 
     def check(self, node: ast.AST, depth: int, in_condition: bool) -> None:
         self.count += 1
@@ -137,7 +155,8 @@ class _Checker:
                 raise ExpressionError(f"name {node.id!r} is not allowed (underscore names are reserved)")
             if node.id not in self.names:
                 known = ", ".join(sorted(self.names)) or "none"
-                raise ExpressionError(f"unknown name {node.id!r}", f"declared names: {known}")
+                self.note(ExpressionError(f"unknown name {node.id!r}", f"declared names: {known}"))
+                return
             self.used.add(node.id)
             return
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -166,7 +185,10 @@ class _Checker:
             if not isinstance(func, ast.Name):
                 raise ExpressionError("only plain function calls are allowed")
             if func.id not in FUNCTIONS:
-                raise ExpressionError(f"function {func.id!r} is not allowed")
+                self.note(ExpressionError(f"function {func.id!r} is not allowed"))
+                for name in (n for arg in node.args for n in ast.walk(arg) if isinstance(n, ast.Name)):
+                    self.check(name, depth + 1, in_condition=False)  # its arguments' names still count
+                return
             if node.keywords:
                 raise ExpressionError(f"{func.id}() takes no keyword arguments")
             spec = FUNCTIONS[func.id]

@@ -10,7 +10,7 @@ from .build import BuildError
 SCAFFOLD_KINDS = ("elementwise", "matmul")
 
 _ELEMENTWISE = """\
-# {name}: describe the op in one line below; every key is explained in DESIGN.md section 2.
+# {name}: describe the op in one line below; every key is explained in docs/spec.md.
 op: {name}
 kind: elementwise
 doc: out = alpha * x + y, computed in float32.
@@ -32,7 +32,7 @@ masks:
 """
 
 _MATMUL = """\
-# {name}: describe the op in one line below; every key is explained in DESIGN.md section 2.
+# {name}: describe the op in one line below; every key is explained in docs/spec.md.
 op: {name}
 kind: matmul
 doc: C = A @ B with an epilogue on the float32 accumulator.

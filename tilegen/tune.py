@@ -312,17 +312,18 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
         dtypes: list[str] | None = None, jobs: int = 1, scope: str = "kind") -> list[Path]:
     import torch
 
+    # As bench: the flags first, then the GPU, then what needs the package (ops, their dtypes).
     if scope not in SCOPES:
         raise BenchError(f"--scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    if jobs < 1:
+        raise BenchError(f"--jobs must be at least 1, got {jobs}")
+    if not torch.cuda.is_available():
+        raise BenchError("no CUDA GPU found; `tilegen tune` measures compiled kernels and needs one")
     modules = load_bench_modules(ops or ["matmul", "add"], package)
     known = sorted({dtype_name(d) for m in modules for d in m.DTYPES})
     unknown = [d for d in dtypes or () if d not in known]
     if unknown:
         raise BenchError(f"--dtype {unknown[0]!r} is not a dtype these ops benchmark (one of: {', '.join(known)})")
-    if jobs < 1:
-        raise BenchError(f"--jobs must be at least 1, got {jobs}")
-    if not torch.cuda.is_available():
-        raise BenchError("no CUDA GPU found; `tilegen tune` measures compiled kernels and needs one")
     gpu = torch.cuda.get_device_name()
     settle_call_path()
     compiler = ParallelCompiler(package, jobs) if jobs > 1 else None

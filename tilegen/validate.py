@@ -327,6 +327,9 @@ class _Validator:
             self.error("", "missing required key 'tiles'", "axis -> {block: NAME, sizes: [...]}")
             return ()
         entries = self.mapping("tiles", value) or {}
+        # Axes named in tiles, valid entries or not: a key elsewhere that names one is no error of
+        # its own (the tile's error is reported once, with no follow-on errors).
+        self.named_axes = {axis for axis in entries if isinstance(axis, str) and AXIS_NAME.match(axis)}
         low, high = MATMUL_BLOCK_RANGE if kind == "matmul" else ELEMENTWISE_BLOCK_RANGE
         tiles, blocks = [], set()
         for axis, entry in entries.items():
@@ -366,7 +369,8 @@ class _Validator:
         for axis, policy in entries.items():
             key = f"masks.{axis}"
             if axis not in axes:
-                self.error(key, f"{_show(axis)} is not a tiled axis", f"tiled axes: {_listing(axes) or 'none'}")
+                if axis not in getattr(self, "named_axes", ()):
+                    self.error(key, f"{_show(axis)} is not a tiled axis", f"tiled axes: {_listing(axes) or 'none'}")
                 continue
             policy = self.choice(key, policy, MASK_POLICIES)
             if policy:
@@ -436,8 +440,11 @@ class _Validator:
         key: tuple[str, ...] = ()
         if "key" in entries:
             raw = entries["key"]
-            if not isinstance(raw, list) or not raw or any(a not in axes for a in raw):
+            named = getattr(self, "named_axes", set())
+            if not isinstance(raw, list) or not raw or any(a not in axes and a not in named for a in raw):
                 self.error("configs.key", f"{_show(raw)} is not a list of tiled axes", f"from: {_listing(axes)}")
+            elif any(a not in axes for a in raw):
+                pass  # an axis whose tile entry has its own error
             else:
                 key = tuple(raw)
             if mode != "autotune":
@@ -571,7 +578,8 @@ class _Validator:
             try:
                 expression = parse_expression(source, names)
             except ExpressionError as exc:
-                self.error(key, exc.message, exc.allowed)
+                for problem in exc.all():
+                    self.error(key, problem.message, problem.allowed)
                 continue
             if not set(expression.names) & tensors:
                 self.error(key, "the expression reads no tensor", f"use at least one of: {_listing(sorted(tensors))}")
