@@ -365,19 +365,32 @@ def test_op_of_finds_each_generated_op():
         rt.op_of("generated.nothing")
 
 
-def test_interpreter_refuses_bfloat16_matmul_and_computes_the_rest():
-    """Every op with every dtype it accepts, in the interpreter: the oracle's result or one clear error."""
-    if not rt.INTERPRET:
-        pytest.skip("checks the interpreter's refusals; the GPU runs every dtype")
-    import generated
-    from generated.tests import _support as s
+def _every_op_and_dtype():
+    specs = {source.spec.op: source.spec for source in load_specs([REPO / "specs"], REPO)}
+    for op, spec in sorted(specs.items()):
+        for dtype in spec.inputs[0].dtypes:
+            yield pytest.param(op, spec.kind, dtype, id=f"{op}-{dtype}")
 
-    x = s.random((8, 8), torch.bfloat16, 0)
-    for name in ("matmul", "matmul_relu"):
-        with pytest.raises(TypeError, match=f"{name}: argument 'a' is bfloat16, which Triton's interpreter cannot"):
-            getattr(generated, name)(x, x)
-    got = generated.add(x, x)  # elementwise bfloat16 is computed right
-    torch.testing.assert_close(got.float(), (x.float() + x.float()).bfloat16().float())
+
+@pytest.mark.parametrize("op, kind, dtype", list(_every_op_and_dtype()))
+def test_in_the_interpreter_every_op_and_dtype_computes_right_or_refuses(op, kind, dtype):
+    """Every op with every dtype it accepts, in the interpreter: the eager PyTorch result, or
+    one clear error where the interpreter cannot compute it (bfloat16 dots)."""
+    if not rt.INTERPRET:
+        pytest.skip("checks the interpreter; the GPU tests run every dtype compiled")
+    import importlib
+
+    bench = importlib.import_module(f"generated.bench.bench_{op}")
+    dtype = getattr(torch, dtype)
+    inputs = bench.make_inputs(bench.SMALL_SHAPE, dtype, device="cpu")
+    if kind == "matmul" and dtype == torch.bfloat16:
+        with pytest.raises(TypeError, match=f"{op}: argument '.*' is bfloat16, which Triton's interpreter cannot"):
+            bench.run_tilegen(inputs)
+        return
+    got, want = bench.run_tilegen(inputs), bench.run_torch(inputs)
+    tolerance = {torch.float16: 2e-2, torch.bfloat16: 3e-2}.get(dtype, 1e-4)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        torch.testing.assert_close(g.float(), w.float(), atol=tolerance, rtol=tolerance, equal_nan=True)
 
 
 def test_outputs_may_not_overlap_each_other_or_be_leaves_that_require_grad():
