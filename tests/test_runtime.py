@@ -406,3 +406,20 @@ def test_outputs_may_not_overlap_each_other_or_be_leaves_that_require_grad():
         generated.add(x, v, out=leaf)
     with pytest.raises(TypeError, match="add: argument 'a' is a sparse_coo tensor"):
         generated.add(x.to_sparse(), v)
+
+
+def test_matmul_relu_maps_nan_to_zero_as_its_spec_says_and_its_benchmark_agrees():
+    """The example spec writes where(acc > 0, acc, 0), which maps NaN to 0 (relu() would keep it,
+    docs/spec.md); the kernel, the oracle and the benchmark's eager counterpart all agree."""
+    if not rt.INTERPRET and not torch.cuda.is_available():
+        pytest.skip("needs the interpreter or a GPU")
+    import generated
+    from generated.bench import bench_matmul_relu as bench
+    from generated.tests import _support as s
+
+    a, b = s.random((64, 32), torch.float32, 0), s.random((32, 48), torch.float32, 1)
+    a[3, 5] = float("nan")
+    got = generated.matmul_relu(a, b)
+    assert not got.isnan().any() and (got[3] == 0).all()
+    torch.testing.assert_close(got, bench.run_torch([a, b]), atol=1e-4, rtol=1e-4)
+    assert torch.relu(a @ b)[3].isnan().all()  # what relu() would have kept
