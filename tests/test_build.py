@@ -302,3 +302,41 @@ def test_help_and_version_still_exit_0(cli, monkeypatch):
     assert cli("build", "--help").exit_code == 0 and "Usage:" in cli("build", "--help").output
     version = cli("--version")
     assert version.exit_code == 0 and version.output.strip() == f"tilegen, version {tilegen.__version__}"
+
+
+def _shape_of(source: str) -> str:
+    """A module's syntax tree with every string constant blanked: what its code does."""
+    import ast
+
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            node.value = ""
+    return ast.dump(tree)
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"])
+def test_hostile_spec_names_and_docs_change_only_their_literals_and_comments(cli, tmp_path, separator):
+    """A spec file or folder name, or a doc, holding a line break of any kind (U+2028 and the other
+    separators str.splitlines honours) stays inside its comment or string: every generated file
+    parses to the same code as with plain names."""
+    text = (REPO / "specs" / "add.yaml").read_text()
+    plain, hostile = tmp_path / "plain", tmp_path / "hostile"
+    (plain / "specs").mkdir(parents=True)
+    (plain / "specs" / "add.yaml").write_text(text)
+    injected = f'{separator}import os; os.system("id"){separator}#'
+    folder = hostile / f"specs{injected}"
+    folder.mkdir(parents=True)
+    name = f"add{injected}.yaml"
+    # A doc may hold the separators YAML lets through unescaped (and a backslash and a quote).
+    through = separator in "\u2028\u2029\x85"
+    doc = 'doc: "Elementwise sum' + (separator.encode("unicode_escape").decode() if through else "") + \
+        'import os \\\\ \\" end"'
+    (folder / name).write_text(text.replace("doc: Elementwise sum of two tensors of the same shape, c = a + b.", doc))
+    for root in (plain, hostile):
+        specs = next(root.iterdir())
+        result = cli("build", specs, "--package", root / "generated")
+        assert result.exit_code == 0, result.output
+    for path in sorted((plain / "generated").rglob("*.py")):
+        relative = path.relative_to(plain / "generated")
+        assert _shape_of((hostile / "generated" / relative).read_text()) == _shape_of(path.read_text()), relative

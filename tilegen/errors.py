@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .escaping import code_text
+
 
 @dataclass(frozen=True, order=True)
 class SpecError:
@@ -17,10 +19,12 @@ class SpecError:
     allowed: str = ""
 
     def __str__(self) -> str:
+        # Paths and keys come from the user's files: escaped, so that an error stays on one line.
+        path, key = code_text(self.path), code_text(self.key)
         if self.line == 0 and not self.key:
-            text = f"{self.path}: {self.message}"
+            text = f"{path}: {self.message}"
         else:
-            text = f"{self.path}:{self.line}: {self.key or '<document>'}: {self.message}"
+            text = f"{path}:{self.line}: {key or '<document>'}: {self.message}"
         if self.allowed:
             text += f" ({self.allowed})"
         return text

@@ -9,15 +9,13 @@ from __future__ import annotations
 import textwrap
 
 from .dtypes import DTYPES
+from .escaping import docstring_text
 from .expressions import tidy
 from .spec import Spec, TensorSpec
 from .runtime import VERSION as RUNTIME_VERSION
 from .tables import load_table, render_table, table_for_spec
 
 
-def _py_string(text: str) -> str:
-    """Escape `text` for a triple-quoted docstring."""
-    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _dtype_constant(source: str) -> str:
@@ -114,7 +112,7 @@ def _common(spec: Spec, header: str) -> dict:
     return dict(
         header=header,
         op=spec.op,
-        doc_escaped=_py_string(spec.doc),
+        doc_escaped=docstring_text(spec.doc),
         dtype_groups=_dtype_groups(spec),
         signature=_signature(spec),
         arg_docs=_arg_docs(spec),

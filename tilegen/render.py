@@ -16,6 +16,7 @@ import jinja2
 
 from . import __version__
 from .benchgen import bench_context
+from .escaping import code_text
 from .lowering import elementwise_context, matmul_context
 from .spec import Spec
 from .tables import table_path
@@ -81,7 +82,7 @@ class Renderer:
         for part in hashed:
             digest.update(len(part).to_bytes(8, "little"))
             digest.update(part)
-        return f"{HEADER_LINE.format(source=source)}\n# tilegen {__version__} sha256:{digest.hexdigest()[:24]}"
+        return f"{HEADER_LINE.format(source=code_text(source))}\n# tilegen {__version__} sha256:{digest.hexdigest()[:24]}"
 
     def render(self, template: str, context: dict) -> str:
         try:
@@ -132,6 +133,8 @@ _BLANK_RUNS = re.compile(r"\n{4,}")
 
 def tidy_source(text: str) -> str:
     """Strip trailing spaces and runs of blank lines that template control flow leaves behind."""
-    lines = [line.rstrip() for line in text.splitlines()]
+    # Only "\n" ends a line: str.splitlines would also break at U+2028 and its kin, and so turn a
+    # character inside a comment or a string into a line of code.
+    lines = [line.rstrip() for line in text.split("\n")]
     text = "\n".join(lines).strip("\n") + "\n"
     return _BLANK_RUNS.sub("\n\n\n", text)
