@@ -1,15 +1,20 @@
-"""Find specs, validate them all, and write the generated package atomically.
+"""Find specs, validate them all, and write the generated package.
 
-A build renders every file in memory, writes them into a temporary folder beside the
-output, compiles each Python file, and only then swaps the folder in. Any failure leaves
-the previous output byte-identical. Files tilegen did not write are never deleted.
+A build renders every file in memory and compiles each Python file before writing anything. A
+first build writes a staging folder beside the output and renames it into place whole; later
+builds stage each file beside its target and rename them over their targets only once all are
+staged (see write_package). Any failure before that leaves the previous output byte-identical;
+readers never find the folder or a file missing. Files tilegen did not write are never deleted.
 """
 
 from __future__ import annotations
 
 import difflib
+import fcntl
 import os
+import re
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,23 +96,41 @@ def render_package(sources: list[SpecSource], out: Path, root: Path) -> dict[str
     return Renderer(package=package).package_files(sources, specs_display)
 
 
+_HASH_LINE = re.compile(rb"# tilegen [0-9][\w.+-]* sha256:[0-9a-f]{24}\n")
+
+
 def _is_ours(path: Path) -> bool:
+    """Whether `path` is a file tilegen wrote: a regular file (not a link, FIFO or socket) whose
+    first two lines are its full header and hash line."""
     try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return False
         with path.open("rb") as handle:
-            return handle.read(len(HEADER_PREFIX)) == HEADER_PREFIX.encode()
+            first, second = handle.readline(4096), handle.readline(4096)
     except OSError:
         return False
+    return _HEADER_LINE.fullmatch(first) is not None and _HASH_LINE.fullmatch(second) is not None
+
+
+_HEADER_LINE = re.compile(re.escape(HEADER_PREFIX.encode()) + rb" from [^\n]*\. DO NOT EDIT\.\n")
+# What an interrupted build leaves: files staged beside their targets, and (from older versions)
+# staging folders beside the package.
+_STAGED = ".tilegen-new"
+_OLD_STAGING = (".tilegen-", ".old-")
 
 
 def foreign_files(out: Path) -> list[Path]:
-    """Files under `out` that tilegen did not write (no header), caches aside."""
+    """Entries under `out` that tilegen did not write (files without its header, links, FIFOs,
+    sockets), caches and tilegen's own staging aside."""
     if not out.exists():
         return []
     found = []
     for path in sorted(out.rglob("*")):
-        if any(part in DISPOSABLE for part in path.relative_to(out).parts):
+        if any(part in DISPOSABLE for part in path.relative_to(out).parts) or path.name.endswith(_STAGED):
             continue
-        if path.is_file() and not _is_ours(path) or path.is_symlink():
+        if path.is_dir() and not path.is_symlink():
+            continue
+        if not _is_ours(path):
             found.append(path)
     return found
 
@@ -123,55 +146,123 @@ def _compile_all(folder: Path, files: dict[str, str]) -> None:
 
 
 def write_package(files: dict[str, str], out: Path, force: bool = False, _fail_after: int | None = None) -> None:
-    """Atomically replace `out` with `files`.
+    """Write `files` into `out`, touching nothing tilegen did not write.
 
-    Refuses when `out` holds files without tilegen's header, unless `force`; forced or not,
-    such files are carried into the new folder, never deleted.
+    Every file is first staged beside its target and the whole set compiled; only then is each
+    renamed over its target, so a failure before that point leaves the output byte-identical and
+    readers never find the folder or a file missing. Files tilegen wrote that the specs no longer
+    produce are removed; nothing else is, `--force` included: it only allows writing beside
+    files tilegen did not write, and never over one. Builds into one folder take turns (a lock),
+    and a build first clears what an interrupted one left. The folder keeps its mode.
     """
     out = out.resolve()
     if out.exists() and not out.is_dir():
         raise BuildError(f"{out}: exists and is not a folder")
+    _compile_all(out, files)  # before anything is written: a template bug leaves no trace
+    if not out.exists() and _create_whole(files, out, _fail_after):
+        return
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    folder = os.open(out, os.O_RDONLY)
+    try:
+        # The folder itself is the lock (it is never replaced): released when this build ends,
+        # or its process dies.
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        _write_locked(files, out, force, _fail_after)
+    except BaseException:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)  # the folder this build made, and only it
+        raise
+    finally:
+        os.close(folder)
+
+
+def _write_locked(files: dict[str, str], out: Path, force: bool, _fail_after: int | None) -> None:
+    """write_package's work, the folder's lock held."""
+    _clear_interrupted(out)
     foreign = foreign_files(out)
     if foreign and not force:
         names = ", ".join(str(p.relative_to(out)) for p in foreign[:5])
         more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
         raise BuildError(f"{out}: holds files tilegen did not write ({names}{more}); "
-                         "move them away or pass --force to keep them beside the generated files")
+                         "move them away or pass --force to write beside them (they are kept)")
+    clashes = [p for p in foreign if p.relative_to(out).as_posix() in files]
+    if clashes:
+        raise BuildError(f"{clashes[0]}: a file tilegen did not write has the name of a generated file; "
+                         "it is not overwritten")
+    staged = []
+    try:
+        for index, (relative, text) in enumerate(files.items()):
+            if _fail_after is not None and index >= _fail_after:
+                raise OSError("injected failure (tests)")
+            target = out / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            temporary = target.with_name(f".{target.name}{_STAGED}")
+            temporary.write_text(text, encoding="utf-8")
+            staged.append((temporary, target))
+    except BaseException:
+        for temporary, _ in staged:
+            temporary.unlink(missing_ok=True)
+        raise
+    for temporary, target in staged:
+        os.replace(temporary, target)
+    for path in sorted(out.rglob("*")):
+        relative = path.relative_to(out)
+        if relative.as_posix() not in files and not any(part in DISPOSABLE for part in relative.parts) \
+                and _is_ours(path):
+            path.unlink()
+
+
+def _create_whole(files: dict[str, str], out: Path, _fail_after: int | None) -> bool:
+    """A first build: the package is written in a staging folder beside `out` and renamed into
+    place whole, so no reader sees it half written. False where another build created `out`
+    meanwhile (this one then updates it in place, in turn)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tilegen-", dir=out.parent))
+    held = os.open(staging, os.O_RDONLY)
     try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a live build's staging: _clear_interrupted leaves it alone
         for index, (relative, text) in enumerate(files.items()):
             if _fail_after is not None and index >= _fail_after:
                 raise OSError("injected failure (tests)")
             target = staging / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-        _compile_all(staging, files)
-        for path in foreign:
-            target = staging / path.relative_to(out)
-            if target.exists():
-                raise BuildError(f"{path}: a file tilegen did not write has the name of a generated file")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target, follow_symlinks=False)
-        _swap_in(staging, out)
-    except BaseException:
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(staging, 0o777 & ~mask)  # as mkdir would make it (mkdtemp makes it private)
+        try:
+            os.rename(staging, out)
+        except OSError:
+            if out.exists():
+                return False
+            raise
+        return True
+    finally:
+        os.close(held)
         shutil.rmtree(staging, ignore_errors=True)
-        raise
 
 
-def _swap_in(staging: Path, out: Path) -> None:
-    if not out.exists():
-        os.replace(staging, out)
-        return
-    retired = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-    os.rmdir(retired)
-    os.replace(out, retired)
-    try:
-        os.replace(staging, out)
-    except BaseException:
-        os.replace(retired, out)
-        raise
-    shutil.rmtree(retired, ignore_errors=True)
+def _clear_interrupted(out: Path) -> None:
+    """Remove what a killed build left: staged files in `out`, and staging folders beside it that
+    no live build holds."""
+    for path in out.rglob(f"*{_STAGED}"):
+        if stat.S_ISREG(path.lstat().st_mode):
+            path.unlink()
+    for path in out.parent.glob(f".{out.name}.*"):
+        if path.is_dir() and not path.is_symlink() and any(path.name.startswith(f".{out.name}{mark}")
+                                                          for mark in _OLD_STAGING):
+            try:
+                held = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a build is writing it
+            finally:
+                os.close(held)
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass
