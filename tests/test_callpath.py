@@ -159,6 +159,14 @@ def test_ints_are_told_apart_as_triton_specializes_them(module):
     assert filled_values(module, filled)[2] == 2**40 + 32
 
 
+def test_a_scalar_the_kernel_cannot_take_goes_to_the_python_path(module):
+    table = table_with(module)
+    a, c = torch.randn(8), torch.empty(8)
+    assert table.learn((a, 1.0), (a, c, 1.0), empty_plan(module, "ppf", 3), 0, c, 77)
+    assert table(a, 3e38) is not None and table(a, float("inf")) is not None
+    assert table(a, 1e300) is None  # past float32: the wrapper's check raises the named error
+
+
 def test_several_outputs_come_back_as_a_tuple_in_their_dtypes(module):
     table = table_with(module)
     x, v = torch.randn(3, 7), torch.rand(3, 7)

@@ -423,3 +423,13 @@ def test_matmul_relu_maps_nan_to_zero_as_its_spec_says_and_its_benchmark_agrees(
     assert not got.isnan().any() and (got[3] == 0).all()
     torch.testing.assert_close(got, bench.run_torch([a, b]), atol=1e-4, rtol=1e-4)
     assert torch.relu(a @ b)[3].isnan().all()  # what relu() would have kept
+
+
+def test_scalars_out_of_the_kernels_range_are_refused_by_name():
+    import generated
+    from generated.tests import _support as s
+
+    a = s.random((16,), torch.float32, 0)
+    with pytest.raises(ValueError, match="scaled_silu_mul: argument 'alpha' = 1e\\+300 does not fit in float32"):
+        generated.scaled_silu_mul(a, a, alpha=1e300)
+    torch.testing.assert_close(generated.scaled_silu_mul(a, a, alpha=2.0), 2.0 * torch.nn.functional.silu(a) * a)

@@ -261,6 +261,10 @@ class _Validator:
                 if not ok or (kind == "float" and not abs(default) <= 1e30):
                     self.error(f"{key}.default", f"{_show(default)} is not a valid {kind}")
                     continue
+                if kind == "int" and not -(2**63) <= default < 2**63:  # a kernel argument holds 64 bits
+                    self.error(f"{key}.default", f"{_show(default)} does not fit in 64 bits",
+                               f"{-(2**63)} to {2**63 - 1}")
+                    continue
                 default = float(default) if kind == "float" else default
             if kind:
                 out[name] = ScalarSpec(name, kind, default)

@@ -116,12 +116,13 @@ def load_document(path: Path, errors: ErrorLog, display: str | None = None) -> D
     """Parse one spec file; on failure log one error and return None."""
     shown = display or str(path)
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as handle:  # at most one byte past the limit: a huge file is never read whole
+            raw = handle.read(MAX_SPEC_BYTES + 1)
     except OSError as exc:
         errors.add(shown, 1, "", f"cannot read file: {exc.strerror or exc}")
         return None
     if len(raw) > MAX_SPEC_BYTES:
-        errors.add(shown, 1, "", f"file is {len(raw)} bytes", f"at most {MAX_SPEC_BYTES} bytes")
+        errors.add(shown, 0, "", f"file is larger than {MAX_SPEC_BYTES} bytes", f"at most {MAX_SPEC_BYTES} bytes")
         return None
     try:
         text = raw.decode("utf-8")

@@ -64,6 +64,7 @@ def check_dim(op, name, value, dim, size, axis):
 # What a kernel's scalar argument can hold: Triton passes a Python int as int32 or int64 and a
 # float as float32.
 _INT_RANGE = (-(2**63), 2**63)
+_FLOAT32_MAX = 3.4028234663852886e38
 
 
 def check_scalar(op, name, value, kind):
@@ -72,6 +73,8 @@ def check_scalar(op, name, value, kind):
         raise TypeError(f"{op}: argument '{name}' must be a Python {kind}, got {type(value).__name__}")
     if kind == "int" and not _INT_RANGE[0] <= value < _INT_RANGE[1]:
         raise ValueError(f"{op}: argument '{name}' = {value} does not fit in 64 bits")
+    if kind == "float" and abs(value) > _FLOAT32_MAX and abs(value) != float("inf"):
+        raise ValueError(f"{op}: argument '{name}' = {value} does not fit in float32, which the kernel computes with")
 
 
 def check_divisible(op, axis, size, block, name):

@@ -24,6 +24,8 @@
 
 #include <dlfcn.h>
 
+#include <cfloat>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -116,6 +118,10 @@ int convert(char code, PyObject *value, uint64_t *slot) {
         if (x == -1.0 && PyErr_Occurred())
             return -1;
         if (code == 'f') {
+            if (std::isfinite(x) && std::fabs(x) > FLT_MAX) {
+                PyErr_Format(PyExc_OverflowError, "launch: %g does not fit in float32", x);
+                return -1;
+            }
             float y = static_cast<float>(x);
             memcpy(slot, &y, sizeof y);
         } else {
@@ -519,7 +525,10 @@ PyObject *serve(Table *self, PyObject *const *args, Py_ssize_t count, PyObject *
                 if (plan.codes[i] == 'p') {
                     plan.values[i] = reinterpret_cast<uintptr_t>(THPVariable_Unpack(args[source.index]).data_ptr());
                 } else if (convert(plan.codes[i], args[source.index], &plan.values[i]) < 0) {
-                    return nullptr;
+                    if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+                        return nullptr;
+                    PyErr_Clear();  /* a value the kernel cannot take: the Python path names it */
+                    Py_RETURN_NONE;
                 }
                 break;
         }
