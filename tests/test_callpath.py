@@ -379,6 +379,12 @@ def test_a_planted_truncated_or_foreign_file_is_rebuilt_not_loaded(built, monkey
     assert len(compiles) == 3
     scratch = [name for name in os.listdir(os.path.dirname(path)) if name.startswith(".build-")]
     assert scratch == []  # each build's scratch folder is gone
+    # A killed builder's scratch folder is cleared by the next build.
+    left = os.path.join(os.path.dirname(path), f".build-{os.path.basename(path)}-killed")
+    os.mkdir(left)
+    os.unlink(path)
+    native.build("callpath")
+    assert not os.path.exists(left) and len(compiles) == 4
 
 
 def test_a_failed_build_says_why_and_leaves_nothing(monkeypatch, tmp_path):

@@ -13,6 +13,7 @@ cache and loads it.
 """
 
 import fcntl
+import glob
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -118,10 +119,16 @@ def build(name):
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when this process ends, whatever way it ends
         if _verified(path):  # another process built it while this one waited
             return path, ""
-        scratch = tempfile.mkdtemp(prefix=".build-", dir=os.path.dirname(path))
+        # Scratch folders of this file's builds that a killed builder left: none is live while
+        # the lock is held.
+        for left in glob.glob(os.path.join(os.path.dirname(path), f".build-{os.path.basename(path)}-*")):
+            shutil.rmtree(left, ignore_errors=True)
+        scratch = tempfile.mkdtemp(prefix=f".build-{os.path.basename(path)}-", dir=os.path.dirname(path))
         try:
             built = os.path.join(scratch, os.path.basename(path))
             command = compile_command(os.path.join(SOURCE_DIR, f"{name}.cpp"), built)
+            # A builder killed meanwhile leaves its compiler to finish alone (seconds), into a
+            # scratch folder the next build removes.
             done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
             if done.returncode != 0:
                 first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr[-300:])
