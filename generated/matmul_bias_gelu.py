@@ -194,7 +194,8 @@ def _matmul_bias_gelu_tile(
     if finishing:
         # Epilogue: runs on the tl.float32 accumulator, before the cast to the output dtype.
         bias = tl.load(bias_ptr + offs_n * stride_bias_0, mask=offs_n < N if MASK_N else None).to(tl.float32)[None, :]
-        c = 0.5 * (acc + bias) * (1.0 + tl.erf((acc + bias) * 0.7071067811865476))
+        _t0 = acc + bias
+        c = 0.5 * _t0 * (1.0 + tl.erf(_t0 * 0.7071067811865476))
         c_ptrs = c_ptr + offs_m[:, None] * stride_c_0 + offs_n[None, :] * stride_c_1
         tl.store(c_ptrs, c.to(c_ptr.dtype.element_ty), mask=mask)
 

@@ -121,3 +121,17 @@ def test_every_independent_spec_error_once_and_no_follow_on_errors(cli, project)
         "bad/bad.yaml:11: tiles.N.sizes.0: 1000 is not a power of two (16, 32, 64, ...)",
     ]  # and nothing about masks.N, whose axis the bad tile names
     assert _lines(result)[-1] == "tilegen: 4 errors"
+
+
+def test_deeply_nested_expressions_build_small(cli, project):
+    """relu nested 9 deep once built for minutes into megabytes; shared temporaries keep it small."""
+    nested = "a"
+    for _ in range(9):
+        nested = f"relu({nested})"
+    text = (project / "specs" / "add.yaml").read_text().replace("op: add", "op: deep").replace("c: a + b", f"c: {nested} + b")
+    (project / "deep").mkdir()
+    (project / "deep" / "deep.yaml").write_text(text)
+    result = cli("build", "deep/", "--package", "deep_pkg")
+    assert result.exit_code == 0, result.output
+    assert (project / "deep_pkg" / "deep.py").stat().st_size < 20_000
+    assert (project / "deep_pkg" / "tests" / "test_deep.py").stat().st_size < 40_000

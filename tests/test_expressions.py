@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -131,3 +132,28 @@ def test_eager_form_keeps_python_scalars(source, eager):
 def test_eager_form_treats_scalar_names_as_numbers():
     expression = parse_expression("maximum(a, alpha * 2)", NAMES)
     assert tidy(expression.to_eager(frozenset({"alpha"}))) == "torch.clamp(a, min=alpha * 2.0)"
+
+
+@pytest.mark.parametrize("wrap", ["relu({})", "silu({})", "gelu({})", "({}) ** 8", "tanh({}) ** 2"])
+def test_emitted_code_grows_with_the_expression_not_exponentially(wrap):
+    from tilegen.expressions import assignments
+
+    source = "a + b"
+    for _ in range(12):  # 12 levels: 5**12 copies of the innermost operand without shared temporaries
+        source = wrap.format(source)
+    expression = parse_expression(source, NAMES)
+    for target in ("triton", "torch", "eager"):
+        lines = assignments([("c", expression)], target)
+        assert sum(len(line) for line in lines) < 200 * 13, (target, len(lines))
+        assert lines[-1].startswith("c = ")
+
+
+def test_shared_temporaries_compute_what_the_expression_says():
+    from tilegen.expressions import assignments
+
+    expression = parse_expression("relu(gelu(a + b) ** 3) + silu(a + b)", NAMES)
+    a, b = torch.randn(64, dtype=torch.float64), torch.randn(64, dtype=torch.float64)
+    scope = {"torch": torch, "a": a, "b": b}
+    exec("\n".join(assignments([("c", expression)], "torch")), scope)
+    want = torch.relu(torch.nn.functional.gelu(a + b) ** 3) + torch.nn.functional.silu(a + b)
+    torch.testing.assert_close(scope["c"], want)

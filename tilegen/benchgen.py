@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .dtypes import DTYPES
-from .expressions import tidy
+from .expressions import assignments
 from .spec import Spec
 from .testgen import _dtype_exprs, _positive_domain, _scalar_test_value
 
@@ -18,7 +18,7 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
     dtypes = [d for d in spec.inputs[0].dtypes if d in BENCH_DTYPES[spec.kind]] or [spec.inputs[0].dtypes[0]]
     expressions = spec.output_expressions()
     scalars = frozenset(s.name for s in spec.scalars)
-    torch_lines = [f"{t.name} = {tidy(expressions[t.name].to_eager(scalars))}" for t in spec.outputs]
+    torch_lines = assignments([(t.name, expressions[t.name]) for t in spec.outputs], "eager", scalars)
     names = [t.name for t in spec.outputs]
     ctx = dict(
         header=header, package=package, op=spec.op, kind=spec.kind,

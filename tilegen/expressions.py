@@ -204,13 +204,50 @@ class _Checker:
         raise ExpressionError(f"{type(node).__name__} is not allowed")
 
 
-class _Emitter:
-    """Emits checked trees; only node kinds the checker accepted can reach it."""
+def assignments(outputs: list[tuple[str, "Expression"]], target: str,
+                scalars: frozenset[str] = frozenset()) -> list[str]:
+    """The lines that compute each output (`name = code`) for `target` ("triton", "torch" for the
+    float64 oracle, "eager" for the benchmark). A subexpression that the emitted code would
+    write more than once (the argument of relu, silu or gelu, the base of a power) is bound once
+    to a temporary `_t<i>` (spec names cannot start with an underscore), shared by every output
+    that computes it; so the emitted size grows with the expression's, never exponentially."""
+    temps: dict[str, str] = {}
+    lines: list[str] = []
 
-    def __init__(self, rename: Callable[[str], str], target: str, scalars: frozenset[str] = frozenset()):
+    def bind(code: str) -> str:
+        name = temps.get(code)
+        if name is None:
+            name = temps[code] = f"_t{len(temps)}"
+            lines.append(f"{name} = {tidy(code)}")
+        return name
+
+    for name, expression in outputs:
+        code = _Emitter(str, target, scalars, bind).emit(expression.tree.body)
+        lines.append(f"{name} = {tidy(code)}")
+    return lines
+
+
+def _repeats(template: str) -> bool:
+    return template.count("{0}") > 1
+
+
+class _Emitter:
+    """Emits checked trees; only node kinds the checker accepted can reach it. With `bind`, an
+    operand the emitted code would repeat is bound to a temporary first (see assignments)."""
+
+    def __init__(self, rename: Callable[[str], str], target: str, scalars: frozenset[str] = frozenset(),
+                 bind: Callable[[str], str] | None = None):
         self.rename = rename
         self.target = target
         self.scalars = scalars
+        self.bind = bind
+
+    def _operand(self, node: ast.AST, repeated: bool) -> str:
+        """`node` emitted, or the temporary bound to it where the code repeats it."""
+        code = self.emit(node)
+        if repeated and self.bind is not None and not isinstance(node, (ast.Name, ast.Constant)):
+            return self.bind(code)
+        return code
 
     def emit(self, node: ast.AST) -> str:
         if isinstance(node, ast.Constant):
@@ -223,16 +260,18 @@ class _Emitter:
             operand = self.emit(node.operand)
             return f"(-{operand})" if isinstance(node.op, ast.USub) else operand
         if isinstance(node, ast.BinOp):
-            left, right = self.emit(node.left), self.emit(node.right)
             if isinstance(node.op, ast.Pow):
+                left = self._operand(node.left, repeated=node.right.value > 1)
                 return "(" + " * ".join([f"({left})"] * node.right.value) + ")"
+            left, right = self.emit(node.left), self.emit(node.right)
             return f"({left} {_BINARY[type(node.op)]} {right})"
         if isinstance(node, ast.Compare):
             return f"({self.emit(node.left)} {_COMPARE[type(node.ops[0])]} {self.emit(node.comparators[0])})"
         if isinstance(node, ast.Call):
             spec = FUNCTIONS[node.func.id]
             if self.target == "triton":
-                return spec.triton.format(*(self.emit(arg) for arg in node.args))
+                return spec.triton.format(*(self._operand(arg, repeated=_repeats(spec.triton) and index == 0)
+                                            for index, arg in enumerate(node.args)))
             name = node.func.id
             if self.target == "eager":
                 constant = [not _reads_names(arg, self.scalars) for arg in node.args]

@@ -10,7 +10,7 @@ import textwrap
 
 from .dtypes import DTYPES
 from .escaping import docstring_text
-from .expressions import tidy
+from .expressions import assignments
 from .spec import Spec, TensorSpec
 from .runtime import VERSION as RUNTIME_VERSION
 from .tables import load_table, render_table, table_for_spec
@@ -174,7 +174,7 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         checks.append(f'rt.check_divisible("{spec.op}", "{tile.axis}", {inputs[0]}.numel(), '
                       f'{min(blocks)}, "{tile.block}")')
     scalars = [s.name for s in spec.scalars]
-    math_lines = [f"{name} = {tidy(expr.to_triton())}" for name, expr in spec.body]
+    math_lines = assignments(list(spec.body), "triton")
     ctx.update(
         block=tile.block,
         mask=policy,
@@ -251,7 +251,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         acc_dtype=acc_dtype,
         dot_options=_dot_options(spec),
         extras=[_extra_load(t, m, n) for t in extras],
-        epilogue_lines=[f"{name} = {tidy(expr.to_triton())}" for name, expr in spec.body],
+        epilogue_lines=assignments(list(spec.body), "triton"),
         outputs=outs,
         checks=checks + after + prelude,
         result=result,

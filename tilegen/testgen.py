@@ -7,7 +7,7 @@ PyTorch code that runs in float64 on the CPU, independent of the Triton kernel.
 from __future__ import annotations
 
 from .dtypes import DTYPES
-from .expressions import tidy
+from .expressions import assignments
 from .spec import Spec
 
 # Functions whose inputs the tests keep positive, so the oracle is not mostly NaN.
@@ -28,7 +28,7 @@ def _dtype_exprs(spec: Spec, tensors) -> list[str]:
 
 def _oracle(spec: Spec) -> tuple[list[str], str]:
     expressions = spec.output_expressions()
-    lines = [f"{t.name} = {tidy(expressions[t.name].to_torch())}" for t in spec.outputs]
+    lines = assignments([(t.name, expressions[t.name]) for t in spec.outputs], "torch")
     names = [t.name for t in spec.outputs]
     # A result that does not depend on any tensor (a constant) still needs the output's shape.
     result = names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)"
