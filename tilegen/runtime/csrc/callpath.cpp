@@ -26,6 +26,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -119,7 +120,9 @@ int convert(char code, PyObject *value, uint64_t *slot) {
             return -1;
         if (code == 'f') {
             if (std::isfinite(x) && std::fabs(x) > FLT_MAX) {
-                PyErr_Format(PyExc_OverflowError, "launch: %g does not fit in float32", x);
+                char message[96];  /* PyErr_Format has no %g */
+                snprintf(message, sizeof message, "launch: %g does not fit in float32", x);
+                PyErr_SetString(PyExc_OverflowError, message);
                 return -1;
             }
             float y = static_cast<float>(x);
