@@ -163,14 +163,18 @@ def test_new_specs_build(cli, project):
 def test_cpu_tensor_without_interpreter_is_a_clear_error(tmp_path):
     if __import__("torch").cuda.is_available():
         pytest.skip("needs a machine without CUDA")
-    code = ("import torch, generated\n"
+    # TRITON_INTERPRET=1 set only after the import (too late: Triton read it then) gets the same
+    # error, which says to set it before the first import.
+    code = ("import os, torch, generated\n"
+            "os.environ['TRITON_INTERPRET'] = '1'\n"
             "try:\n"
             "    generated.add(torch.ones(4), torch.ones(4))\n"
             "except ValueError as e:\n"
             "    print(e)\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
-    assert "add: argument 'a' is on cpu, expected a CUDA tensor" in out.stdout, out.stderr
+    assert out.stdout.strip() == ("add: argument 'a' is on cpu, expected a CUDA tensor (to run CPU tensors in "
+                                  "Triton's interpreter, set TRITON_INTERPRET=1 before the first import)"), out.stderr
 
 
 def test_generated_package_imports_only_torch_triton_and_the_runtime():
