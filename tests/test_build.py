@@ -427,3 +427,88 @@ def test_concurrent_builds_take_turns_and_readers_never_miss_a_file(project):
     assert codes == [0] * 8, [b.stderr.read().decode() for b in builds]
     assert not missing
     assert subprocess.run([sys.executable, "-m", "tilegen", "build", "specs/", "--check"], cwd=project).returncode == 0
+
+
+def _identifiers(source: str) -> set[str]:
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.arg):
+            found.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.alias):
+            found.add(node.asname or node.name.split(".")[0])
+    return found
+
+
+def test_every_identifier_the_templates_use_is_reserved_from_specs(tmp_path):
+    """Any lowercase name an op module uses besides its spec's names is one the validator refuses
+    as a spec name, so no accepted name can shadow generated code."""
+    import re
+
+    from tilegen.build import load_specs
+    from tilegen.render import Renderer
+    from tilegen.validate import RESERVED_VALUE_NAMES, RESERVED_VALUE_PREFIXES
+
+    variants = {"persistent.yaml": ("matmul_relu.yaml", "schedule:\n  launch: persistent\n"),
+                "never.yaml": ("matmul.yaml", "masks: {M: never, N: never, K: never}\n")}
+    for name, (base, extra) in variants.items():
+        text = (REPO / "specs" / base).read_text()
+        text = re.sub(r"^masks:\n(  .*\n)+", "", text, flags=re.M) if "masks" in extra else text
+        (tmp_path / name).write_text(text.replace(f"op: {base[:-5]}", f"op: {name[:-5]}") + extra)
+    renderer = Renderer()
+    for item in load_specs([REPO / "specs", tmp_path], REPO):
+        spec = item.spec
+        names = {t.name for t in spec.inputs} | {t.name for t in spec.outputs} | {s.name for s in spec.scalars}
+        derived = {f"{n}_{suffix}" for n in names for suffix in ("ptr", "ptrs", "offsets", "out")}
+        for identifier in _identifiers(renderer.op_module(item)) - names - derived - {spec.op}:
+            if re.fullmatch(r"[a-z][a-z0-9_]*", identifier):
+                assert identifier in RESERVED_VALUE_NAMES or identifier.startswith(RESERVED_VALUE_PREFIXES), \
+                    f"{spec.op}: the templates use {identifier!r}, which a spec may still name"
+
+
+@pytest.mark.parametrize("section, name", [
+    ("scalars", "i_0"), ("scalars", "rest"), ("scalars", "k_first"), ("scalars", "group_id"), ("scalars", "k"),
+    ("inputs", "rt"), ("inputs", "len"), ("inputs", "type"), ("inputs", "torch"), ("op", "rt"), ("op", "type"),
+    ("op", "len"), ("op", "tl"),
+])
+def test_names_the_generated_code_uses_are_refused_in_one_line(cli, project, section, name):
+    text = (project / "specs" / "scaled_silu_mul.yaml").read_text()
+    if section == "scalars":
+        text = text.replace("alpha", name)
+    elif section == "inputs":
+        text = text.replace("  a: {", f"  {name}: {{").replace("dtype: a", f"dtype: {name}").replace("silu(a)", f"silu({name})")
+    else:
+        text = text.replace("op: scaled_silu_mul", f"op: {name}")
+    (project / "bad").mkdir()
+    (project / "bad" / "bad.yaml").write_text(text)
+    result = cli("check", "bad/")
+    assert result.exit_code == 2
+    assert f"'{name}' is reserved" in result.output and "Traceback" not in result.output
+
+
+def test_outputs_named_like_old_wrapper_locals_compute_right(cli, project):
+    """plan, launch and layout were locals of older wrappers (and changed the return value)."""
+    text = (project / "specs" / "rms_scale_exp.yaml").read_text().replace("op: rms_scale_exp", "op: named_outputs")
+    text = text.replace("  y: {dtype: x}\n  z: {dtype: x}", "  plan: {dtype: x}\n  layout: {dtype: x}")
+    text = text.replace("  y: x * rsqrt(v + eps)\n  z: exp(-abs(x))", "  plan: x * rsqrt(v + eps)\n  layout: exp(-abs(x))")
+    (project / "named").mkdir()
+    (project / "named" / "named_outputs.yaml").write_text(text)
+    assert cli("build", "named/", "--package", "named_pkg").exit_code == 0
+    code = ("import torch, named_pkg\n"
+            "x, v = torch.randn(100), torch.rand(100) + 0.5\n"
+            "plan, layout = named_pkg.named_outputs(x, v)\n"
+            "torch.testing.assert_close(plan, x * torch.rsqrt(v + 1e-6))\n"
+            "torch.testing.assert_close(layout, torch.exp(-x.abs()))\n"
+            "print('ok')\n")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    if __import__("torch").cuda.is_available():
+        code = code.replace("torch.randn(100)", "torch.randn(100, device='cuda')").replace(
+            "torch.rand(100)", "torch.rand(100, device='cuda')")
+        env.pop("TRITON_INTERPRET")
+    done = subprocess.run([sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -32,9 +32,21 @@ AXIS_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,30}$")
 BLOCK_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,30}$")
 
 # Names the generated code uses itself; a spec may not shadow them.
-RESERVED_VALUE_NAMES = frozenset({
-    "acc", "out", "tl", "triton", "torch", "math", "pid", "grid", "config", "mask", "offsets",
-    "numel", "tests", "bench", "self", "cls", "none", "true", "false",
+# Identifiers the generated op modules (kernels, wrappers, module level) use besides the spec's
+# names: a spec name equal to one would shadow it, and some would compute silently wrong numbers
+# (a scalar named `rest` in the strided kernel's index math). tests/test_build.py renders every
+# example spec and fails if the templates use an identifier missing here.
+TEMPLATE_NAMES = frozenset({
+    "acc", "arrived", "cells", "compute", "count_ptr", "finishing", "group_id", "group_size_m",
+    "i_0", "i_1", "i_2", "i_3", "in_bounds", "k", "k_first", "k_left", "k_stop", "k_whole", "mask",
+    "numel", "offsets", "other", "out", "partial_ptr", "per_split", "pid", "rest", "result", "rt",
+    "size_1", "size_2", "size_3", "split", "tile", "tile_ptr", "tl", "torch", "triton", "first_pid_m",
+})
+# Python builtins the generated package calls (its tests and benchmarks included).
+BUILTIN_NAMES = frozenset({"dict", "enumerate", "float", "int", "isinstance", "len", "list", "max", "min", "range",
+                           "set", "str", "sum", "tuple", "type", "zip", "any", "all", "abs", "bool"})
+RESERVED_VALUE_NAMES = TEMPLATE_NAMES | BUILTIN_NAMES | frozenset({
+    "math", "grid", "config", "tests", "bench", "self", "cls", "none", "true", "false", "pytest",
 })
 RESERVED_VALUE_PREFIXES = ("stride_", "offs_", "mask_", "num_", "pid_", "tilegen")
 RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "NUM_SMS", "DOT_PRECISION"})
@@ -128,7 +140,7 @@ class _Validator:
             return False
         if keyword.iskeyword(name) or name in RESERVED_VALUE_NAMES or name.startswith(RESERVED_VALUE_PREFIXES) \
                 or name in DTYPES:
-            self.error(key, f"name {name!r} is reserved", "choose another name")
+            self.error(key, f"name {name!r} is reserved: the generated code uses it", "choose another name")
             return False
         if name in taken:
             self.error(key, f"name {name!r} is already used by {taken[name]}")
