@@ -372,14 +372,18 @@ def test_the_build_touches_only_what_it_wrote(cli, project):
 
 
 def test_a_forced_build_into_the_project_root_removes_nothing_of_it(cli, project):
+    # `-o . --force`: the package is the project folder itself.
     (project / ".git" / "refs" / "tags").mkdir(parents=True)
     (project / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (project / "notes.txt").write_text("mine\n")
-    (project / "pkg").mkdir()
-    result = cli("build", "specs/", "--package", project / "pkg", "--force")
+    mode = project.stat().st_mode
+    result = cli("build", "specs/", "-o", ".", "--force")
     assert result.exit_code == 0, result.output
-    result = cli("build", "specs/", "--package", project / "pkg", "--force")
-    assert result.exit_code == 0
+    spec = project / "specs" / "add.yaml"
+    spec.write_text(spec.read_text().replace("doc: Elementwise sum", "doc: The elementwise sum"))
+    result = cli("build", "specs/", "-o", ".", "--force")
+    assert result.exit_code == 0 and "updated" in result.output
+    assert project.stat().st_mode == mode
     assert (project / ".git" / "refs" / "tags").is_dir() and (project / ".git" / "HEAD").is_file()
     assert (project / "notes.txt").read_text() == "mine\n"
     assert (project / "specs" / "add.yaml").is_file()

@@ -387,6 +387,19 @@ def test_a_planted_truncated_or_foreign_file_is_rebuilt_not_loaded(built, monkey
     assert not os.path.exists(left) and len(compiles) == 4
 
 
+def test_a_lock_left_by_a_dead_builder_or_dated_in_the_future_does_not_hold_a_build(built, monkeypatch):
+    # The lock is an flock, which dies with its holder: a leftover lock file, whatever its time,
+    # holds nothing.
+    _, path, _ = built
+    lock = path + ".lock"
+    with open(lock, "a"):
+        pass
+    os.utime(lock, (4102444800, 4102444800))  # 2100
+    os.unlink(path)
+    rebuilt, _ = native.build("callpath")
+    assert rebuilt == path and os.path.exists(path)
+
+
 def test_a_failed_build_says_why_and_leaves_nothing(monkeypatch, tmp_path):
     monkeypatch.setenv("TILEGEN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(native, "compile_command", lambda source, output: [sys.executable, "-c",

@@ -135,3 +135,37 @@ def test_deeply_nested_expressions_build_small(cli, project):
     assert result.exit_code == 0, result.output
     assert (project / "deep_pkg" / "deep.py").stat().st_size < 20_000
     assert (project / "deep_pkg" / "tests" / "test_deep.py").stat().st_size < 40_000
+
+
+def test_a_lone_surrogate_doc_and_a_key_holding_a_newline_end_in_one_line_each(cli, project):
+    text = (project / "specs" / "add.yaml").read_text()
+    (project / "odd").mkdir()
+    (project / "odd" / "surrogate.yaml").write_text(text.replace("op: add", "op: surrogate").replace(
+        "doc: Elementwise sum of two tensors of the same shape, c = a + b.", 'doc: "half a pair \\ud800 here"'))
+    built = cli("build", "odd/", "--package", "odd_pkg")
+    assert built.exit_code == 0, built.output  # the doc reaches the docstring escaped
+    assert "\\ud800" in (project / "odd_pkg" / "surrogate.py").read_text()
+    (project / "odd" / "surrogate.yaml").unlink()
+    (project / "odd" / "key.yaml").write_text(text.replace("op: add", "op: key").replace("  N: auto", '  "N\\nX": auto'))
+    result = cli("check", "odd/")
+    assert result.exit_code == 2
+    assert _lines(result) == ["odd/key.yaml:15: masks.N\\x0aX: 'N\\nX' is not a tiled axis (tiled axes: N)",
+                              "tilegen: 1 error"]
+
+
+def test_nesting_to_the_depth_limit_builds_small_or_is_refused_in_one_line(cli, project):
+    for depth, builds in ((38, True), (60, False)):
+        nested = "a"
+        for _ in range(depth):
+            nested = f"relu({nested})"
+        text = (project / "specs" / "add.yaml").read_text().replace("op: add", f"op: deep{depth}").replace(
+            "c: a + b", f"c: {nested} + b")
+        folder = project / f"deep{depth}"
+        folder.mkdir()
+        (folder / "deep.yaml").write_text(text)
+        result = cli("build", folder, "--package", f"pkg{depth}")
+        assert (result.exit_code == 0) == builds, result.output
+        if builds:
+            assert (project / f"pkg{depth}" / f"deep{depth}.py").stat().st_size < 30_000
+        else:
+            assert "nested too deeply" in result.output and len(_lines(result)) == 2

@@ -406,6 +406,9 @@ def test_outputs_may_not_overlap_each_other_or_be_leaves_that_require_grad():
         generated.add(x, v, out=leaf)
     with pytest.raises(TypeError, match="add: argument 'a' is a sparse_coo tensor"):
         generated.add(x.to_sparse(), v)
+    nested = torch.nested.nested_tensor([x[0], x[1, :3]])
+    with pytest.raises(TypeError, match="add: argument 'a' is a .* tensor; only dense"):
+        generated.add(nested, v)
 
 
 def test_matmul_relu_maps_nan_to_zero_as_its_spec_says_and_its_benchmark_agrees():
