@@ -147,7 +147,7 @@ def test_cli_exit_codes(cli, project, args, code, text):
 
 
 def test_every_command_has_help_with_an_example(cli):
-    for command in ("build", "check", "render", "list", "test", "new", "bench"):
+    for command in ("build", "check", "render", "list", "test", "new", "bench", "tune"):
         result = cli(command, "--help")
         assert result.exit_code == 0
         assert "Example" in result.output, command

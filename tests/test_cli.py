@@ -7,8 +7,6 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 from tests.conftest import REPO
 
 
@@ -97,12 +95,6 @@ def test_new_points_to_the_projects_own_reference(cli, project):
     text = (project / "specs" / "my_op.yaml").read_text()
     assert "docs/spec.md" in text and "DESIGN" not in text
     assert (REPO / "docs" / "spec.md").is_file()
-
-
-@pytest.mark.parametrize("command", ["build", "check", "render", "list", "test", "new", "bench", "tune"])
-def test_every_command_has_help_with_an_example(cli, command):
-    result = cli(command, "--help")
-    assert result.exit_code == 0 and "Example" in result.output
 
 
 def test_every_independent_spec_error_once_and_no_follow_on_errors(cli, project):

@@ -216,7 +216,6 @@ def matmul_context(spec: Spec, header: str) -> dict:
     for axis, tile, policy in zip((m, n, k), (bm, bn, bk), policies):
         if policy == "never":
             after.append(f'rt.check_divisible("{spec.op}", "{axis}", {axis}, {min(tile.sizes)}, "{tile.block}")')
-    output_shape = f"({a.name}.shape[0], {b.name}.shape[1])"
     outs, prelude, result = _output_context(spec)
     tensor_names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
     stride_names = [f"stride_{t.name}_{d}" for t in list(spec.inputs) + list(spec.outputs) for d in range(len(t.shape))]
@@ -232,13 +231,11 @@ def matmul_context(spec: Spec, header: str) -> dict:
     )
     ctx.update(
         a=a.name, b=b.name, m=m, n=n, k=k,
-        output_shape=output_shape,
         bm=bm.block, bn=bn.block, bk=bk.block,
         a_stride_m=f"stride_{a.name}_0", a_stride_k=f"stride_{a.name}_1",
         b_stride_k=f"stride_{b.name}_0", b_stride_n=f"stride_{b.name}_1",
         pointer_params=", ".join(f"{name}_ptr" for name in tensor_names),
         stride_params=", ".join(stride_names),
-        stride_names=stride_names,
         a_index=tensor_names.index(a.name), b_index=tensor_names.index(b.name),
         factored_names=factored_names,
         factor_params=", ".join(f"{name.upper()}_FACTOR: tl.constexpr" for name in factored_names),
