@@ -206,11 +206,8 @@ def _write_locked(files: dict[str, str], out: Path, force: bool, _fail_after: in
         raise
     for temporary, target in staged:
         os.replace(temporary, target)
-    for path in sorted(out.rglob("*")):
-        relative = path.relative_to(out)
-        if relative.as_posix() not in files and not any(part in DISPOSABLE for part in relative.parts) \
-                and _is_ours(path):
-            path.unlink()
+    for relative in _left_over(files, out):
+        (out / relative).unlink()
 
 
 def _create_whole(files: dict[str, str], out: Path, _fail_after: int | None) -> bool:
@@ -277,9 +274,10 @@ class Staleness:
         return not (self.missing or self.changed or self.extra)
 
 
-def compare_package(files: dict[str, str], out: Path) -> Staleness:
-    """What differs between freshly rendered `files` and the folder `out` (for --check)."""
-    missing, changed, extra, diff = [], [], [], []
+def compare_package(files: dict[str, str], out: Path, diff_text: bool = True) -> Staleness:
+    """What differs between freshly rendered `files` and the folder `out` (for --check); without
+    `diff_text`, only which files differ (a build's report needs no diff)."""
+    missing, changed, diff = [], [], []
     for relative, text in files.items():
         path = out / relative
         if not path.is_file():
@@ -288,16 +286,20 @@ def compare_package(files: dict[str, str], out: Path) -> Staleness:
         current = path.read_text(encoding="utf-8", errors="replace")
         if current != text:
             changed.append(relative)
-            diff.extend(difflib.unified_diff(current.splitlines(True), text.splitlines(True),
-                                             f"{out.name}/{relative} (on disk)",
-                                             f"{out.name}/{relative} (from specs)", n=2))
-    if out.is_dir():
-        for path in sorted(out.rglob("*")):
-            relative = path.relative_to(out).as_posix()
-            if path.is_file() and relative not in files and _is_ours(path) \
-                    and not any(part in DISPOSABLE for part in path.relative_to(out).parts):
-                extra.append(relative)
-    return Staleness(missing, changed, extra, "".join(diff))
+            if diff_text:
+                diff.extend(difflib.unified_diff(current.splitlines(True), text.splitlines(True),
+                                                 f"{out.name}/{relative} (on disk)",
+                                                 f"{out.name}/{relative} (from specs)", n=2))
+    return Staleness(missing, changed, _left_over(files, out), "".join(diff))
+
+
+def _left_over(files: dict[str, str], out: Path) -> list[str]:
+    """Files under `out` that tilegen wrote and `files` no longer holds (caches aside)."""
+    if not out.is_dir():
+        return []
+    return [path.relative_to(out).as_posix() for path in sorted(out.rglob("*"))
+            if path.relative_to(out).as_posix() not in files
+            and not any(part in DISPOSABLE for part in path.relative_to(out).parts) and _is_ours(path)]
 
 
 def spec_summary(spec: Spec) -> tuple[str, str, str]:

@@ -130,7 +130,7 @@ def build(specs, out, check, force, debug):
             for name in names:
                 click.echo(f"{out}/{name}: {label}", err=True)
         _fail(f"tilegen: {out} is stale; run `tilegen build` and commit the result", EXIT_FAILED)
-    before = compare_package(files, out_path) if out_path.is_dir() else None
+    before = compare_package(files, out_path, diff_text=False) if out_path.is_dir() else None
     if before is not None and before.clean:
         click.echo(f"{out}: up to date ({len(files)} files, {len(sources)} ops)")
         return
