@@ -54,35 +54,34 @@ class ConfigChooser:
         also varies what the spec leaves open besides the tiles (warps, pipeline stages)."""
         return self.space.candidates(facts, key, explore=explore)
 
-    def changed(self):
+    def reset(self):
         """Forget every choice made so far, and tell the listeners."""
         self.cache.clear()
         for callback in self.on_change:
             callback()
 
-    reset = changed
 
     @contextlib.contextmanager
     def forcing(self, config):
         """Launch with `config` inside the block, whatever the mode would pick."""
         self._forced = config
-        self.changed()
+        self.reset()
         try:
             yield
         finally:
             self._forced = None
-            self.changed()
+            self.reset()
 
     @contextlib.contextmanager
     def using_mode(self, mode):
         """Choose in `mode` ("auto", "autotune", "fixed") inside the block."""
         old, self.mode = self.mode, mode
-        self.changed()
+        self.reset()
         try:
             yield
         finally:
             self.mode = old
-            self.changed()
+            self.reset()
 
     @contextlib.contextmanager
     def recording(self):
@@ -90,7 +89,7 @@ class ConfigChooser:
         served without a choice (the compiled call path's) are forgotten on the way in."""
         chosen = []
         self._records.append(chosen)
-        self.changed()
+        self.reset()
         try:
             yield chosen
         finally:
