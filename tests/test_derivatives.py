@@ -1,0 +1,180 @@
+"""Symbolic differentiation: each rule against PyTorch's autograd, at ordinary and at
+non-differentiable points, and random expressions of the language against autograd of the oracle."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tilegen.derivatives import differentiate
+from tilegen.expressions import FUNCTIONS, parse_expression
+
+NAN, INF = math.nan, math.inf
+# Ordinary points, the non-differentiable ones (0, ties), and NaN and infinities.
+POINTS = [-3.0, -1.5, -1.0, -0.25, 0.0, 0.3, 0.5, 1.0, 2.0, 4.0, NAN, INF, -INF]
+
+
+def _tilegen_grads(source, wrt, values, seeds, scalars=None):
+    """Gradients from tilegen's backward, emitted for the float64 oracle and run."""
+    names = set(values) | set(scalars or {})
+    backward = differentiate([("out", parse_expression(source, names))], wrt)
+    scope = {"torch": torch, **values, **(scalars or {}), "_g_out": seeds}
+    exec("\n".join(backward.lines("torch")), scope)
+    grads = {}
+    for name in wrt:
+        if name in backward.zero:
+            grads[name] = torch.zeros_like(values[name])
+        else:
+            grads[name] = scope[backward.results[backward.aliases.get(name, name)]].expand_as(values[name])
+    return grads
+
+
+def _autograd_grads(source, wrt, values, seeds, scalars=None):
+    """Gradients from PyTorch's autograd of the oracle expression."""
+    names = set(values) | set(scalars or {})
+    leaves = {k: v.clone().requires_grad_(k in wrt) for k, v in values.items()}
+    scope = {"torch": torch, **leaves, **(scalars or {})}
+    out = eval(parse_expression(source, names).to_torch(), scope)
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return {name: torch.zeros_like(values[name]) for name in wrt}
+    got = torch.autograd.grad(out.expand_as(seeds), [leaves[n] for n in wrt], seeds, allow_unused=True)
+    return {n: torch.zeros_like(values[n]) if g is None else g for n, g in zip(wrt, got)}
+
+
+def _check(source, values, scalars=None):
+    wrt = sorted(values)
+    seeds = torch.linspace(-1.5, 2.0, next(iter(values.values())).numel(), dtype=torch.float64)
+    seeds = seeds.reshape(next(iter(values.values())).shape)
+    ours = _tilegen_grads(source, wrt, values, seeds, scalars)
+    theirs = _autograd_grads(source, wrt, values, seeds, scalars)
+    for name in wrt:
+        torch.testing.assert_close(ours[name], theirs[name], rtol=1e-9, atol=1e-12, equal_nan=True,
+                                   msg=lambda m: f"d({source})/d{name}: {m}")
+
+
+def _grid(count=2):
+    """Every pair of POINTS, as float64 tensors (ties included)."""
+    x = torch.tensor(POINTS, dtype=torch.float64)
+    if count == 1:
+        return {"x": x}
+    xs, ys = torch.meshgrid(x, x, indexing="ij")
+    return {"x": xs.flatten(), "y": ys.flatten()}
+
+
+@pytest.mark.parametrize("function", sorted(f for f, spec in FUNCTIONS.items() if spec.arity == 1))
+def test_each_unary_rule_matches_autograd(function):
+    _check(f"{function}(x)", _grid(1))
+
+
+@pytest.mark.parametrize("function", ["maximum", "minimum"])
+def test_maximum_and_minimum_split_ties_as_pytorch_does(function):
+    _check(f"{function}(x, y)", _grid())
+
+
+@pytest.mark.parametrize("source", ["x + y", "x - y", "x * y", "x / y", "-x", "x ** 1", "x ** 2", "x ** 5",
+                                    "where(x > y, x, y)", "where(x <= 0, x * y, 2 * y)",
+                                    "where(x > 0, x, 0)", "2.5 * x - y / 3"])
+def test_each_operator_rule_matches_autograd(source):
+    _check(source, _grid())
+
+
+@pytest.mark.parametrize("source, point, expected", [
+    ("relu(x)", 0.0, 0.0),       # relu'(0) = 0
+    ("abs(x)", 0.0, 0.0),        # abs'(0) = 0
+    ("where(x > 0, x, 0)", 0.0, 0.0),  # the branch taken gets the gradient
+    ("maximum(x, 1)", 1.0, 0.5),  # a tie splits it
+])
+def test_conventions_at_non_differentiable_points(source, point, expected):
+    values = {"x": torch.tensor([point], dtype=torch.float64)}
+    grad = _tilegen_grads(source, ["x"], values, torch.ones(1, dtype=torch.float64))["x"]
+    assert grad.item() == expected
+
+
+def test_scalars_get_no_gradient_and_unread_inputs_a_zero_one():
+    e = parse_expression("alpha * x", {"x", "y", "alpha"})
+    backward = differentiate([("out", e)], ["x", "y"])
+    assert "alpha" not in backward.results
+    assert backward.zero == {"y"}
+    _check("alpha * x + 0 * y", _grid(), scalars={"alpha": 1.75})
+
+
+def test_common_subexpressions_are_computed_once():
+    e = parse_expression("gelu(acc + bias)", {"acc", "bias"})
+    backward = differentiate([("c", e)], ["acc", "bias"])
+    # A bias added to the accumulator has the accumulator's gradient: computed once, aliased.
+    assert backward.aliases == {"bias": "acc"}
+    lines = backward.lines("triton")
+    assert sum(line.count("acc + bias") for line in lines) == 1, lines
+    assert backward.reads == ("acc", "bias")
+
+
+def test_linear_math_reads_no_saved_value():
+    e = parse_expression("alpha * acc + beta * residual", {"acc", "residual", "alpha", "beta"})
+    backward = differentiate([("d", e)], ["acc", "residual"])
+    assert backward.reads == ("alpha", "beta")
+
+
+def test_several_outputs_add_their_gradients():
+    values = {"x": torch.linspace(-2, 2, 9, dtype=torch.float64), "v": torch.linspace(0.5, 3, 9, dtype=torch.float64)}
+    names = {"x", "v", "eps"}
+    body = [("y", parse_expression("x * rsqrt(v + eps)", names)), ("z", parse_expression("exp(-abs(x))", names))]
+    backward = differentiate(body, ["x", "v"])
+    gy, gz = torch.full((9,), 0.5, dtype=torch.float64), torch.linspace(1, 2, 9, dtype=torch.float64)
+    scope = {"torch": torch, **values, "eps": 1e-6, "_g_y": gy, "_g_z": gz}
+    exec("\n".join(backward.lines("torch")), scope)
+    leaves = {k: v.clone().requires_grad_() for k, v in values.items()}
+    y = leaves["x"] * torch.rsqrt(leaves["v"] + 1e-6)
+    z = torch.exp(-leaves["x"].abs())
+    dx, dv = torch.autograd.grad((y, z), (leaves["x"], leaves["v"]), (gy, gz))
+    torch.testing.assert_close(scope["_d_x"], dx)
+    torch.testing.assert_close(scope["_d_v"], dv)
+
+
+def test_gradients_grow_with_the_expression_not_exponentially():
+    source = "x"
+    for _ in range(12):
+        source = f"silu({source}) * x"
+    backward = differentiate([("out", parse_expression(source, {"x"}))], ["x"])
+    assert sum(len(line) for line in backward.lines("triton")) < 20_000
+    _check(source, {"x": torch.linspace(-1, 1, 7, dtype=torch.float64)})
+
+
+_atoms = st.sampled_from(["a", "b", "alpha", "1", "2.5", "0.5"])
+
+
+@st.composite
+def _expressions(draw, depth=0):
+    if depth > 3 or draw(st.booleans()):
+        return draw(_atoms)
+    kind = draw(st.sampled_from(["bin", "neg", "call", "pow", "where"]))
+    if kind == "bin":
+        op = draw(st.sampled_from(["+", "-", "*", "/"]))
+        return f"({draw(_expressions(depth + 1))}) {op} ({draw(_expressions(depth + 1))})"
+    if kind == "neg":
+        return f"-({draw(_expressions(depth + 1))})"
+    if kind == "pow":
+        return f"({draw(_expressions(depth + 1))}) ** {draw(st.integers(1, 4))}"
+    if kind == "where":
+        cmp = draw(st.sampled_from([">", ">=", "<", "<=", "==", "!="]))
+        side = draw(st.sampled_from(["a", "b"]))  # a condition of constants alone is no test
+        return (f"where(({side}) {cmp} ({draw(_expressions(depth + 1))}), "
+                f"{draw(_expressions(depth + 1))}, {draw(_expressions(depth + 1))})")
+    name = draw(st.sampled_from(sorted(f for f in FUNCTIONS if f != "where")))
+    args = ", ".join(draw(_expressions(depth + 1)) for _ in range(FUNCTIONS[name].arity))
+    return f"{name}({args})"
+
+
+@settings(max_examples=300, deadline=None)
+@given(_expressions(), st.lists(st.floats(-3, 3, allow_subnormal=False), min_size=4, max_size=4))
+def test_random_expressions_match_autograd_of_the_oracle(source, points):
+    names = {"a", "b", "alpha"}
+    try:
+        parse_expression(source, names)
+    except ValueError:
+        return  # e.g. a function of constants only: not an expression the language accepts
+    a = torch.tensor(points + [0.0, 1.0], dtype=torch.float64)
+    b = torch.tensor(points[::-1] + [0.0, 1.0], dtype=torch.float64)
+    # Scalars reach the oracle as float64 tensors, as in the generated tests.
+    _check(source, {"a": a, "b": b}, scalars={"alpha": torch.tensor(0.75, dtype=torch.float64)})

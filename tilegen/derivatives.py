@@ -1,0 +1,377 @@
+"""Symbolic differentiation of the expression language: the backward of an op, from its spec.
+
+A checked expression tree becomes a graph of `Term`s (hash-consed tuples, so equal
+subexpressions are one term), reverse-mode differentiation runs over that graph with one rule per
+construct of the language, and the gradients come back as expressions of the same language:
+the forward's emitters (Triton, the float64 oracle) emit them, through the same checks.
+
+Conventions at non-differentiable points follow PyTorch's autograd, so gradients match it:
+relu'(0) = 0 (and a NaN input passes the gradient, as threshold_backward does), abs'(0) = 0,
+where() routes the gradient to the branch taken, and maximum/minimum split it evenly on a tie.
+Where PyTorch selects rather than multiplies (relu, where, maximum), so does the rule, so that an
+infinite gradient stays infinite where it is routed and never turns into NaN where it is not.
+Scalars get no gradient; comparisons carry none.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass
+
+from .expressions import Expression, assignments
+
+# A term is a tuple: ("const", value), ("var", name), (operator, *terms), ("pow", term, n),
+# ("call", function, *terms), ("cmp", operator, left, right). Tuples compare and hash by value,
+# so building a term that exists already yields an equal one: common subexpressions are shared.
+Term = tuple
+
+_COMPARE_SYMBOLS = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
+_BINARY_NAMES = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
+
+ZERO, ONE = ("const", 0.0), ("const", 1.0)
+
+
+def const(value: float) -> Term:
+    return ("const", float(value))
+
+
+def var(name: str) -> Term:
+    return ("var", name)
+
+
+def _is_const(term: Term, value: float | None = None) -> bool:
+    return term[0] == "const" and (value is None or term[1] == value)
+
+
+# Builders that simplify as they build: constants fold, and 0 and 1 drop out where they are
+# neutral. Structural zeros only arise where a term does not depend on a name; PyTorch's autograd
+# computes nothing there either, so dropping `x * 0` never hides a NaN that PyTorch would show.
+def add(x: Term, y: Term) -> Term:
+    if _is_const(x) and _is_const(y):
+        return const(x[1] + y[1])
+    if _is_const(x, 0.0):
+        return y
+    if _is_const(y, 0.0):
+        return x
+    if y[0] == "neg":
+        return sub(x, y[1])
+    return ("add", x, y)
+
+
+def sub(x: Term, y: Term) -> Term:
+    if _is_const(x) and _is_const(y):
+        return const(x[1] - y[1])
+    if _is_const(y, 0.0):
+        return x
+    if _is_const(x, 0.0):
+        return neg(y)
+    if y[0] == "neg":
+        return add(x, y[1])
+    return ("sub", x, y)
+
+
+def neg(x: Term) -> Term:
+    if _is_const(x):
+        return const(-x[1])
+    if x[0] == "neg":
+        return x[1]
+    return ("neg", x)
+
+
+def mul(x: Term, y: Term) -> Term:
+    if _is_const(x) and _is_const(y):
+        return const(x[1] * y[1])
+    if _is_const(x, 0.0) or _is_const(y, 0.0):
+        return ZERO
+    if _is_const(x, 1.0):
+        return y
+    if _is_const(y, 1.0):
+        return x
+    if _is_const(x, -1.0):
+        return neg(y)
+    if _is_const(y, -1.0):
+        return neg(x)
+    if x[0] == "neg" and y[0] == "neg":
+        return mul(x[1], y[1])
+    if x[0] == "neg":
+        return neg(mul(x[1], y))
+    if y[0] == "neg":
+        return neg(mul(x, y[1]))
+    if _is_const(y):  # constants first: one spelling for c * x and x * c, so they share a term
+        return ("mul", y, x)
+    return ("mul", x, y)
+
+
+def div(x: Term, y: Term) -> Term:
+    if _is_const(x) and _is_const(y) and y[1] != 0.0:
+        return const(x[1] / y[1])
+    if _is_const(x, 0.0):
+        return ZERO
+    if _is_const(y, 1.0):
+        return x
+    if x[0] == "neg":
+        return neg(div(x[1], y))
+    return ("div", x, y)
+
+
+def power(x: Term, n: int) -> Term:
+    if n == 1:
+        return x
+    if _is_const(x):
+        return const(x[1] ** n)
+    return ("pow", x, n)
+
+
+def call(function: str, *args: Term) -> Term:
+    return ("call", function, *args)
+
+
+def compare(symbol: str, left: Term, right: Term) -> Term:
+    return ("cmp", symbol, left, right)
+
+
+def where(condition: Term, x: Term, y: Term) -> Term:
+    if x == y:
+        return x
+    return ("where", condition, x, y)
+
+
+def from_tree(node: ast.AST) -> Term:
+    """The term of a checked expression tree (`Expression.tree.body`)."""
+    if isinstance(node, ast.Constant):
+        return const(node.value)
+    if isinstance(node, ast.Name):
+        return var(node.id)
+    if isinstance(node, ast.UnaryOp):
+        operand = from_tree(node.operand)
+        return neg(operand) if isinstance(node.op, ast.USub) else operand
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Pow):
+            return power(from_tree(node.left), node.right.value)
+        build = {"add": add, "sub": sub, "mul": mul, "div": div}[_BINARY_NAMES[type(node.op)]]
+        return build(from_tree(node.left), from_tree(node.right))
+    if isinstance(node, ast.Compare):
+        return compare(_COMPARE_SYMBOLS[type(node.ops[0])], from_tree(node.left), from_tree(node.comparators[0]))
+    if isinstance(node, ast.Call):
+        args = [from_tree(arg) for arg in node.args]
+        if node.func.id == "where":
+            return where(*args)
+        return call(node.func.id, *args)
+    raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
+
+
+_SQRT_HALF = math.sqrt(0.5)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _sigmoid_slope(x: Term) -> Term:
+    s = call("sigmoid", x)
+    return mul(s, sub(ONE, s))
+
+
+# One rule per function: the local derivative, multiplied into the incoming gradient `g`.
+# Each is PyTorch's backward formula (torch/csrc/autograd/FunctionsManual.cpp, derivatives.yaml).
+_SLOPES = {
+    "exp": lambda x: call("exp", x),
+    "rsqrt": lambda x: mul(const(-0.5), power(call("rsqrt", x), 3)),
+    "sin": lambda x: call("cos", x),
+    "cos": lambda x: neg(call("sin", x)),
+    "erf": lambda x: mul(const(_TWO_OVER_SQRT_PI), call("exp", neg(mul(x, x)))),
+    "sigmoid": _sigmoid_slope,
+    "tanh": lambda x: sub(ONE, power(call("tanh", x), 2)),
+    # silu'(x) = s(x) * (1 + x * (1 - s(x))), as silu_backward computes it.
+    "silu": lambda x: mul(call("sigmoid", x), add(ONE, mul(x, sub(ONE, call("sigmoid", x))))),
+    # gelu'(x) = Phi(x) + x * phi(x), the exact (erf) form the forward uses.
+    "gelu": lambda x: add(mul(const(0.5), add(ONE, call("erf", mul(const(_SQRT_HALF), x)))),
+                          mul(x, mul(const(_INV_SQRT_2PI), call("exp", mul(const(-0.5), mul(x, x)))))),
+    # abs'(x) = sgn(x), with sgn(0) = sgn(NaN) = 0 as torch.sgn has them.
+    "abs": lambda x: where(compare(">", x, ZERO), ONE, where(compare("<", x, ZERO), const(-1.0), ZERO)),
+}
+
+
+def _contributions(term: Term, g: Term) -> list[tuple[Term, Term]]:
+    """(operand, its share of the gradient) for each differentiable operand of `term`, given the
+    gradient `g` that reaches `term`."""
+    kind = term[0]
+    if kind in ("const", "var", "cmp"):
+        return []
+    if kind == "add":
+        return [(term[1], g), (term[2], g)]
+    if kind == "sub":
+        return [(term[1], g), (term[2], neg(g))]
+    if kind == "neg":
+        return [(term[1], neg(g))]
+    if kind == "mul":
+        x, y = term[1], term[2]
+        return [(x, mul(g, y)), (y, mul(g, x))]
+    if kind == "div":
+        x, y = term[1], term[2]
+        return [(x, div(g, y)), (y, neg(div(mul(g, x), mul(y, y))))]
+    if kind == "pow":
+        x, n = term[1], term[2]
+        return [(x, mul(g, mul(const(n), power(x, n - 1))))]
+    if kind == "where":
+        condition, x, y = term[1:]
+        return [(x, where(condition, g, ZERO)), (y, where(condition, ZERO, g))]
+    # A call.
+    function, args = term[1], term[2:]
+    if function == "relu":
+        # threshold_backward: the gradient where the result is > 0 (NaN passes), else 0.
+        return [(args[0], where(compare("<=", args[0], ZERO), ZERO, g))]
+    if function in ("maximum", "minimum"):
+        x, y = args
+        # x loses where it is below y (above, for minimum); a tie splits the gradient evenly.
+        losing = "<" if function == "maximum" else ">"
+        winning = ">" if function == "maximum" else "<"
+        half = mul(const(0.5), g)
+        return [(x, where(compare("==", x, y), half, where(compare(losing, x, y), ZERO, g))),
+                (y, where(compare("==", x, y), half, where(compare(winning, x, y), ZERO, g)))]
+    if function == "log":  # g / x, not g * (1 / x): 1 / x overflows for tiny x where g / x need not
+        return [(args[0], div(g, args[0]))]
+    if function == "sqrt":
+        return [(args[0], div(g, mul(const(2.0), term)))]
+    return [(args[0], mul(g, _SLOPES[function](args[0])))]
+
+
+def _operands(term: Term) -> tuple[Term, ...]:
+    kind = term[0]
+    if kind in ("const", "var"):
+        return ()
+    if kind == "pow":
+        return (term[1],)
+    if kind == "call":
+        return term[2:]
+    if kind == "cmp":
+        return term[2:]
+    return term[1:]
+
+
+def _postorder(roots: list[Term]) -> list[Term]:
+    """Every term reachable from `roots`, each once, operands before the terms that use them
+    (iterative: an expression is at most MAX_DEPTH deep, its derivative somewhat deeper)."""
+    seen, order = set(), []
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            term, expanded = stack.pop()
+            if expanded:
+                order.append(term)
+                continue
+            if term in seen:
+                continue
+            seen.add(term)
+            stack.append((term, True))
+            stack.extend((child, False) for child in reversed(_operands(term)) if child not in seen)
+    return order
+
+
+def gradients(outputs: dict[str, Term], seeds: dict[str, Term], wrt: list[str]) -> dict[str, Term]:
+    """Reverse mode: the gradient of sum(seeds[o] * outputs[o]) with respect to each name in
+    `wrt` (a name that no output reads gets the constant zero)."""
+    adjoint: dict[Term, Term] = {}
+    for name, term in outputs.items():
+        adjoint[term] = add(adjoint.get(term, ZERO), seeds[name])
+    for term in reversed(_postorder(list(outputs.values()))):
+        g = adjoint.get(term)
+        if g is None or _is_const(g, 0.0):
+            continue
+        for operand, share in _contributions(term, g):
+            adjoint[operand] = add(adjoint.get(operand, ZERO), share)
+    return {name: adjoint.get(var(name), ZERO) for name in wrt}
+
+
+def to_tree(term: Term, names: dict[Term, str] | None = None) -> ast.expr:
+    """The expression tree of `term`; a term in `names` is read as that name (a shared temporary)."""
+    names = names or {}
+    if term in names:
+        return ast.Name(names[term], ast.Load())
+    kind = term[0]
+    if kind == "const":
+        value = term[1]
+        return ast.UnaryOp(ast.USub(), ast.Constant(-value)) if value < 0 else ast.Constant(value)
+    if kind == "var":
+        return ast.Name(term[1], ast.Load())
+    sub_tree = lambda t: to_tree(t, names)  # noqa: E731
+    if kind == "neg":
+        return ast.UnaryOp(ast.USub(), sub_tree(term[1]))
+    if kind in ("add", "sub", "mul", "div"):
+        op = {"add": ast.Add, "sub": ast.Sub, "mul": ast.Mult, "div": ast.Div}[kind]()
+        return ast.BinOp(sub_tree(term[1]), op, sub_tree(term[2]))
+    if kind == "pow":
+        return ast.BinOp(sub_tree(term[1]), ast.Pow(), ast.Constant(term[2]))
+    if kind == "cmp":
+        symbol = {v: k for k, v in _COMPARE_SYMBOLS.items()}[term[1]]
+        return ast.Compare(sub_tree(term[2]), [symbol()], [sub_tree(term[3])])
+    if kind == "where":
+        return ast.Call(ast.Name("where", ast.Load()), [sub_tree(t) for t in term[1:]], [])
+    return ast.Call(ast.Name(term[1], ast.Load()), [sub_tree(t) for t in term[2:]], [])
+
+
+def _expression(tree: ast.expr) -> Expression:
+    wrapped = ast.fix_missing_locations(ast.Expression(tree))
+    functions = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    names = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in functions})
+    return Expression(ast.unparse(wrapped), wrapped, tuple(names))
+
+
+@dataclass(frozen=True)
+class Backward:
+    """The gradients of an op's math: `lines(target)` computes every gradient (named by
+    `results`) from the names the forward reads and the incoming gradients (`seeds`)."""
+
+    results: dict  # differentiable name -> the name its gradient is bound to
+    seeds: dict  # output -> the name of its incoming gradient
+    steps: tuple  # (name, Expression): shared temporaries, then the gradients, in order
+    reads: tuple  # the forward names the gradients read (the rest need not be saved)
+    zero: frozenset  # names whose gradient is identically zero
+    aliases: dict  # name -> an earlier name whose gradient is the same term (computed once)
+
+    def lines(self, target: str) -> list[str]:
+        return assignments(list(self.steps), target)
+
+    def computed(self) -> list[str]:
+        """The names whose gradient the lines compute (neither zero nor an alias)."""
+        return [name for name in self.results if name not in self.zero and name not in self.aliases]
+
+
+def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{output}",
+                  result_name=lambda name: f"_d_{name}", temp_prefix: str = "_s") -> Backward:
+    """The backward of the outputs `body` ((name, Expression) in spec order) with respect to
+    the names `wrt` (the tensors; scalars are left out). Terms used more than once are bound
+    once to temporaries `<temp_prefix><i>`; gradients that are the same term are computed once."""
+    outputs = {name: from_tree(expression.tree.body) for name, expression in body}
+    seeds = {name: seed_name(name) for name in outputs}
+    grads = gradients(outputs, {name: var(seed) for name, seed in seeds.items()}, wrt)
+    results = {name: result_name(name) for name in wrt}
+    zero = frozenset(name for name, term in grads.items() if _is_const(term, 0.0))
+    aliases, first_of = {}, {}
+    for name in wrt:
+        if name in zero:
+            continue
+        if grads[name] in first_of:
+            aliases[name] = first_of[grads[name]]
+        else:
+            first_of[grads[name]] = name
+    distinct = [grads[name] for name in first_of.values()]
+    # Shared temporaries: every compound term read more than once, by terms or as a gradient.
+    uses: dict = {}
+    for term in _postorder(distinct):
+        for operand in _operands(term):
+            uses[operand] = uses.get(operand, 0) + 1
+    for term in distinct:
+        uses[term] = uses.get(term, 0) + 1
+    temps: dict = {}
+    steps = []
+    for term in _postorder(distinct):
+        if uses.get(term, 0) > 1 and term[0] not in ("const", "var", "cmp"):
+            steps.append((f"{temp_prefix}{len(temps)}", _expression(to_tree(term, temps))))
+            temps[term] = steps[-1][0]
+    for name in first_of.values():
+        steps.append((results[name], _expression(to_tree(grads[name], temps))))
+    read = set()
+    for _, expression in steps:
+        read.update(expression.names)
+    internal = set(temps.values()) | set(results.values()) | set(seeds.values())
+    return Backward(results, seeds, tuple(steps), tuple(sorted(read - internal)), zero, aliases)
