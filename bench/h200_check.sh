@@ -16,6 +16,7 @@
 #   OUT=/tmp/check STEPS="rounds" bash bench/h200_check.sh          # matmul, medians of 5 turns
 #   OUT=/tmp/check STEPS="compile:matmul_relu" bash bench/h200_check.sh  # about 5 minutes (one op)
 #   OUT=/tmp/check STEPS="host" BEFORE=.before bash bench/h200_check.sh  # host time, two trees
+#   OUT=/tmp/check STEPS="backward" bash bench/h200_check.sh        # forward+backward, peak memory
 #
 # ARCHIVE=FILE packs everything into one .tar.gz at FILE when the steps are done (and removes
 # the folder), for machines that hand back only a few files:
@@ -46,8 +47,13 @@ if [[ $steps == *" tune "* ]]; then
 else
     step build 60 python3 -m tilegen build specs/ --check
 fi
-step tests 300 python3 -m pytest -q -n 16 -p no:cacheprovider
+step tests 540 python3 -m pytest -q -n 16 -p no:cacheprovider
 step bench 300 python3 -m tilegen bench ${BENCH:-} --out "$out/bench"  # BENCH: bench arguments (default: every op)
+# A training step (forward+backward) of every op against eager autograd, with peak memory
+# (about 5 minutes); BACKWARD: bench arguments. backward_compile adds torch.compile (default and
+# max-autotune) on a shape set small enough for its compiles (about 8 minutes).
+step backward 560 python3 -m tilegen bench ${BACKWARD:-} --backward --out "$out/backward"
+step backward_compile 560 python3 -m tilegen bench ${BACKWARD_COMPILE:-} --backward --compile --out "$out/backward_compile"
 # matmul against cuBLAS again, each point the median of five turns (about 2 minutes; not a default step).
 step rounds 240 python3 -m tilegen bench matmul --rounds 5 --out "$out/matmul_rounds"
 # max-autotune compiles each shape afresh (about 16 s a shape): one op per step, each about 5 minutes.

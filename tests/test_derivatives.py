@@ -26,6 +26,8 @@ def _tilegen_grads(source, wrt, values, seeds, scalars=None):
     for name in wrt:
         if name in backward.zero:
             grads[name] = torch.zeros_like(values[name])
+        elif name in backward.passed:  # the incoming gradient itself
+            grads[name] = seeds.expand_as(values[name])
         else:
             grads[name] = scope[backward.results[backward.aliases.get(name, name)]].expand_as(values[name])
     return grads
@@ -108,6 +110,11 @@ def test_common_subexpressions_are_computed_once():
     lines = backward.lines("triton")
     assert sum(line.count("acc + bias") for line in lines) == 1, lines
     assert backward.reads == ("acc", "bias")
+
+
+def test_an_input_added_to_an_output_passes_its_gradient_on_uncomputed():
+    backward = differentiate([("c", parse_expression("a + 2 * b", {"a", "b"}))], ["a", "b"])
+    assert backward.passed == {"a": "c"} and backward.computed() == ["b"]
 
 
 def test_linear_math_reads_no_saved_value():

@@ -436,3 +436,71 @@ def test_scalars_out_of_the_kernels_range_are_refused_by_name():
     with pytest.raises(ValueError, match="scaled_silu_mul: argument 'alpha' = 1e\\+300 does not fit in float32"):
         generated.scaled_silu_mul(a, a, alpha=1e300)
     torch.testing.assert_close(generated.scaled_silu_mul(a, a, alpha=2.0), 2.0 * torch.nn.functional.silu(a) * a)
+
+
+# ---- autograd: rt.Gradients, on toy ops registered the way generated ops are -----------------
+
+def _toy_ops():
+    """tilegen_test::scale_add(x, y, alpha) -> (alpha * x * y, x + y), differentiated by
+    tilegen_test::scale_add_backward, registered with rt.register and rt.Gradients; and a
+    variant that also returns a kept value (x * y), its backward reading it instead."""
+    if hasattr(torch.ops.tilegen_test, "scale_add"):
+        return torch.ops.tilegen_test.scale_add.default, torch.ops.tilegen_test.scale_add_keeping.default
+
+    @rt.register("tilegen_test::scale_add_backward", traceable=False)
+    def backward(x: torch.Tensor, y: torch.Tensor, kept: torch.Tensor | None, g: torch.Tensor, h: torch.Tensor,
+                 alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+        # d/dx = alpha * y * g + h; d/dy = alpha * x * g + h; `kept` stands for a recomputable value.
+        assert kept is None or torch.equal(kept, x * y)
+        return alpha * y * g + h, alpha * x * g + h
+
+    gradients = rt.Gradients(backward, tensors=2, saved=(0, 1), sources=(("result", 0), ("result", 1)),
+                             outputs=2, saved_outputs=(None,))
+
+    @rt.register("tilegen_test::scale_add", gradients, traceable=False)
+    def scale_add(x: torch.Tensor, y: torch.Tensor, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+        return alpha * x * y, x + y
+
+    keeping = rt.Gradients(backward, tensors=2, saved=(0, 1), sources=(("result", 0), ("result", 1)),
+                           outputs=2, saved_outputs=(2,))
+
+    @rt.register("tilegen_test::scale_add_keeping", keeping, traceable=False)
+    def scale_add_keeping(x: torch.Tensor, y: torch.Tensor, alpha: float) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                     torch.Tensor]:
+        return alpha * x * y, x + y, x * y
+
+    return scale_add, scale_add_keeping
+
+
+@pytest.mark.parametrize("variant", ["recomputing", "keeping"])
+def test_gradients_route_saved_inputs_kept_outputs_and_scalars(variant):
+    op = _toy_ops()[variant == "keeping"]
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    first, second = op(x, y, 1.5)[:2]
+    assert torch.autograd.gradcheck(lambda a, b: op(a, b, 1.5)[:2], (x, y))
+    # An output no loss reads gets no gradient: it counts as zeros.
+    dx, dy = torch.autograd.grad(first.sum(), (x, y))
+    torch.testing.assert_close(dx, 1.5 * y.detach())
+    torch.testing.assert_close(dy, 1.5 * x.detach())
+    if variant == "keeping":  # the kept value carries no gradient
+        assert not op(x, y, 1.5)[2].requires_grad
+
+
+def test_gradients_are_made_only_for_inputs_that_need_them():
+    op = _toy_ops()[0]
+    x = torch.randn(3, requires_grad=True)
+    y = torch.randn(3)
+    first, _ = op(x, y, 2.0)
+    (dx,) = torch.autograd.grad(first.sum(), (x,))
+    torch.testing.assert_close(dx, 2.0 * y)
+
+
+def test_out_is_refused_where_autograd_would_lose_the_graph():
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="add: out= does not support automatic differentiation, but argument 'a'"):
+        rt.refuse_out_with_grad("add", torch.empty(3), a=x, b=x.detach())
+    rt.refuse_out_with_grad("add", None, a=x)  # no out=: nothing to refuse
+    with torch.no_grad():
+        rt.refuse_out_with_grad("add", torch.empty(3), a=x)
+    assert rt.wants_grad((x,)) and not rt.wants_grad((x.detach(), 1.0))

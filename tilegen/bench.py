@@ -39,6 +39,7 @@ class Row:
     speedup_vs_torch: float | None = None
     fraction_of_limit: float | None = None
     speedup_vs_compile: float | None = None  # torch.compile time / this time, where it was timed
+    peak_mb: float | None = None  # a training step's peak memory above its inputs (--backward)
 
 
 @dataclass
@@ -93,10 +94,14 @@ def format_table(rows: list[Row]) -> str:
     torch.compile rows, its time and tilegen's speedup over it too."""
     with_compile = any(r.provider == "torch.compile" for r in rows)
     composed = any(r.provider == "tilegen.compile" for r in rows)
+    autotuned = any(r.provider == "torch.compile.max-autotune" for r in rows)
+    with_memory = any(r.peak_mb is not None for r in rows)
     header = (f"{'op':<24} {'dtype':<9} {'shape':<16} {'tilegen ms':>10} {'torch ms':>9} "
               f"{'tilegen':>12} {'torch':>12} {'speedup':>8} {'of limit':>8}")
     lines = [header + (f" {'compile ms':>10} {'vs compile':>10}" if with_compile else "")
-             + (f" {'in compile ms':>13}" if composed else "")]
+             + (f" {'in compile ms':>13}" if composed else "")
+             + (f" {'max-autotune ms':>15} {'vs it':>6}" if autotuned else "")
+             + (f" {'tilegen MiB':>11} {'torch MiB':>9}" if with_memory else "")]
     by_key: dict[tuple, dict[str, Row]] = {}
     for row in rows:
         by_key.setdefault((row.op, row.dtype, row.shape), {})[row.provider] = row
@@ -115,6 +120,11 @@ def format_table(rows: list[Row]) -> str:
         inside = providers.get("tilegen.compile")
         if inside is not None:
             line += f" {inside.ms:>13.4f}"
+        tuned = providers.get("torch.compile.max-autotune")
+        if tuned is not None:
+            line += f" {tuned.ms:>15.4f} {tuned.ms / ours.ms:>5.2f}x"
+        if ours.peak_mb is not None and theirs.peak_mb is not None:
+            line += f" {ours.peak_mb:>11.1f} {theirs.peak_mb:>9.1f}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -123,9 +133,11 @@ def summary_lines(rows: list[Row]) -> list[str]:
     """Geometric-mean speedup and the worst shape per op and dtype, against PyTorch eager and,
     where it was timed, against torch.compile."""
     out = []
+    from .training_bench import SUFFIX, summary as training_summary
+
     groups: dict[tuple[str, str], list[Row]] = {}
     for row in rows:
-        if row.provider == "tilegen":
+        if row.provider == "tilegen" and not row.op.endswith(SUFFIX):
             groups.setdefault((row.op, row.dtype), []).append(row)
     inside = {(r.op, r.dtype, r.shape): r.ms for r in rows if r.provider == "tilegen.compile"}
     for (op, dtype), items in groups.items():
@@ -144,7 +156,7 @@ def summary_lines(rows: list[Row]) -> list[str]:
             worst_row, worst_ratio = max(composed, key=lambda pair: pair[1])
             out.append(f"{op:<24} {dtype:<9} inside torch.compile: geomean {geometric_mean(x for _, x in composed):.2f}x "
                        f"its eager time, worst {worst_ratio:.2f}x at {worst_row.shape}")
-    return out
+    return out + training_summary(rows)
 
 
 def write_reports(report: Report, out: Path) -> list[Path]:
@@ -418,14 +430,22 @@ def bench_module(module, shapes, providers, progress, rounds: int = 1, timer: st
     return rows
 
 
+def make_row(module, dtype_label, shape, provider, ms, flops, nbytes) -> Row:
+    tflops, gbs = throughput(ms, flops, nbytes)
+    return Row(module.OP, module.KIND, dtype_label, shape_label(shape), provider, ms, tflops, gbs)
+
+
 def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compile_too: bool,
-        command: str, cold_start_ops: list[str] = (), rounds: int = 1, timer: str = "do_bench") -> Report:
+        command: str, cold_start_ops: list[str] = (), rounds: int = 1, timer: str = "do_bench",
+        backward: bool = False) -> Report:
     import torch
 
     if rounds < 1:
         raise BenchError(f"--rounds must be at least 1, got {rounds}")
     if timer not in TIMER_DESCRIPTIONS:
         raise BenchError(f"--timer must be one of {', '.join(TIMER_DESCRIPTIONS)}, got {timer!r}")
+    if backward and (rounds != 1 or timer != "do_bench"):
+        raise BenchError("--backward times one do_bench per point; it takes no --rounds or --timer")
     if timer == "cudagraph" and compile_too:
         raise BenchError("--timer cudagraph does not time torch.compile (its kernels are captured "
                          "by its own CUDA graphs); time --compile with do_bench")
@@ -449,8 +469,14 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
         print(f"[{done[0]:>3}/{total}] {label}", file=sys.stderr, flush=True)
 
     for module in modules:
-        report.rows.extend(bench_module(module, parse_shapes(shapes_text, module.KIND), providers, progress, rounds,
-                                        timer))
+        shapes = parse_shapes(shapes_text, module.KIND)
+        if backward:
+            from . import training_bench
+
+            report.rows.extend(training_bench.bench_module(module, shapes, compile_too, progress,
+                                                           timer_function(timer), make_row))
+            continue
+        report.rows.extend(bench_module(module, shapes, providers, progress, rounds, timer))
         report.host_us.append(host_overhead(module))
     if cold_start_ops:
         from .coldstart import measure

@@ -254,10 +254,13 @@ def test(ops, out, pytest_args):
               help="do_bench: each call alone, L2 emptied, launch latency included. cudagraph: GPU time per "
                    "call of back-to-back calls replayed from a CUDA graph (no host time, caches warm), which "
                    "tells apart kernels of a few microseconds. Not with --compile.")
+@click.option("--backward", is_flag=True,
+              help="Time a training step (forward, then the gradients of every input) against eager autograd "
+                   "and, with --compile, torch.compile in its default mode and max-autotune; records peak memory.")
 @click.option("--render", "render_dir", default=None, metavar="DIR",
               help="Time nothing: write README.md and the plots of an earlier run again from DIR/results.json "
                    "(no GPU needed).")
-def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, timer, render_dir):
+def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, timer, backward, render_dir):
     """Time OPS (default: every op) against PyTorch on a CUDA GPU.
 
     Prints a table, writes results.csv, results.json, README.md and one PNG plot per op to OUT.
@@ -269,6 +272,7 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, timer,
       tilegen bench matmul add --cold-start matmul,add
       tilegen bench matmul --rounds 5                 # medians of 5 interleaved timings
       tilegen bench add --timer cudagraph            # GPU time per call, no launch latency
+      tilegen bench matmul_bias_gelu --backward --compile  # forward+backward, time and peak memory
       tilegen bench --render bench/results/h200      # README and plots again, from results.json
     """
     from . import bench as bench_module
@@ -276,15 +280,15 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, timer,
     command = "tilegen bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "tilegen bench"
     try:
         if render_dir is not None:
-            if ops or shapes or compile_too or cold_start or rounds != 1 or timer != "do_bench":
+            if ops or shapes or compile_too or cold_start or rounds != 1 or timer != "do_bench" or backward:
                 raise bench_module.BenchError("--render re-renders an earlier run; it takes no ops, --shapes, "
-                                              "--compile, --cold-start, --rounds or --timer")
+                                              "--compile, --cold-start, --rounds, --timer or --backward")
             out = Path(render_dir)
             report = bench_module.load_report(out)
         else:
             out = Path(out_dir)
             report = bench_module.run(list(ops), package, out, shapes, compile_too, command,
-                                      [op for op in cold_start.split(",") if op], rounds, timer)
+                                      [op for op in cold_start.split(",") if op], rounds, timer, backward)
     except bench_module.BenchError as exc:
         _fail(f"tilegen bench: {exc}")
     table = bench_module.format_table(report.rows)

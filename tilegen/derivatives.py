@@ -327,13 +327,15 @@ class Backward:
     reads: tuple  # the forward names the gradients read (the rest need not be saved)
     zero: frozenset  # names whose gradient is identically zero
     aliases: dict  # name -> an earlier name whose gradient is the same term (computed once)
+    passed: dict  # name -> the output whose incoming gradient is its gradient as it is
 
     def lines(self, target: str) -> list[str]:
         return assignments(list(self.steps), target)
 
     def computed(self) -> list[str]:
-        """The names whose gradient the lines compute (neither zero nor an alias)."""
-        return [name for name in self.results if name not in self.zero and name not in self.aliases]
+        """The names whose gradient the lines compute (not zero, an alias or an incoming gradient)."""
+        return [name for name in self.results
+                if name not in self.zero and name not in self.aliases and name not in self.passed]
 
 
 def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{output}",
@@ -346,9 +348,11 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
     grads = gradients(outputs, {name: var(seed) for name, seed in seeds.items()}, wrt)
     results = {name: result_name(name) for name in wrt}
     zero = frozenset(name for name, term in grads.items() if _is_const(term, 0.0))
+    seed_of = {var(seed): output for output, seed in seeds.items()}
+    passed = {name: seed_of[grads[name]] for name in wrt if grads[name] in seed_of}
     aliases, first_of = {}, {}
     for name in wrt:
-        if name in zero:
+        if name in zero or name in passed:
             continue
         if grads[name] in first_of:
             aliases[name] = first_of[grads[name]]
@@ -374,4 +378,4 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
     for _, expression in steps:
         read.update(expression.names)
     internal = set(temps.values()) | set(results.values()) | set(seeds.values())
-    return Backward(results, seeds, tuple(steps), tuple(sorted(read - internal)), zero, aliases)
+    return Backward(results, seeds, tuple(steps), tuple(sorted(read - internal)), zero, aliases, passed)

@@ -10,6 +10,7 @@ import textwrap
 
 from .dtypes import DTYPES
 from .escaping import docstring_text
+from .derivatives import Backward, differentiate
 from .expressions import assignments
 from .spec import Spec, TensorSpec
 from .runtime import VERSION as RUNTIME_VERSION
@@ -157,6 +158,57 @@ def _fixed_or(spec: Spec, name: str, candidates):
     return [fixed[name]] if name in fixed else list(candidates)
 
 
+def _scalar_params(spec: Spec) -> list[str]:
+    return [f"{s.name}: {s.type}" for s in spec.scalars]
+
+
+def _tuple(items) -> str:
+    return "(" + "".join(f"{x}, " for x in items).rstrip(" ") + ")"
+
+
+def _gradients(op: str | None, inputs: list[str], saved: list[str], sources: list[str], outputs: int,
+               saved_outputs: tuple = ()) -> str:
+    """The rt.Gradients of an op whose tensor inputs are `inputs`: what its backward op (`op`)
+    reads and where each input's gradient comes from."""
+    return (f"rt.Gradients({op or 'None'}, tensors={len(inputs)}, saved={_tuple(inputs.index(n) for n in saved)}, "
+            f"sources={_tuple(sources)}, outputs={outputs}, saved_outputs={_tuple(saved_outputs)})")
+
+
+def _elementwise_backward(spec: Spec) -> dict:
+    """The backward of an elementwise op: one kernel computing every input's gradient that is not
+    an incoming gradient as it is, from the inputs it reads and the incoming gradients."""
+    inputs = [t.name for t in spec.inputs]
+    outputs = [t.name for t in spec.outputs]
+    backward = differentiate(list(spec.body), inputs)
+    computed = backward.computed()
+    saved = [n for n in inputs if n in backward.reads] if computed else []
+    seeds = [backward.seeds[o] for o in outputs]
+    results = [backward.results[n] for n in computed]
+    scalars = [s.name for s in spec.scalars]
+    name = f"{spec.op}_backward"
+    sources = []
+    for input_name in inputs:
+        if input_name in backward.zero:
+            sources.append("None")
+        elif input_name in backward.passed:
+            sources.append(f'("grad", {outputs.index(backward.passed[input_name])})')
+        else:
+            sources.append(f'("result", {computed.index(backward.aliases.get(input_name, input_name))})')
+    return dict(
+        name=name,
+        kernel_inputs=saved + seeds,
+        results=results,
+        pointer_params=", ".join(f"{n}_ptr" for n in saved + seeds + results),
+        math_args=", ".join(saved + seeds + scalars),
+        math_lines=backward.lines("triton"),
+        typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + seeds] + _scalar_params(spec)),
+        call_args=", ".join(saved + seeds + scalars),
+        return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
+        like=seeds[0],
+        gradients=_gradients(f"_{name}" if computed else None, inputs, saved, sources, len(outputs)),
+    )
+
+
 def elementwise_context(spec: Spec, header: str) -> dict:
     tile = spec.tiles[0]
     policy = spec.mask(tile.axis)
@@ -191,8 +243,95 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         first_input=inputs[0],
         result=result,
         compute_floor=spec.compute or "float32",
+        backward=_elementwise_backward(spec),
     )
     return ctx
+
+
+_PLACEHOLDERS = {"float": "0.0", "int": "0", "bool": "False"}
+
+
+def _matmul_backward(spec: Spec) -> dict:
+    """The backward of C = epilogue(acc, extras), acc = A @ B: the gradient at the accumulator
+    (dZ) and the extras' gradients in one elementwise pass over [M, N], then dA = dZ @ B^T and
+    dB = A^T @ dZ with the op's own kernel, and sums over M (or N) for [N] (or [M]) extras."""
+    parts = spec.matmul_parts()
+    a, b, m, n, k = parts.a.name, parts.b.name, parts.m, parts.n, parts.k
+    inputs = [t.name for t in spec.inputs]
+    outputs = [t.name for t in spec.outputs]
+    extras = {t.name: t.shape for t in parts.extras}
+    backward = differentiate(list(spec.body), ["acc", *extras])
+    computed = backward.computed()
+    reads_acc = "acc" in backward.reads
+    flows = "acc" not in backward.zero  # the operands get gradients
+    seeds = [backward.seeds[o] for o in outputs]
+
+    def value(name):  # the [M, N] tensor holding `name`'s gradient in the backward op
+        if name in backward.passed:
+            return backward.seeds[backward.passed[name]]
+        return backward.results[backward.aliases.get(name, name)]
+
+    saved = [x for x in inputs if (x in (a, b) and flows) or (x in extras and x in backward.reads)]
+    # The elementwise pass reads the accumulator, the extras it needs (broadcast to [M, N] views)
+    # and the incoming gradients, and writes the [M, N] gradients ([N] and [M] ones in float32,
+    # summed after).
+    kernel_inputs = (["acc"] if reads_acc else []) + [x for x in extras if x in backward.reads] + seeds
+    # Gradients are made in the dtype of the first incoming gradient (the output's); autograd
+    # casts each to its input's dtype where that differs. Sums of [N] and [M] ones run in float32.
+    like = seeds[0]
+    allocations = []
+    for name in computed:
+        dtype = f"{like}.dtype" if name == "acc" or extras[name] == (m, n) else "torch.float32"
+        allocations.append(f"{backward.results[name]} = torch.empty(({m}, {n}), dtype={dtype}, device={like}.device)")
+    expansions = [f"{x} = {x}.expand({m}, {n})" if extras[x] == (n,) else f"{x} = {x}[:, None].expand({m}, {n})"
+                  for x in kernel_inputs if x in extras and extras[x] != (m, n)]
+    results, sources = [], []
+    for name in inputs:
+        if name in extras and name in backward.passed and extras[name] == (m, n):
+            # The incoming gradient itself (returned by the autograd formula: an op's result may
+            # not alias its input).
+            sources.append(f'("grad", {outputs.index(backward.passed[name])})')
+            continue
+        if name == a and flows:
+            results.append(f"_OP.product({value('acc')}, {b}.t(), torch.empty(({m}, {k}), dtype={a}.dtype, "
+                           f"device={a}.device))")
+        elif name == b and flows:
+            results.append(f"_OP.product({a}.t(), {value('acc')}, torch.empty(({k}, {n}), dtype={b}.dtype, "
+                           f"device={b}.device))")
+        elif name in extras and name not in backward.zero:
+            if extras[name] == (m, n):
+                results.append(value(name))
+            else:
+                axis = 0 if extras[name] == (n,) else 1
+                results.append(f"{value(name)}.sum({axis}, dtype=torch.float32).to({like}.dtype)")
+        else:
+            sources.append("None")
+            continue
+        sources.append(f'("result", {len(results) - 1})')
+    name = f"{spec.op}_backward"
+    scalars = [sc.name for sc in spec.scalars]
+    kernel_results = [backward.results[x] for x in computed]
+    return dict(
+        name=name,
+        reads_acc=reads_acc,
+        kernel_inputs=kernel_inputs,
+        kernel_results=kernel_results,
+        pointer_params=", ".join(f"{x}_ptr" for x in kernel_inputs + kernel_results),
+        math_args=", ".join(kernel_inputs + scalars),
+        math_lines=backward.lines("triton"),
+        typed_params=", ".join([f"{x}: torch.Tensor" for x in saved] + ["acc: torch.Tensor | None"]
+                               + [f"{x}: torch.Tensor" for x in seeds] + _scalar_params(spec)),
+        sizes=f"{m}, {k} = {a}.shape\n    {n} = {b}.shape[1]",
+        allocations=allocations,
+        expansions=expansions,
+        results=results,
+        return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
+        # The op itself recomputes the accumulator where the backward reads it; its training
+        # variant (the one eager calls that record autograd take) keeps it instead.
+        gradients=_gradients(f"_{name}", inputs, saved, sources, len(outputs), (None,)),
+        training_gradients=_gradients(f"_{name}", inputs, saved, sources, len(outputs), (len(outputs),)),
+        placeholders=_tuple(_PLACEHOLDERS[sc.type] for sc in spec.scalars),
+    )
 
 
 def matmul_context(spec: Spec, header: str) -> dict:
@@ -222,13 +361,14 @@ def matmul_context(spec: Spec, header: str) -> dict:
     # Sizes and strides arrive as a quotient and a power-of-two constexpr factor (see the kernel).
     factored_names = ["M", "N", "K", *stride_names]
     acc_dtype = DTYPES[spec.accumulate].triton
-    space = (
-        f"rt.MatmulSpace(({bm.block!r}, {bn.block!r}, {bk.block!r}), "
-        f"{_fixed_or(spec, bm.block, bm.sizes)}, {_fixed_or(spec, bn.block, bn.sizes)}, "
-        f"{_fixed_or(spec, bk.block, bk.sizes)}, {_fixed_or(spec, 'num_warps', spec.configs.num_warps)}, "
-        f"{_fixed_or(spec, 'num_stages', spec.configs.num_stages)}, "
-        f"exact=({', '.join(str(p == 'never') for p in policies)}), splits={spec.split_k}, launch={spec.launch!r})"
-    )
+    def space(exact):
+        return (
+            f"rt.MatmulSpace(({bm.block!r}, {bn.block!r}, {bk.block!r}), "
+            f"{_fixed_or(spec, bm.block, bm.sizes)}, {_fixed_or(spec, bn.block, bn.sizes)}, "
+            f"{_fixed_or(spec, bk.block, bk.sizes)}, {_fixed_or(spec, 'num_warps', spec.configs.num_warps)}, "
+            f"{_fixed_or(spec, 'num_stages', spec.configs.num_stages)}, "
+            f"exact=({', '.join(str(e) for e in exact)}), splits={spec.split_k}, launch={spec.launch!r})"
+        )
     ctx.update(
         a=a.name, b=b.name, m=m, n=n, k=k,
         bm=bm.block, bn=bn.block, bk=bk.block,
@@ -240,11 +380,11 @@ def matmul_context(spec: Spec, header: str) -> dict:
         factored_names=factored_names,
         factor_params=", ".join(f"{name.upper()}_FACTOR: tl.constexpr" for name in factored_names),
         factor_names=", ".join(f'"{name.upper()}_FACTOR"' for name in factored_names),
-        tile_args=_wrapped_args(["partial_ptr", "count_ptr", *(f"{name}_ptr" for name in tensor_names),
+        tile_args=_wrapped_args(["saved_ptr", "partial_ptr", "count_ptr", *(f"{name}_ptr" for name in tensor_names),
                              *(s.name for s in spec.scalars), "M", "N", "K", *stride_names,
                              *(f"{name.upper()}_FACTOR" for name in factored_names),
                              bm.block, bn.block, bk.block, "GROUP_M", "SPLIT_K", "MASK_M", "MASK_N", "MASK_K",
-                             "PEEL_K", "USE_TMA", "INDEX_64"]),
+                             "PEEL_K", "USE_TMA", "INDEX_64", "EPILOGUE", "SAVE_ACC"]),
         acc_dtype=acc_dtype,
         dot_options=_dot_options(spec),
         extras=[_extra_load(t, m, n) for t in extras],
@@ -253,10 +393,15 @@ def matmul_context(spec: Spec, header: str) -> dict:
         checks=checks + after + prelude,
         result=result,
         tensor_names=tensor_names,
-        space=space,
+        space=space([p == "never" for p in policies]),
+        # The backward's products permute M, N and K: every axis may need a mask.
+        product_space=space([False] * 3),
         group_m=spec.group_m,
         launch=spec.launch,
         mask_policies=repr(tuple(policies)),
+        output_index=len(spec.inputs),
+        ranks=_tuple(len(t.shape) for t in list(spec.inputs) + list(spec.outputs)),
+        backward=_matmul_backward(spec),
     )
     return ctx
 

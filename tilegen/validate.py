@@ -41,6 +41,7 @@ TEMPLATE_NAMES = frozenset({
     "i_0", "i_1", "i_2", "i_3", "in_bounds", "k", "k_first", "k_left", "k_stop", "k_whole", "mask",
     "numel", "offsets", "other", "out", "partial_ptr", "per_split", "pid", "rest", "result", "rt",
     "size_1", "size_2", "size_3", "split", "tile", "tile_ptr", "tl", "torch", "triton", "first_pid_m",
+    "saved_ptr", "keep_acc", "acc_ptr",
 })
 # Python builtins the generated package calls (its tests and benchmarks included).
 BUILTIN_NAMES = frozenset({"dict", "enumerate", "float", "int", "isinstance", "len", "list", "max", "min", "range",
@@ -49,7 +50,7 @@ RESERVED_VALUE_NAMES = TEMPLATE_NAMES | BUILTIN_NAMES | frozenset({
     "math", "grid", "config", "tests", "bench", "self", "cls", "none", "true", "false", "pytest",
 })
 RESERVED_VALUE_PREFIXES = ("stride_", "offs_", "mask_", "num_", "pid_", "tilegen")
-RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "NUM_SMS", "DOT_PRECISION"})
+RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "NUM_SMS", "DOT_PRECISION", "EPILOGUE", "SAVE_ACC"})
 RESERVED_BLOCK_PREFIXES = ("EVEN_", "MASK_", "HAS_", "OUT_", "IN_")
 MAX_SIZES = 8
 MAX_TEST_SHAPES = 32

@@ -21,14 +21,14 @@ from .checks import (check_dim, check_divisible, check_interpretable, check_same
                      check_same_shape, check_scalar, check_tensor, prepare_out, split_out)
 from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace
 from .device import INTERPRET, cdiv, device_facts, on_device
-from .library import copy_out, refuse_grad, register, tracing
+from .library import Gradients, copy_out, refuse_out_with_grad, register, tracing, wants_grad
 from . import launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
 from .ops import ElementwiseOp, MatmulOp, op_of
 from .schema import bucket, tile_of
 
 # The interface generated code is written against. Raise it whenever a generated module built
 # for the old one would not work with the new one.
-VERSION = 1
+VERSION = 2
 
 
 class RuntimeVersionError(ImportError):
@@ -49,5 +49,6 @@ __all__ = [
     "check_dim", "check_divisible", "check_interpretable", "check_same_device", "check_same_dtype",
     "check_same_shape", "check_scalar", "check_tensor", "prepare_out", "split_out",
     "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ElementwiseOp", "MatmulOp", "op_of",
-    "bucket", "tile_of", "copy_out", "refuse_grad", "register", "tracing",
+    "bucket", "tile_of", "copy_out", "Gradients", "refuse_out_with_grad", "register",
+    "tracing", "wants_grad",
 ]

@@ -8,8 +8,10 @@ sees the registered op.
   `torch.library.custom_op` whose fake implementation is the same code with every launch left
   out (it checks the arguments and allocates the outputs, on fake tensors).
 
-Until autograd is derived for an op, a call with an input that requires grad (grad mode on)
-raises; so does a backward through the registered op called directly.
+Autograd: tilegen derives each op's backward from its spec and registers it as an op of its own
+(`<op>_backward`); `Gradients` tells the op's autograd formula how the gradients of its inputs
+come from that op's results or straight from the incoming gradients. A backward of a backward
+(double backward) is not derived: it raises.
 """
 
 import os
@@ -38,14 +40,70 @@ def tracing(values):
     return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 or traced(values)
 
 
-def refuse_grad(op, **tensors):
-    """Raise where an input requires grad with grad mode on: the op has no backward yet, and a
-    result detached from its inputs would be silently wrong."""
-    if torch.is_grad_enabled():
-        for name, value in tensors.items():
-            if isinstance(value, torch.Tensor) and value.requires_grad:
-                raise RuntimeError(f"{op}: argument '{name}' requires grad, but {op} has no backward yet; "
-                                   "call it under torch.no_grad() or on a detached tensor")
+def wants_grad(values):
+    """Whether autograd must record a call with `values`: grad mode is on and a tensor requires grad."""
+    return torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+
+
+def refuse_out_with_grad(op, out, **tensors):
+    """out= writes into a tensor autograd does not track: refused where an input requires grad
+    (as PyTorch's own out= variants do), rather than returning a result detached from its inputs."""
+    if out is None or not torch.is_grad_enabled():
+        return
+    for name, value in tensors.items():
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            raise RuntimeError(f"{op}: out= does not support automatic differentiation, but argument '{name}' "
+                               "requires grad; call it without out=, or under torch.no_grad()")
+
+
+class Gradients:
+    """How an op's autograd formula gets the gradient of each tensor input.
+
+    `backward`: the registered backward op (None where no gradient needs a kernel), called as
+    backward(*saved inputs, *saved outputs, *incoming gradients, *scalars), returning a tuple;
+    `tensors`: how many leading arguments of the op are tensors (scalars follow);
+    `saved`: the positions of the inputs the backward reads (the others are not kept);
+    `sources`: per tensor input, ("result", i) for the backward's i-th result, ("grad", j) for the
+    j-th incoming gradient itself (an input the op adds to an output), or None (no dependence);
+    `outputs`: how many leading outputs are the op's results (any after them are kept for the
+    backward only, and carry no gradient);
+    `saved_outputs`: the positions of outputs the backward reads, None for one it recomputes
+    (passed as None: a matmul's accumulator, kept by its training op, recomputed otherwise)."""
+
+    def __init__(self, backward, tensors, saved, sources, outputs=1, saved_outputs=()):
+        self.backward, self.tensors, self.saved, self.sources = backward, tensors, tuple(saved), tuple(sources)
+        self.outputs, self.saved_outputs = outputs, tuple(saved_outputs)
+
+    def setup_context(self, ctx, inputs, output):
+        outputs = output if isinstance(output, tuple) else (output,)
+        ctx.save_for_backward(*(inputs[i] for i in self.saved),
+                              *(outputs[i] for i in self.saved_outputs if i is not None))
+        ctx.scalars = tuple(inputs[self.tensors:])
+        # An output no loss reads gets no gradient (None): it counts as zeros of its shape.
+        ctx.outputs = [(o.shape, o.dtype, o.device) for o in outputs[:self.outputs]]
+        if len(outputs) > self.outputs:
+            ctx.mark_non_differentiable(*outputs[self.outputs:])
+
+    def _saved(self, ctx):
+        saved = list(ctx.saved_tensors)
+        kept = saved[len(self.saved):]
+        return saved[:len(self.saved)] + [None if i is None else kept.pop(0) for i in self.saved_outputs]
+
+    def __call__(self, ctx, *grads):
+        grads = [g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
+                 for g, (shape, dtype, device) in zip(grads[:self.outputs], ctx.outputs)]
+        needed = ctx.needs_input_grad[:self.tensors]
+        results = ()
+        if self.backward is not None and any(
+                n and s is not None and s[0] == "result" for n, s in zip(needed, self.sources)):
+            results = self.backward(*self._saved(ctx), *grads, *ctx.scalars)
+        chosen = []
+        for need, source in zip(needed, self.sources):
+            if not need or source is None:
+                chosen.append(None)
+            else:
+                chosen.append(results[source[1]] if source[0] == "result" else grads[source[1]])
+        return (*chosen, *(None for _ in ctx.scalars))
 
 
 def copy_out(out, result):
@@ -58,9 +116,10 @@ def copy_out(out, result):
     return tuple(out)
 
 
-def register(qualname, traceable=None):
-    """Decorator: register the annotated function as the op `qualname` ("namespace::name") and
-    return its OpOverload (`torch.ops.namespace.name.default`)."""
+def register(qualname, gradients=None, traceable=None):
+    """Decorator: register the annotated function as the op `qualname` ("namespace::name"), with
+    `gradients` (a Gradients) as its autograd formula, and return its OpOverload
+    (`torch.ops.namespace.name.default`). Without `gradients` a backward through it raises."""
     traceable = TRACEABLE if traceable is None else traceable
 
     def decorate(impl):
@@ -69,7 +128,10 @@ def register(qualname, traceable=None):
         else:
             op = torch.library.custom_op(qualname, impl, mutates_args=())
             op.register_fake(impl)
-        op.register_autograd(_no_backward(qualname), setup_context=_keep_nothing)
+        if gradients is None:
+            op.register_autograd(_no_backward(qualname), setup_context=_keep_nothing)
+        else:
+            op.register_autograd(gradients, setup_context=gradients.setup_context)
         namespace, name = qualname.split("::")
         return getattr(getattr(torch.ops, namespace), name).default
 
@@ -82,5 +144,5 @@ def _keep_nothing(ctx, inputs, output):
 
 def _no_backward(qualname):
     def backward(ctx, *grads):
-        raise RuntimeError(f"{qualname}: no backward is registered for this op yet")
+        raise RuntimeError(f"{qualname}: no backward is derived for this op (a backward op has no double backward)")
     return backward

@@ -36,14 +36,15 @@ class Op:
     """What every op has: its name, its config chooser and its compiled call path. `fast(*args)`
     is the call path's entry: the result of a call with a learned signature, else None."""
 
-    def __init__(self, name, configs: ConfigChooser, kernel):
+    def __init__(self, name, configs: ConfigChooser, kernel, listed=True):
         self.name = name
         self.configs = configs
         self.call_path = CallPath()
         # A changed choice (a forced config, another mode) makes learned calls stale.
         configs.on_change.append(self.call_path.forget)
         self.module = getattr(getattr(kernel, "fn", kernel), "__module__", None)
-        _REGISTRY[self.module] = self
+        if listed:  # a backward's op is not the one tools reach through its module
+            _REGISTRY[self.module] = self
 
     def fast(self, *args):
         return self.call_path.call(*args)
@@ -61,8 +62,9 @@ class ElementwiseOp(Op):
     mask only where the size does not divide the block), "always" or "never" (the wrapper
     checks divisibility); `compute` the floor of the math's precision."""
 
-    def __init__(self, name, kernel, strided_kernel, configs, *, block="BLOCK", mask="auto", compute=tl.float32):
-        super().__init__(name, configs, kernel)
+    def __init__(self, name, kernel, strided_kernel, configs, *, block="BLOCK", mask="auto", compute=tl.float32,
+                 listed=True):
+        super().__init__(name, configs, kernel, listed)
         self.kernel, self.strided_kernel = Kernel(kernel), Kernel(strided_kernel)
         self.block, self.mask, self.compute = block, mask, compute
         self.exact_key = mask == "never"
@@ -120,32 +122,60 @@ class MatmulOp(Op):
 
     `blocks` are the spec's block names for M, N, K; `masks` its policies for them ("auto",
     "always", "never"); `launch` its schedule.launch ("auto", "tiled", "persistent");
-    `operands` the positions of A and B among the tensors (inputs, then outputs); `factors` the
-    kernel's constexpr names for the power-of-two factors of M, N, K and each tensor's strides."""
+    `operands` the positions of A and B among the tensors (inputs, then outputs), `ranks` their
+    dims; `factors` the
+    kernel's constexpr names for the power-of-two factors of M, N, K and each tensor's strides.
+
+    The backward's products (`product`) run the same kernel with its epilogue off, choosing
+    configs with `products` (masks where needed on every axis: a product's axes are the op's,
+    permuted); `output` is the position of the first output among the tensors, which such a
+    launch writes, and `placeholders` stand for the scalars it does not read."""
 
     def __init__(self, name, kernel, configs, *, factors, blocks=("BM", "BN", "BK"), masks=("auto",) * 3,
-                 group_m=8, launch="auto", operands=(0, 1)):
-        super().__init__(name, configs, kernel)
+                 group_m=8, launch="auto", operands=(0, 1), output=2, ranks=(2, 2, 2), placeholders=(),
+                 products=None, listed=True):
+        super().__init__(name, configs, kernel, listed)
         self.kernel = Kernel(kernel)
         self.factor_names = tuple(factors)
         self.blocks, self.masks, self.group_m = tuple(blocks), tuple(masks), group_m
         self.schedule, self.operands = launch, operands
+        self.output, self.ranks, self.placeholders = output, tuple(ranks), tuple(placeholders)
+        self.products = products if products is not None else configs
 
-    def run(self, tensors, scalars, M, N, K, call=None, result=None):
+    def run(self, tensors, scalars, M, N, K, call=None, result=None, saved=None):
         """Compute the outputs (the last of `tensors`, checked or allocated by the wrapper).
-        With `call` and `result`, the compiled call path learns the call."""
+        With `call` and `result`, the compiled call path learns the call. With `saved` (a
+        contiguous [M, N] tensor), the kernel also stores the accumulator there, before the
+        epilogue: what the backward of a training call reads."""
+        self._run(tensors, scalars, M, N, K, self.masks, self.configs, call, result, saved=saved)
+
+    def product(self, x, y, out):
+        """out = x @ y (any strides), with this op's kernel, tables and heuristics, its epilogue
+        off: the products of the backward (dA = dZ @ B^T, dB = A^T @ dZ, a recomputed A @ B)."""
+        # `out` (or a row of it) stands in for each tensor the epilogue would read.
+        tensors = [out if rank == 2 else out[0] for rank in self.ranks]
+        tensors[self.operands[0]], tensors[self.operands[1]], tensors[self.output] = x, y, out
+        M, K = x.shape
+        self._run(tensors, self.placeholders, M, y.shape[1], K, ("auto",) * 3, self.products, epilogue=False)
+        return out
+
+    def _run(self, tensors, scalars, M, N, K, masks, configs, call=None, result=None, saved=None,
+             epilogue=True):
         M, N, K = int(M), int(N), int(K)  # concrete, also where tracing made them symbolic
         if M == 0 or N == 0:
             return
+        if K == 0 and not epilogue:  # an empty sum: the backward's product of empty operands
+            tensors[self.output].zero_()
+            return
         a = tensors[self.operands[0]]
         key = tuple(size if policy == "never" else bucket(size)
-                    for size, policy in zip((M, N, K), self.masks)) + (a.element_size(),)
+                    for size, policy in zip((M, N, K), masks)) + (a.element_size(),)
         traced = library.traced(tensors)
 
         def launch(config):
-            return self._launch(tensors, scalars, M, N, K, config, traced)
+            return self._launch(tensors, scalars, M, N, K, config, traced, masks, saved, epilogue)
 
-        config = self.configs.choose(key, device_facts(a.device), None if traced else launch)
+        config = configs.choose(key, device_facts(a.device), None if traced else launch)
         self._learn(call, launch(config), result)
 
     def loads_through_descriptors(self, config, a, b, traced=False):
@@ -154,7 +184,7 @@ class MatmulOp(Op):
         A traced launch loads through pointers: the layout of the data it will see is unknown."""
         return bool(config.get("TMA")) and not traced and tma_loads_fit(a, b)
 
-    def _launch(self, tensors, scalars, M, N, K, config, traced=False):
+    def _launch(self, tensors, scalars, M, N, K, config, traced=False, masks=None, saved=None, epilogue=True):
         bm, bn, bk = (config[name] for name in self.blocks)
         split_k = config.get("SPLIT_K", 1)
         tiles = cdiv(M, bm) * cdiv(N, bn)
@@ -166,7 +196,7 @@ class MatmulOp(Op):
         a, b = (tensors[i] for i in self.operands)
         use_tma = self.loads_through_descriptors(config, a, b, traced)
         mask_m, mask_n, mask_k = ({"always": True, "never": False}.get(policy, size % block != 0)
-                                  for policy, size, block in zip(self.masks, (M, N, K), (bm, bn, bk)))
+                                  for policy, size, block in zip(masks or self.masks, (M, N, K), (bm, bn, bk)))
         strides = [int(s) for t in tensors for s in t.stride()]
         factors = [size_factor(v) for v in (M, N, K)] + [stride_factor(s) for s in strides]
         quotients = [v // f for v, f in zip((M, N, K, *strides), factors)]
@@ -176,6 +206,7 @@ class MatmulOp(Op):
             # Where K rows load wide, whole K steps run unmasked and the partial one apart.
             "PEEL_K": mask_k and k_rows_load_wide(a, b, assume_aligned=traced), "USE_TMA": use_tma,
             "INDEX_64": needs_int64(*tensors, extra=bk), "PERSISTENT": persistent,
+            "EPILOGUE": epilogue, "SAVE_ACC": saved is not None,
             **dict(zip(self.factor_names, factors)),
         }
         if split_k == 1 and not traced:
@@ -188,6 +219,10 @@ class MatmulOp(Op):
         if use_tma:
             head[self.operands[0]] = described(a, (bm, bk))
             head[self.operands[1]] = described(b, (bk, bn))
-        args = (*workspace, *head, *scalars, *quotients)
-        varying = 2 + len(tensors) + len(scalars)
+        # The saved accumulator leads: None (a constexpr the binary drops) on every call the
+        # compiled call path learns, so it stays among the leading arguments the binary skips.
+        if saved is None and traced:  # a traced launch passes a tensor (never written) rather than None
+            saved = tensors[self.output]
+        args = (saved, *workspace, *head, *scalars, *quotients)
+        varying = 3 + len(tensors) + len(scalars)
         return self.kernel.launch(grid, args, varying, constexprs, config["num_warps"], config["num_stages"])

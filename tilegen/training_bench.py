@@ -1,0 +1,153 @@
+"""`tilegen bench --backward`: a training step of each op, forward and backward, beside PyTorch.
+
+One step is the op's forward on inputs that require grad, then torch.autograd.grad of its
+outputs against fixed output gradients. Providers: tilegen, eager PyTorch (its autograd of the
+same math), and with --compile torch.compile of that math in its default mode and in
+max-autotune (AOT autograd compiles the backward too). Each point also records the step's peak
+memory: torch.cuda.max_memory_allocated during one step, above what was allocated before it
+(inputs and output gradients, made once, are not counted).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from .measure import check_agreement, dtype_name, shape_label
+
+SUFFIX = "+bwd"  # a training step's rows are the op's name with this suffix
+COMPILE_MODES = {"torch.compile": "default", "torch.compile.max-autotune": "max-autotune-no-cudagraphs"}
+
+
+def leaves(inputs):
+    return [t.detach().requires_grad_() if t.is_floating_point() else t for t in inputs]
+
+
+def as_tuple(value):
+    return value if isinstance(value, tuple) else (value,)
+
+
+def step_function(forward, inputs, seeds):
+    """One training step: forward on `inputs` (leaves that require grad), then the gradients of
+    every input for output gradients `seeds`."""
+    import torch
+
+    def step():
+        return torch.autograd.grad(as_tuple(forward(inputs)), inputs, seeds)
+    return step
+
+
+def peak_mb(step) -> float:
+    """Memory a step allocates at its peak, above what was allocated before it, in MiB."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    result = step()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    del result
+    return peak / 2**20
+
+
+def compiled(forward, inputs, mode):
+    """torch.compile of `forward` in `mode`, specialized to these inputs (one shape per compile,
+    as in the forward bench)."""
+    import torch
+
+    torch._dynamo.reset()
+    return torch.compile(forward, mode=mode, dynamic=False)
+
+
+def step_work(module, shape, dtype) -> tuple[int, int]:
+    """(flops, bytes) of a training step: a matmul's three products; an elementwise op's forward
+    traffic, then its backward's (inputs and output gradients read, input gradients written)."""
+    if module.KIND == "matmul":
+        return 3 * module.flops(shape), 0
+    inputs = sum(_numel(s) * d.itemsize for s, d in module.input_specs(shape, dtype))
+    outputs = sum(_numel(s) * d.itemsize for s, d in module.output_specs(shape, dtype))
+    return 0, 3 * inputs + 2 * outputs
+
+
+def _numel(shape):
+    n = 1
+    for size in shape:
+        n *= size
+    return n
+
+
+def bench_module(module, shapes, compile_too, progress, measure, make_row):
+    """Rows for every dtype and shape of one op's training step."""
+    import torch
+
+    rows = []
+    for dtype in module.DTYPES:
+        name = dtype_name(dtype)
+        for shape in shapes or module.SHAPES:
+            label = f"{module.OP}{SUFFIX} {name} {shape_label(shape)}"
+            inputs = leaves(module.make_inputs(shape, dtype))
+            outputs = as_tuple(module.run_torch(inputs))
+            generator = torch.Generator(device="cuda").manual_seed(7)
+            seeds = [torch.randn(o.shape, device="cuda", generator=generator, dtype=torch.float32).to(o.dtype)
+                     for o in outputs]
+            del outputs
+            forwards = {"tilegen": module.run_tilegen, "torch": module.run_torch}
+            if compile_too:
+                for provider, mode in COMPILE_MODES.items():
+                    forwards[provider] = compiled(module.run_torch, inputs, mode)
+            steps = {provider: step_function(fn, inputs, seeds) for provider, fn in forwards.items()}
+            want = steps["torch"]()
+            for provider, step in steps.items():
+                if provider != "torch":  # every provider's gradients agree with eager autograd's
+                    check_agreement(tuple(step()), tuple(want), dtype, f"{label} ({provider})",
+                                    tolerance=_gradient_tolerance(dtype, module))
+            del want
+            flops, nbytes = step_work(module, shape, dtype)
+            times = []
+            for provider, step in steps.items():
+                ms = measure(step)
+                row = make_row(module, name, shape, provider, ms, flops, nbytes)
+                row.op = module.OP + SUFFIX
+                row.peak_mb = peak_mb(step)
+                rows.append(row)
+                times.append(f"{provider} {ms * 1e3:.1f} us {row.peak_mb:.0f} MiB")
+            progress(f"{label}: {', '.join(times)}")
+            del inputs, seeds, steps, forwards
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _gradient_tolerance(dtype, module):
+    """Gradients of half-precision matmuls sum over a whole axis of half-precision values."""
+    import torch
+
+    if dtype in (torch.float16, torch.bfloat16):
+        return 5e-2 if module.KIND == "matmul" else 2e-2
+    return 2e-3
+
+
+def summary(rows) -> list[str]:
+    """Per op and dtype: geomean and worst speedup of the step against each provider, and the
+    worst peak-memory ratio against eager autograd."""
+    out = []
+    by_point = {}
+    for row in rows:
+        if row.op.endswith(SUFFIX):
+            by_point.setdefault((row.op, row.dtype, row.shape), {})[row.provider] = row
+    groups = {}
+    for (op, dtype, shape), providers in by_point.items():
+        groups.setdefault((op, dtype), []).append((shape, providers))
+    for (op, dtype), points in groups.items():
+        for other in ("torch", *COMPILE_MODES):
+            ratios = [(shape, p[other].ms / p["tilegen"].ms) for shape, p in points if other in p and "tilegen" in p]
+            if not ratios:
+                continue
+            mean = statistics.geometric_mean(r for _, r in ratios)
+            worst = min(ratios, key=lambda pair: pair[1])
+            out.append(f"{op:<28} {dtype:<9} vs {other:<26} geomean {mean:.2f}x, worst {worst[1]:.2f}x at {worst[0]}")
+        memory = [(shape, p["tilegen"].peak_mb / p["torch"].peak_mb) for shape, p in points
+                  if "tilegen" in p and "torch" in p and p["torch"].peak_mb]
+        if memory:
+            worst = max(memory, key=lambda pair: pair[1])
+            out.append(f"{op:<28} {dtype:<9} peak memory / eager autograd's: worst {worst[1]:.2f}x at {worst[0]}")
+    return out
