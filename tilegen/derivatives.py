@@ -208,7 +208,8 @@ def _contributions(term: Term, g: Term) -> list[tuple[Term, Term]]:
         return [(x, mul(g, y)), (y, mul(g, x))]
     if kind == "div":
         x, y = term[1], term[2]
-        return [(x, div(g, y)), (y, neg(div(mul(g, x), mul(y, y))))]
+        # d/dy as PyTorch forms it, -g * ((x / y) / y): y * y would underflow for tiny y.
+        return [(x, div(g, y)), (y, neg(mul(g, div(div(x, y), y))))]
     if kind == "pow":
         x, n = term[1], term[2]
         return [(x, mul(g, mul(const(n), power(x, n - 1))))]
