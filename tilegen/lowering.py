@@ -303,7 +303,7 @@ def _matmul_backward(spec: Spec) -> dict:
                 results.append(value(name))
             else:
                 axis = 0 if extras[name] == (n,) else 1
-                results.append(f"{value(name)}.sum({axis}, dtype=torch.float32).to({like}.dtype)")
+                results.append(f"{value(name)}.sum({axis}).to({like}.dtype)")
         else:
             sources.append("None")
             continue

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from .measure import check_agreement, dtype_name, shape_label
+from .measure import BenchError, dtype_name, shape_label
 
 SUFFIX = "+bwd"  # a training step's rows are the op's name with this suffix
 COMPILE_MODES = {"torch.compile": "default", "torch.compile.max-autotune": "max-autotune-no-cudagraphs"}
@@ -99,8 +99,7 @@ def bench_module(module, shapes, compile_too, progress, measure, make_row):
             want = steps["torch"]()
             for provider, step in steps.items():
                 if provider != "torch":  # every provider's gradients agree with eager autograd's
-                    check_agreement(tuple(step()), tuple(want), dtype, f"{label} ({provider})",
-                                    tolerance=_gradient_tolerance(dtype, module))
+                    gradients_agree(step(), want, _gradient_tolerance(dtype, module), f"{label} ({provider})")
             del want
             flops, nbytes = step_work(module, shape, dtype)
             times = []
@@ -115,6 +114,28 @@ def bench_module(module, shapes, compile_too, progress, measure, make_row):
             del inputs, seeds, steps, forwards
         torch.cuda.empty_cache()
     return rows
+
+
+# Where the math has a kink (clamp, relu, where), an input on it may take the other side when
+# the forward rounds differently (PyTorch's eager half-precision math rounds each step): its
+# gradient then differs by the whole incoming gradient. A few such elements are allowed.
+KINK_FRACTION = 1e-2
+
+
+def gradients_agree(got, want, tolerance, label):
+    """Raise (naming `label`) unless gradients `got` match eager autograd's `want`: to `tolerance`
+    relative to each gradient's size, all but KINK_FRACTION of the elements."""
+    import torch
+
+    for index, (g, w) in enumerate(zip(got, want)):
+        g, w = g.float(), w.float()
+        finite = w[torch.isfinite(w)].abs()
+        scale = max(1.0, finite.max().item()) if finite.numel() else 1.0
+        close = torch.isclose(g, w, atol=tolerance * scale, rtol=tolerance, equal_nan=True)
+        wrong = 1.0 - close.float().mean().item()
+        if wrong > KINK_FRACTION:
+            raise BenchError(f"{label}: gradient {index} disagrees with eager autograd's in {wrong:.2%} "
+                             f"of its elements (max difference {(g - w).abs().max().item():.3g})")
 
 
 def _gradient_tolerance(dtype, module):
