@@ -293,11 +293,9 @@ def _matmul_backward(spec: Spec) -> dict:
             sources.append(f'("grad", {outputs.index(backward.passed[name])})')
             continue
         if name == a and flows:
-            results.append(f"_OP.product({value('acc')}, {b}.t(), torch.empty(({m}, {k}), dtype={a}.dtype, "
-                           f"device={a}.device))")
+            results.append(f"_OP.product({value('acc')}, {b}.t())")
         elif name == b and flows:
-            results.append(f"_OP.product({a}.t(), {value('acc')}, torch.empty(({k}, {n}), dtype={b}.dtype, "
-                           f"device={b}.device))")
+            results.append(f"_OP.product({a}.t(), {value('acc')})")
         elif name in extras and name not in backward.zero:
             if extras[name] == (m, n):
                 results.append(value(name))
@@ -318,6 +316,7 @@ def _matmul_backward(spec: Spec) -> dict:
         kernel_results=kernel_results,
         pointer_params=", ".join(f"{x}_ptr" for x in kernel_inputs + kernel_results),
         math_args=", ".join(kernel_inputs + scalars),
+        call_args=", ".join(kernel_inputs + scalars),
         math_lines=backward.lines("triton"),
         typed_params=", ".join([f"{x}: torch.Tensor" for x in saved] + ["acc: torch.Tensor | None"]
                                + [f"{x}: torch.Tensor" for x in seeds] + _scalar_params(spec)),

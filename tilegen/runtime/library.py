@@ -90,13 +90,20 @@ class Gradients:
         return saved[:len(self.saved)] + [None if i is None else kept.pop(0) for i in self.saved_outputs]
 
     def __call__(self, ctx, *grads):
+        return self.compute(ctx, grads, ctx.needs_input_grad[:self.tensors])
+
+    def compute(self, ctx, grads, needed):
+        """The gradients of the op's arguments (None for scalars and inputs not `needed`)."""
         grads = [g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
                  for g, (shape, dtype, device) in zip(grads[:self.outputs], ctx.outputs)]
-        needed = ctx.needs_input_grad[:self.tensors]
         results = ()
         if self.backward is not None and any(
                 n and s is not None and s[0] == "result" for n, s in zip(needed, self.sources)):
-            results = self.backward(*self._saved(ctx), *grads, *ctx.scalars)
+            saved = self._saved(ctx)
+            # Eager, the backward's implementation runs directly: a registered op's call costs
+            # tens of microseconds of dispatch. Traced, the graph records the registered op.
+            backward = self.backward if tracing((*saved, *grads)) else _IMPLEMENTATIONS[self.backward]
+            results = backward(*saved, *grads, *ctx.scalars)
         chosen = []
         for need, source in zip(needed, self.sources):
             if not need or source is None:
@@ -104,6 +111,40 @@ class Gradients:
             else:
                 chosen.append(results[source[1]] if source[0] == "result" else grads[source[1]])
         return (*chosen, *(None for _ in ctx.scalars))
+
+
+class _EagerAutograd(torch.autograd.Function):
+    """An op's implementation and its autograd formula (a Gradients) as a torch.autograd.Function:
+    the formula a registered op has, without the dispatcher's round trips (see call)."""
+
+    @staticmethod
+    def forward(ctx, gradients, implementation, *args):
+        # Detached, so that the compiled call path (which leaves tensors that require grad to
+        # autograd) can serve the forward's launch.
+        output = implementation(*(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
+        ctx.gradients = gradients
+        gradients.setup_context(ctx, args, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, *grads):
+        gradients = ctx.gradients
+        return (None, None, *gradients.compute(ctx, grads, ctx.needs_input_grad[2:2 + gradients.tensors]))
+
+
+def call(op, *args):
+    """The registered op `op` (an OpOverload rt.register made) called on `args`: through the
+    dispatcher while traced (the graph records the op), else its implementation directly, under
+    the same autograd formula. An eager call through a registered op's autograd costs hundreds
+    of microseconds of host time (bench/probes/training_step_profile.py)."""
+    if tracing(args) or op not in _FORMULAS:
+        return op(*args)
+    return _EagerAutograd.apply(_FORMULAS[op], _IMPLEMENTATIONS[op], *args)
+
+
+# Each registered op's implementation and autograd formula, by its OpOverload.
+_IMPLEMENTATIONS = {}
+_FORMULAS = {}
 
 
 def copy_out(out, result):
@@ -133,7 +174,11 @@ def register(qualname, gradients=None, traceable=None):
         else:
             op.register_autograd(gradients, setup_context=gradients.setup_context)
         namespace, name = qualname.split("::")
-        return getattr(getattr(torch.ops, namespace), name).default
+        overload = getattr(getattr(torch.ops, namespace), name).default
+        _IMPLEMENTATIONS[overload] = impl
+        if gradients is not None:
+            _FORMULAS[overload] = gradients
+        return overload
 
     return decorate
 

@@ -132,15 +132,20 @@ class MatmulOp(Op):
     launch writes, and `placeholders` stand for the scalars it does not read."""
 
     def __init__(self, name, kernel, configs, *, factors, blocks=("BM", "BN", "BK"), masks=("auto",) * 3,
-                 group_m=8, launch="auto", operands=(0, 1), output=2, ranks=(2, 2, 2), placeholders=(),
+                 group_m=8, launch="auto", operands=(0, 1), output=2, ranks=None, placeholders=(),
                  products=None, listed=True):
         super().__init__(name, configs, kernel, listed)
         self.kernel = Kernel(kernel)
         self.factor_names = tuple(factors)
         self.blocks, self.masks, self.group_m = tuple(blocks), tuple(masks), group_m
         self.schedule, self.operands = launch, operands
-        self.output, self.ranks, self.placeholders = output, tuple(ranks), tuple(placeholders)
+        self.output, self.placeholders = output, tuple(placeholders)
+        self.ranks = None if ranks is None else tuple(ranks)
         self.products = products if products is not None else configs
+        # The backward's products have a compiled call path of their own, keyed by (x, y).
+        self.product_path = CallPath()
+        for chooser in {id(configs): configs, id(self.products): self.products}.values():
+            chooser.on_change.append(self.product_path.forget)
 
     def run(self, tensors, scalars, M, N, K, call=None, result=None, saved=None):
         """Compute the outputs (the last of `tensors`, checked or allocated by the wrapper).
@@ -149,14 +154,22 @@ class MatmulOp(Op):
         epilogue: what the backward of a training call reads."""
         self._run(tensors, scalars, M, N, K, self.masks, self.configs, call, result, saved=saved)
 
-    def product(self, x, y, out):
-        """out = x @ y (any strides), with this op's kernel, tables and heuristics, its epilogue
-        off: the products of the backward (dA = dZ @ B^T, dB = A^T @ dZ, a recomputed A @ B)."""
-        # `out` (or a row of it) stands in for each tensor the epilogue would read.
-        tensors = [out if rank == 2 else out[0] for rank in self.ranks]
-        tensors[self.operands[0]], tensors[self.operands[1]], tensors[self.output] = x, y, out
+    def product(self, x, y):
+        """x @ y (any strides, x's dtype), with this op's kernel, tables and heuristics, its
+        epilogue off: the products of the backward (dA = dZ @ B^T, dB = A^T @ dZ, a recomputed
+        A @ B). Repeat calls take the compiled call path."""
+        call = (x, y, *self.placeholders)
+        served = self.product_path.call(*call)
+        if served is not None:
+            return served
         M, K = x.shape
-        self._run(tensors, self.placeholders, M, y.shape[1], K, ("auto",) * 3, self.products, epilogue=False)
+        out = torch.empty((M, y.shape[1]), dtype=x.dtype, device=x.device)
+        # `out` stands in for each tensor the epilogue would read (the kernel never reads them),
+        # and the placeholders for its scalars.
+        tensors = [out] * (len(self.ranks) if self.ranks else self.output + 1)
+        tensors[self.operands[0]], tensors[self.operands[1]] = x, y
+        self._run(tensors, self.placeholders, M, y.shape[1], K, ("auto",) * 3, self.products, call=call,
+                  result=out, epilogue=False)
         return out
 
     def _run(self, tensors, scalars, M, N, K, masks, configs, call=None, result=None, saved=None,
@@ -176,7 +189,9 @@ class MatmulOp(Op):
             return self._launch(tensors, scalars, M, N, K, config, traced, masks, saved, epilogue)
 
         config = configs.choose(key, device_facts(a.device), None if traced else launch)
-        self._learn(call, launch(config), result)
+        launched = launch(config)
+        if call is not None:
+            (self.call_path if epilogue else self.product_path).learn(call, launched, result)
 
     def loads_through_descriptors(self, config, a, b, traced=False):
         """Whether `config` loads operands `a` and `b` through tensor descriptors: it asks for
@@ -197,7 +212,9 @@ class MatmulOp(Op):
         use_tma = self.loads_through_descriptors(config, a, b, traced)
         mask_m, mask_n, mask_k = ({"always": True, "never": False}.get(policy, size % block != 0)
                                   for policy, size, block in zip(masks or self.masks, (M, N, K), (bm, bn, bk)))
-        strides = [int(s) for t in tensors for s in t.stride()]
+        # Each tensor's strides, as many as its rank in the kernel (a stand-in may have more).
+        ranks = self.ranks or [t.dim() for t in tensors]
+        strides = [int(s) for t, rank in zip(tensors, ranks) for s in t.stride()[:rank]]
         factors = [size_factor(v) for v in (M, N, K)] + [stride_factor(s) for s in strides]
         quotients = [v // f for v, f in zip((M, N, K, *strides), factors)]
         constexprs = {
