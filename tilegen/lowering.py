@@ -379,7 +379,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         factored_names=factored_names,
         factor_params=", ".join(f"{name.upper()}_FACTOR: tl.constexpr" for name in factored_names),
         factor_names=", ".join(f'"{name.upper()}_FACTOR"' for name in factored_names),
-        tile_args=_wrapped_args(["saved_ptr", "partial_ptr", "count_ptr", *(f"{name}_ptr" for name in tensor_names),
+        tile_args=_wrapped_args(["partial_ptr", "count_ptr", "saved_ptr", *(f"{name}_ptr" for name in tensor_names),
                              *(s.name for s in spec.scalars), "M", "N", "K", *stride_names,
                              *(f"{name.upper()}_FACTOR" for name in factored_names),
                              bm.block, bn.block, bk.block, "GROUP_M", "SPLIT_K", "MASK_M", "MASK_N", "MASK_K",

@@ -85,7 +85,9 @@ class Gradients:
             ctx.mark_non_differentiable(*outputs[self.outputs:])
 
     def _saved(self, ctx):
-        saved = list(ctx.saved_tensors)
+        # Detached: the backward computes no graph, and the compiled call path (which leaves
+        # tensors that require grad to autograd) can then serve its launches.
+        saved = [t.detach() for t in ctx.saved_tensors]
         kept = saved[len(self.saved):]
         return saved[:len(self.saved)] + [None if i is None else kept.pop(0) for i in self.saved_outputs]
 

@@ -142,17 +142,22 @@ class MatmulOp(Op):
         self.output, self.placeholders = output, tuple(placeholders)
         self.ranks = None if ranks is None else tuple(ranks)
         self.products = products if products is not None else configs
-        # The backward's products have a compiled call path of their own, keyed by (x, y).
-        self.product_path = CallPath()
+        # Training calls and the backward's products have compiled call paths of their own.
+        self.training_path, self.product_path = CallPath(), CallPath()
         for chooser in {id(configs): configs, id(self.products): self.products}.values():
-            chooser.on_change.append(self.product_path.forget)
+            chooser.on_change.extend((self.training_path.forget, self.product_path.forget))
 
     def run(self, tensors, scalars, M, N, K, call=None, result=None, saved=None):
         """Compute the outputs (the last of `tensors`, checked or allocated by the wrapper).
         With `call` and `result`, the compiled call path learns the call. With `saved` (a
         contiguous [M, N] tensor), the kernel also stores the accumulator there, before the
-        epilogue: what the backward of a training call reads."""
+        epilogue: what the backward of a training call reads (such calls are learned by a call
+        path of their own: their signature is the op's, their result holds `saved` too)."""
         self._run(tensors, scalars, M, N, K, self.masks, self.configs, call, result, saved=saved)
+
+    def fast_training(self, *args):
+        """A training call (the op and its accumulator) with a learned signature, else None."""
+        return self.training_path.call(*args)
 
     def product(self, x, y):
         """x @ y (any strides, x's dtype), with this op's kernel, tables and heuristics, its
@@ -191,7 +196,8 @@ class MatmulOp(Op):
         config = configs.choose(key, device_facts(a.device), None if traced else launch)
         launched = launch(config)
         if call is not None:
-            (self.call_path if epilogue else self.product_path).learn(call, launched, result)
+            path = self.product_path if not epilogue else self.call_path if saved is None else self.training_path
+            path.learn(call, launched, result)
 
     def loads_through_descriptors(self, config, a, b, traced=False):
         """Whether `config` loads operands `a` and `b` through tensor descriptors: it asks for
@@ -236,10 +242,9 @@ class MatmulOp(Op):
         if use_tma:
             head[self.operands[0]] = described(a, (bm, bk))
             head[self.operands[1]] = described(b, (bk, bn))
-        # The saved accumulator leads: None (a constexpr the binary drops) on every call the
-        # compiled call path learns, so it stays among the leading arguments the binary skips.
-        if saved is None and traced:  # a traced launch passes a tensor (never written) rather than None
-            saved = tensors[self.output]
-        args = (saved, *workspace, *head, *scalars, *quotients)
-        varying = 3 + len(tensors) + len(scalars)
+        # Where nothing is saved the output stands in (never written): a tensor, so that the
+        # binary takes the parameter on every call (only leading None arguments may be dropped
+        # for the compiled call path to learn a launch) and traced launches pass no None.
+        args = (*workspace, tensors[self.output] if saved is None else saved, *head, *scalars, *quotients)
+        varying = 3 + len(tensors) + len(scalars)  # the workspace, the saved accumulator, tensors, scalars
         return self.kernel.launch(grid, args, varying, constexprs, config["num_warps"], config["num_stages"])
