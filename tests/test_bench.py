@@ -320,3 +320,73 @@ def test_host_overhead_takes_turns_and_reports_each_sides_median_batch(monkeypat
     assert (result["batches"], result["calls"]) == (3, 2)
     assert bench._host_method([result]) == "Each the median of 3 batches of 2 calls, tilegen and torch taking turns."
     assert bench._host_method([{"op": "old", "tilegen_us": 1.0, "torch_us": 1.0}]) == "Each one loop of calls per provider."
+
+
+# ---- training steps (--backward) ------------------------------------------------------------
+
+from tilegen import training_bench  # noqa: E402
+
+
+def _training_rows():
+    def row(provider, ms, peak):
+        made = bench.Row("scaled_silu_mul+bwd", "elementwise", "float16", "2^24", provider, ms, None, 1000.0)
+        made.peak_mb = peak
+        return made
+    return [row("tilegen", 0.2, 96.0), row("torch", 0.3, 128.0), row("torch.compile", 0.25, 112.0),
+            row("torch.compile.max-autotune", 0.24, 112.0)]
+
+
+def test_training_steps_get_memory_and_max_autotune_columns_and_summary_lines():
+    rows = _training_rows()
+    bench.attach_ratios(rows, {"copy_gbs": 4000.0})
+    table = bench.format_table(rows).splitlines()
+    assert table[0].endswith("max-autotune ms  vs it tilegen MiB torch MiB")
+    assert table[1].endswith("0.2400  1.20x        96.0     128.0")
+    summary = bench.summary_lines(rows)
+    assert any("vs torch " in line and "geomean 1.50x" in line for line in summary)
+    assert any("vs torch.compile.max-autotune" in line and "geomean 1.20x" in line for line in summary)
+    assert any("peak memory / eager autograd's: worst 0.75x at 2^24" in line for line in summary)
+    # A training step's rows do not count in the forward summary's lines.
+    assert not any(line.startswith("scaled_silu_mul+bwd") and "geomean speedup" in line for line in summary)
+
+
+def test_training_gradients_may_differ_only_at_a_few_kinks():
+    want = [torch.linspace(-3, 3, 1000)]
+    kinked = want[0].clone()
+    kinked[:5] = 0  # five elements took the other side of a clamp
+    training_bench.gradients_agree([kinked], want, 1e-3, "fma_clamp+bwd")
+    wrong = want[0] * 1.1
+    with pytest.raises(bench.BenchError, match=r"fma_clamp\+bwd: gradient 0 disagrees with eager autograd's in"):
+        training_bench.gradients_agree([wrong], want, 1e-3, "fma_clamp+bwd")
+
+
+def test_training_step_work_counts_three_products_or_both_passes_bytes():
+    class Matmul:
+        KIND = "matmul"
+
+        @staticmethod
+        def flops(shape):
+            return 2 * shape[0] * shape[1] * shape[2]
+
+    class Elementwise:
+        KIND = "elementwise"
+
+        @staticmethod
+        def input_specs(shape, dtype):
+            return [(shape, dtype), (shape, dtype)]
+
+        @staticmethod
+        def output_specs(shape, dtype):
+            return [(shape, dtype)]
+
+    assert training_bench.step_work(Matmul, (4, 8, 16), torch.float16) == (3 * 2 * 4 * 8 * 16, 0)
+    # Forward: two inputs read, one output written; backward: both inputs and the output's
+    # gradient read, both inputs' gradients written.
+    assert training_bench.step_work(Elementwise, (1024,), torch.float16) == (0, (3 * 2 + 2 * 1) * 1024 * 2)
+
+
+def test_backward_takes_no_rounds_or_timer(cli, monkeypatch):
+    monkeypatch.chdir(REPO)
+    result = cli("bench", "add", "--backward", "--rounds", "3")
+    assert result.exit_code == 2
+    assert result.output.strip() == "tilegen bench: --backward times one do_bench per point; it takes no --rounds or --timer"

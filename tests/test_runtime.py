@@ -504,3 +504,17 @@ def test_out_is_refused_where_autograd_would_lose_the_graph():
     with torch.no_grad():
         rt.refuse_out_with_grad("add", torch.empty(3), a=x)
     assert rt.wants_grad((x,)) and not rt.wants_grad((x.detach(), 1.0))
+
+
+def test_a_second_derivative_raises_rather_than_coming_back_detached():
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(4, dtype=torch.float64)
+    eager = rt.library._EagerAutograd.apply(rt.library._FORMULAS[_toy_ops()[0]],
+                                            rt.library._IMPLEMENTATIONS[_toy_ops()[0]], x, y, 2.0)
+    (dx,) = torch.autograd.grad(eager[0].sum(), (x,), create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad"):
+        torch.autograd.grad(dx.sum(), (x,))
+    first, _ = _toy_ops()[0](x, y, 2.0)
+    (dx,) = torch.autograd.grad(first.sum(), (x,), create_graph=True)
+    with pytest.raises(RuntimeError, match="no backward is derived|does not require grad"):
+        torch.autograd.grad(dx.sum(), (x,))

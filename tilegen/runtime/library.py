@@ -79,7 +79,10 @@ class Gradients:
         ctx.save_for_backward(*(inputs[i] for i in self.saved),
                               *(outputs[i] for i in self.saved_outputs if i is not None))
         ctx.scalars = tuple(inputs[self.tensors:])
-        # An output no loss reads gets no gradient (None): it counts as zeros of its shape.
+        # An output no loss reads gets no gradient (None): it counts as zeros of its shape, made
+        # here only for the op's results (autograd would also make zeros for each kept output,
+        # an [M, N] tensor for a matmul's accumulator, never read).
+        ctx.set_materialize_grads(False)
         ctx.outputs = [(o.shape, o.dtype, o.device) for o in outputs[:self.outputs]]
         if len(outputs) > self.outputs:
             ctx.mark_non_differentiable(*outputs[self.outputs:])
@@ -129,6 +132,7 @@ class _EagerAutograd(torch.autograd.Function):
         return output
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # a second derivative raises, never comes back detached
     def backward(ctx, *grads):
         gradients = ctx.gradients
         return (None, None, *gradients.compute(ctx, grads, ctx.needs_input_grad[2:2 + gradients.tensors]))
