@@ -298,7 +298,8 @@ def _matmul_backward(spec: Spec) -> dict:
             results.append(f"_OP.product({a}.t(), {value('acc')})")
         elif name in extras and name not in backward.zero:
             if extras[name] == (m, n):
-                results.append(value(name))
+                # A gradient shared with another name is copied: an op's results may not alias.
+                results.append(value(name) + (".clone()" if name in backward.aliases else ""))
             else:
                 axis = 0 if extras[name] == (n,) else 1
                 results.append(f"{value(name)}.sum({axis}).to({like}.dtype)")

@@ -1,0 +1,118 @@
+"""Derived backwards of ops that specs/ does not hold, built and run in the interpreter: epilogue
+inputs of every shape ([M, N], [M], [N]), a gradient shared by two inputs, an input whose
+gradient is the incoming one, and several outputs."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available(),
+    reason="needs a CUDA GPU, or TRITON_INTERPRET=1")
+
+MATMUL = """
+op: mm_mix
+kind: matmul
+doc: C = gelu(A @ B + r) * s + bias, and D = A @ B + r
+inputs:
+  a: {shape: [M, K], dtype: [float32]}
+  b: {shape: [K, N], dtype: a}
+  r: {shape: [M, N], dtype: a}
+  s: {shape: [M], dtype: a}
+  bias: {shape: [N], dtype: a}
+outputs:
+  c: {shape: [M, N], dtype: a}
+  d: {shape: [M, N], dtype: a}
+dtypes: {precision: ieee}
+tiles:
+  M: {block: BM, sizes: [32, 64]}
+  N: {block: BN, sizes: [32, 64]}
+  K: {block: BK, sizes: [32]}
+masks: {M: always, N: always, K: auto}
+epilogue:
+  c: gelu(acc + r) * s + bias
+  d: acc + r
+"""
+
+ELEMENTWISE = """
+op: ew_mix
+kind: elementwise
+doc: y = a + b * exp(a), z = a - c
+inputs:
+  a: {dtype: [float32, float64]}
+  b: {dtype: a}
+  c: {dtype: a}
+outputs:
+  y: {dtype: a}
+  z: {dtype: a}
+compute:
+  y: a + b * exp(a)
+  z: a - c
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+masks:
+  N: auto
+"""
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    from click.testing import CliRunner
+
+    from tilegen.cli import main
+
+    root = tmp_path_factory.mktemp("autograd")
+    (root / "specs").mkdir()
+    (root / "specs" / "mm_mix.yaml").write_text(MATMUL)
+    (root / "specs" / "ew_mix.yaml").write_text(ELEMENTWISE)
+    result = CliRunner().invoke(main, ["build", str(root / "specs"), "-o", str(root / "autograd_ops")])
+    assert result.exit_code == 0, result.output
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module("autograd_ops")
+    finally:
+        sys.path.remove(str(root))
+
+
+def _device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _gradients(fn, inputs, seeds):
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    outputs = fn(*leaves)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    return torch.autograd.grad(outputs, leaves, seeds)
+
+
+def test_matmul_epilogue_inputs_of_every_shape_get_their_gradients(package):
+    g = torch.Generator().manual_seed(0)
+    M, N, K = 37, 29, 45
+    inputs = [torch.randn(*shape, generator=g, dtype=torch.float64).to(_device(), torch.float32)
+              for shape in [(M, K), (K, N), (M, N), (M,), (N,)]]
+    seeds = [torch.randn(M, N, generator=g).to(_device()) for _ in range(2)]
+
+    def oracle(a, b, r, s, bias):
+        acc = a.double() @ b.double()
+        return (torch.nn.functional.gelu(acc + r.double()) * s.double()[:, None] + bias.double(),
+                acc + r.double())
+
+    got = _gradients(package.mm_mix, inputs, seeds)
+    want = _gradients(oracle, inputs, [t.double() for t in seeds])
+    for name, x, y in zip("a b r s bias".split(), got, want):
+        torch.testing.assert_close(x.double(), y.double(), rtol=1e-4, atol=1e-4, msg=lambda m: f"d/d{name}: {m}")
+    torch.library.opcheck(torch.ops.autograd_ops.mm_mix.default, [t.requires_grad_() for t in inputs])
+
+
+def test_elementwise_outputs_add_their_gradients_and_pass_the_incoming_one(package):
+    g = torch.Generator().manual_seed(1)
+    inputs = [torch.randn(7, 11, generator=g, dtype=torch.float64).to(_device()) for _ in range(3)]
+    assert torch.autograd.gradcheck(package.ew_mix, [t.clone().requires_grad_() for t in inputs])
+    source = open(importlib.import_module("autograd_ops.ew_mix").__file__).read()
+    # d/da sums both outputs' shares; d/dc of z = a - c is minus the incoming gradient: computed too.
+    assert "_d_a = " in source and "_d_c = -_g_z" in source
