@@ -518,3 +518,14 @@ def test_a_second_derivative_raises_rather_than_coming_back_detached():
     (dx,) = torch.autograd.grad(first.sum(), (x,), create_graph=True)
     with pytest.raises(RuntimeError, match="no backward is derived|does not require grad"):
         torch.autograd.grad(dx.sum(), (x,))
+
+
+def test_broadcast_shape_follows_pytorch_and_names_what_does_not_broadcast():
+    a, row, col = torch.empty(8, 16), torch.empty(16), torch.empty(8, 1)
+    assert rt.broadcast_shape("add", [("a", a), ("b", row)]) == (8, 16)
+    assert rt.broadcast_shape("add", [("a", row), ("b", col)]) == (8, 16)
+    assert rt.broadcast_shape("add", [("a", a), ("b", a)]) is None  # nothing to expand
+    with pytest.raises(ValueError) as info:
+        rt.broadcast_shape("fma", [("a", a), ("b", row), ("c", torch.empty(3))])
+    assert str(info.value) == ("fma: argument 'c' has shape (3,), which does not broadcast with (8, 16) (the shapes "
+                               "of 'a', 'b', broadcast together; shapes broadcast as in PyTorch)")

@@ -65,7 +65,7 @@ def _signature(spec: Spec) -> str:
 def _arg_docs(spec: Spec) -> list[str]:
     lines = ["Args:"]
     for tensor in spec.inputs:
-        shape = f"[{', '.join(tensor.shape)}]" if tensor.shape else "any shape, the same for every input"
+        shape = f"[{', '.join(tensor.shape)}]" if tensor.shape else "any shape (the inputs broadcast together)"
         dtypes = ", ".join(tensor.dtypes)
         same = f" (same dtype as {tensor.dtype_source})" if tensor.dtype_source != tensor.name else ""
         lines.append(f"    {tensor.name}: tensor {shape}, {dtypes}{same}.")
@@ -196,6 +196,7 @@ def _elementwise_backward(spec: Spec) -> dict:
             sources.append(f'("result", {computed.index(backward.aliases.get(input_name, input_name))})')
     return dict(
         name=name,
+        saved=saved,
         kernel_inputs=saved + seeds,
         results=results,
         pointer_params=", ".join(f"{n}_ptr" for n in saved + seeds + results),
@@ -220,8 +221,12 @@ def elementwise_context(spec: Spec, header: str) -> dict:
     warps = _fixed_or(spec, "num_warps", spec.configs.num_warps)
     outs, prelude, result = _output_context(spec)
     checks = _input_checks(spec, {})
-    for name in inputs[1:]:
-        checks.append(f'rt.check_same_shape("{spec.op}", "{name}", {name}, "{inputs[0]}", {inputs[0]})')
+    if len(inputs) > 1:
+        # Inputs broadcast as in PyTorch, read through stride-0 views (nothing is materialized).
+        pairs = ", ".join(f'("{name}", {name})' for name in inputs)
+        checks.append(f'_broadcast = rt.broadcast_shape("{spec.op}", [{pairs}])')
+        checks.append("if _broadcast is not None:")
+        checks.append(f"    {', '.join(inputs)} = {', '.join(f'{name}.expand(_broadcast)' for name in inputs)}")
     if exact:
         checks.append(f'rt.check_divisible("{spec.op}", "{tile.axis}", {inputs[0]}.numel(), '
                       f'{min(blocks)}, "{tile.block}")')
@@ -243,6 +248,8 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         first_input=inputs[0],
         result=result,
         compute_floor=spec.compute or "float32",
+        # A call whose inputs were broadcast launches on views made here: not one to learn.
+        learnable="out is None" + (" and _broadcast is None" if len(inputs) > 1 else ""),
         backward=_elementwise_backward(spec),
     )
     return ctx

@@ -90,12 +90,14 @@ def elementwise_test_context(spec: Spec, header: str, package: str) -> dict:
         shapes = [(4 * big,), (big,), (2, big), (3, 2, big)]
         ctx.update(layout_shape=(4, big), nan_shape=(big,), out_shape=(big, 2), out_shape_t=(2, big),
                    scalar_shape=(2 * big,), config_shape=(3 * big,), config_numel=3 * big, bad_shape=(big,),
-                   never_mask=dict(axis=tile.axis, bad_size=big + 1), tiny_shape=(big,))
+                   never_mask=dict(axis=tile.axis, bad_size=big + 1), tiny_shape=(big,),
+                   broadcast_rows=2, broadcast_last=big)
     else:
         shapes = [(1 << 16,), (1,), (1000,), (127, 65), (3, 5, 7, 11)]
         ctx.update(layout_shape=(37, 129), nan_shape=(257,), out_shape=(100, 3), out_shape_t=(3, 100),
                    scalar_shape=(1000,), config_shape=(3001,), config_numel=3001, bad_shape=(8,),
-                   never_mask=None, tiny_shape=(3, 5))
+                   never_mask=None, tiny_shape=(3, 5), broadcast_rows=4,
+                   broadcast_last=33)
     shapes += [s for s in spec.test_shapes if s not in shapes]
     ctx["shapes_literal"] = _shape_literal(shapes)
     return ctx

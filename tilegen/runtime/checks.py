@@ -49,10 +49,20 @@ def check_same_device(op, named):
                              f"(the device of '{first_name}')")
 
 
-def check_same_shape(op, name, value, ref_name, ref):
-    if value.shape != ref.shape:
-        raise ValueError(f"{op}: argument '{name}' has shape {tuple(value.shape)}, expected "
-                         f"{tuple(ref.shape)} (the shape of '{ref_name}')")
+def broadcast_shape(op, named):
+    """The shape tensors `named` ([(name, tensor)]) broadcast to by PyTorch's rules, or None where
+    every one has it already (nothing to expand). Raises ValueError naming the op, the argument
+    that does not broadcast, its shape and the shape of those before it."""
+    shape = tuple(named[0][1].shape)
+    for index, (name, value) in enumerate(named[1:], 1):
+        try:
+            shape = tuple(torch.broadcast_shapes(shape, value.shape))
+        except RuntimeError:
+            before = ", ".join(f"'{n}'" for n, _ in named[:index])
+            whose = f"the shape of {before}" if index == 1 else f"the shapes of {before}, broadcast together"
+            raise ValueError(f"{op}: argument '{name}' has shape {tuple(value.shape)}, which does not broadcast "
+                             f"with {shape} ({whose}; shapes broadcast as in PyTorch)") from None
+    return None if all(tuple(value.shape) == shape for _, value in named) else shape
 
 
 def check_dim(op, name, value, dim, size, axis):

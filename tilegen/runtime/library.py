@@ -83,6 +83,9 @@ class Gradients:
         # here only for the op's results (autograd would also make zeros for each kept output,
         # an [M, N] tensor for a matmul's accumulator, never read).
         ctx.set_materialize_grads(False)
+        # A gradient comes back in the outputs' shape; an input that was broadcast gets it
+        # summed over its broadcast axes.
+        ctx.shapes = [inputs[i].shape for i in range(self.tensors)]
         ctx.outputs = [(o.shape, o.dtype, o.device) for o in outputs[:self.outputs]]
         if len(outputs) > self.outputs:
             ctx.mark_non_differentiable(*outputs[self.outputs:])
@@ -110,11 +113,12 @@ class Gradients:
             backward = self.backward if tracing((*saved, *grads)) else _IMPLEMENTATIONS[self.backward]
             results = backward(*saved, *grads, *ctx.scalars)
         chosen = []
-        for need, source in zip(needed, self.sources):
+        for need, source, shape in zip(needed, self.sources, ctx.shapes):
             if not need or source is None:
                 chosen.append(None)
-            else:
-                chosen.append(results[source[1]] if source[0] == "result" else grads[source[1]])
+                continue
+            grad = results[source[1]] if source[0] == "result" else grads[source[1]]
+            chosen.append(grad if grad.shape == shape else grad.sum_to_size(shape))
         return (*chosen, *(None for _ in ctx.scalars))
 
 
