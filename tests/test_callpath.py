@@ -6,9 +6,12 @@ tried on plans with no programs (which launch nothing, driver or not) through `e
 the ops' repeat calls are served there and checked against torch."""
 import os
 import shutil
+import signal
 import stat
 import struct
+import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +19,7 @@ import torch
 
 import tilegen.runtime as rt
 from tilegen.runtime import callpath, native
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")),
                                 reason="no C++ compiler to build the compiled call path with")
@@ -472,3 +476,41 @@ def test_repeat_calls_are_served_compiled_and_stay_right(case):
         served = table_of().hits - hits if table_of() is not None else 0
         if shapes[0] != (1024, 1024):  # tensor-descriptor launches stay with Triton's launch
             assert served == 3, (op, shapes, dtype)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the compiler dies with its builder on Linux")
+def test_a_killed_builder_leaves_no_compiler_running(tmp_path):
+    # A stand-in compiler that says who it is and then takes its time.
+    fake = tmp_path / "slow-c++"
+    pid_file = tmp_path / "compiler.pid"
+    fake.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 60\n")
+    fake.chmod(0o755)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    env = {**os.environ, "CXX": str(fake), "TILEGEN_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO)}
+    builder = subprocess.Popen([sys.executable, "-c", "from tilegen.runtime import native; native.build('callpath')"],
+                               env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        compiler_pid = int(pid_file.read_text())
+        os.kill(compiler_pid, 0)  # the compiler is running
+    finally:
+        builder.kill()
+        builder.wait()
+    deadline = time.monotonic() + 10
+    while _running(compiler_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _running(compiler_pid):
+        os.kill(compiler_pid, signal.SIGKILL)
+        raise AssertionError("the compiler outlived its killed builder")
+
+
+def _running(pid):
+    """Whether process `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False

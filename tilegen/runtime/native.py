@@ -6,12 +6,14 @@ cache and loads it.
   match the digest recorded when it was built (a truncated or foreign file is built again, never
   loaded).
 - A build holds an exclusive lock (flock) on a lock file beside its output: concurrent processes
-  wait for one build, and a builder that dies releases the lock with it. The compiler writes
-  into a scratch folder in the cache, and the result is renamed into place.
+  wait for one build, and a builder that dies releases the lock with it (and, on Linux, takes its
+  compiler with it). The compiler writes into a scratch folder in the cache, and the result is
+  renamed into place.
 - The compiler runs with warnings on (-Wall -Wextra); torch's and Python's headers are system
   headers, so only this project's code is held to that.
 """
 
+import ctypes
 import fcntl
 import glob
 import hashlib
@@ -19,6 +21,7 @@ import importlib.machinery
 import importlib.util
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -89,6 +92,28 @@ def library_path(name):
     return os.path.join(cache_dir(), f"{name}-{hashlib.sha256(identity).hexdigest()[:16]}{suffix}")
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _dying_with_the_builder():
+    """A preexec function for the compiler: on Linux, ask the kernel to kill it when the thread
+    that started it dies, so that a killed builder leaves no compiler running on (into a scratch
+    folder nobody removes until the next build). Elsewhere None: the compiler finishes alone."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the forked child
+    except (OSError, AttributeError):
+        return None
+    builder = os.getpid()
+
+    def die_with_the_builder():
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != builder:  # the builder died before the request: do not outlive it
+            os._exit(1)
+    return die_with_the_builder
+
+
 def _digest(path):
     with open(path, "rb") as handle:
         return hashlib.sha256(handle.read()).hexdigest()
@@ -127,9 +152,10 @@ def build(name):
         try:
             built = os.path.join(scratch, os.path.basename(path))
             command = compile_command(os.path.join(SOURCE_DIR, f"{name}.cpp"), built)
-            # A builder killed meanwhile leaves its compiler to finish alone (seconds), into a
-            # scratch folder the next build removes.
-            done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            # A builder killed meanwhile takes its compiler with it (on Linux); its scratch folder
+            # is removed by the next build.
+            done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                  preexec_fn=_dying_with_the_builder())
             if done.returncode != 0:
                 first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr[-300:])
                 raise BuildError(f"building {name} failed: {first.strip()[:300]}")
