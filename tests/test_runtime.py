@@ -339,7 +339,7 @@ def test_the_runtime_imports_only_torch_and_triton():
     import ast
 
     allowed = {"torch", "triton", "tilegen"}
-    stdlib = {"contextlib", "math", "os", "warnings", "threading", "fcntl", "glob", "hashlib", "importlib",
+    stdlib = {"contextlib", "ctypes", "math", "os", "signal", "warnings", "threading", "fcntl", "glob", "hashlib", "importlib",
               "shutil", "stat", "subprocess", "sys", "sysconfig", "tempfile"}
     for path in (REPO / "tilegen" / "runtime").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -529,3 +529,14 @@ def test_broadcast_shape_follows_pytorch_and_names_what_does_not_broadcast():
         rt.broadcast_shape("fma", [("a", a), ("b", row), ("c", torch.empty(3))])
     assert str(info.value) == ("fma: argument 'c' has shape (3,), which does not broadcast with (8, 16) (the shapes "
                                "of 'a', 'b', broadcast together; shapes broadcast as in PyTorch)")
+
+
+def test_torch_func_transforms_are_refused_naming_the_op_and_argument():
+    import generated
+
+    a, b = torch.randn(5, 7), torch.randn(5, 7)
+    message = r"scaled_silu_mul: argument 'a' is transformed by torch.func \(grad, vmap, jvp, jacrev\)"
+    with pytest.raises(TypeError, match=message):
+        torch.func.grad(lambda a: generated.scaled_silu_mul(a, b).sum())(a)
+    with pytest.raises(TypeError, match=message):
+        torch.func.vmap(lambda a: generated.scaled_silu_mul(a, b[0]))(a)

@@ -21,7 +21,7 @@ from .checks import (broadcast_shape, check_dim, check_divisible, check_interpre
                      check_scalar, check_tensor, prepare_out, split_out)
 from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace
 from .device import INTERPRET, cdiv, device_facts, on_device
-from .library import Gradients, call, copy_out, refuse_out_with_grad, register, tracing, wants_grad
+from .library import Gradients, call, copy_out, refuse_functorch, refuse_out_with_grad, register, tracing, wants_grad
 from . import launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
 from .ops import ElementwiseOp, MatmulOp, op_of
 from .schema import bucket, tile_of
@@ -49,6 +49,6 @@ __all__ = [
     "broadcast_shape", "check_dim", "check_divisible", "check_interpretable", "check_same_device", "check_same_dtype",
     "check_scalar", "check_tensor", "prepare_out", "split_out",
     "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ElementwiseOp", "MatmulOp", "op_of",
-    "bucket", "tile_of", "call", "copy_out", "Gradients", "refuse_out_with_grad", "register",
+    "bucket", "tile_of", "call", "copy_out", "Gradients", "refuse_functorch", "refuse_out_with_grad", "register",
     "tracing", "wants_grad",
 ]

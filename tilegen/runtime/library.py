@@ -142,6 +142,18 @@ class _EagerAutograd(torch.autograd.Function):
         return (None, None, *gradients.compute(ctx, grads, ctx.needs_input_grad[2:2 + gradients.tensors]))
 
 
+def refuse_functorch(op, **tensors):
+    """torch.func's transforms (grad, vmap, jvp, jacrev) wrap tensors in ways Triton's kernels
+    cannot read: refused with one error naming the op, rather than an error from deep inside."""
+    if torch.compiler.is_compiling():  # traced tensors are never torch.func's
+        return
+    for name, value in tensors.items():
+        if isinstance(value, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(value):
+            raise TypeError(f"{op}: argument '{name}' is transformed by torch.func (grad, vmap, jvp, jacrev), "
+                            "which tilegen's ops do not support; use torch.autograd (backward, "
+                            "torch.autograd.grad) and call the op on whole batches")
+
+
 def call(op, *args):
     """The registered op `op` (an OpOverload rt.register made) called on `args`: through the
     dispatcher while traced (the graph records the op), else its implementation directly, under
