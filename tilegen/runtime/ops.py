@@ -163,6 +163,8 @@ class MatmulOp(Op):
         """x @ y (any strides, x's dtype), with this op's kernel, tables and heuristics, its
         epilogue off: the products of the backward (dA = dZ @ B^T, dB = A^T @ dZ, a recomputed
         A @ B). Repeat calls take the compiled call path."""
+        if self.ranks is None:
+            raise ValueError(f"{self.name}: a backward product needs the op's tensor ranks (MatmulOp(ranks=...))")
         call = (x, y, *self.placeholders)
         served = self.product_path.call(*call)
         if served is not None:
@@ -171,7 +173,7 @@ class MatmulOp(Op):
         out = torch.empty((M, y.shape[1]), dtype=x.dtype, device=x.device)
         # `out` stands in for each tensor the epilogue would read (the kernel never reads them),
         # and the placeholders for its scalars.
-        tensors = [out] * (len(self.ranks) if self.ranks else self.output + 1)
+        tensors = [out] * len(self.ranks)
         tensors[self.operands[0]], tensors[self.operands[1]] = x, y
         self._run(tensors, self.placeholders, M, y.shape[1], K, ("auto",) * 3, self.products, call=call,
                   result=out, epilogue=False)
