@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The whole GPU check in one run, for a machine with one H200 and no network (torch, triton,
 # jinja2, pyyaml, click, pytest, pytest-xdist, matplotlib preinstalled):
-#   compiled test matrix (bf16 included), full benchmark, torch.compile side by side for the
-#   epilogue ops, time to first result.
+#   compiled test matrix (bf16 included), full benchmark, training steps (forward+backward),
+#   torch.compile side by side for the epilogue ops, time to first result.
 # Everything lands under $OUT (default bench/out/h200-check); each step has its own time limit,
-# so one slow step cannot take the others' results with it. All steps take about 25 minutes;
+# so one slow step cannot take the others' results with it. All steps take about 30 minutes;
 # STEPS picks some, to fit a machine lent by the call:
 #
 #   OUT=/tmp/check STEPS="build tests" bash bench/h200_check.sh     # about 4 minutes
@@ -25,7 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 out="${OUT:-bench/out/h200-check}"
-steps=" ${STEPS:-build tests bench compile cold_start} "
+steps=" ${STEPS:-build tests bench backward compile cold_start} "
 mkdir -p "$out"
 
 step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $out/NAME.log, report the status
