@@ -45,8 +45,9 @@ def _is_const(term: Term, value: float | None = None) -> bool:
 
 
 # Builders that simplify as they build: constants fold, and 0 and 1 drop out where they are
-# neutral. Structural zeros only arise where a term does not depend on a name; PyTorch's autograd
-# computes nothing there either, so dropping `x * 0` never hides a NaN that PyTorch would show.
+# neutral (x + 0, x * 1). A product with a literal zero is kept: 0 * f(a) has the gradient
+# 0 * f'(a), which is NaN where f'(a) is infinite, as PyTorch computes it. A zero gradient is
+# one that no path carries (a name the outputs do not read); PyTorch computes nothing there.
 def add(x: Term, y: Term) -> Term:
     if _is_const(x) and _is_const(y):
         return const(x[1] + y[1])
@@ -82,8 +83,6 @@ def neg(x: Term) -> Term:
 def mul(x: Term, y: Term) -> Term:
     if _is_const(x) and _is_const(y):
         return const(x[1] * y[1])
-    if _is_const(x, 0.0) or _is_const(y, 0.0):
-        return ZERO
     if _is_const(x, 1.0):
         return y
     if _is_const(y, 1.0):
@@ -106,8 +105,6 @@ def mul(x: Term, y: Term) -> Term:
 def div(x: Term, y: Term) -> Term:
     if _is_const(x) and _is_const(y) and y[1] != 0.0:
         return const(x[1] / y[1])
-    if _is_const(x, 0.0):
-        return ZERO
     if _is_const(y, 1.0):
         return x
     if x[0] == "neg":

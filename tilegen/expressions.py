@@ -171,6 +171,8 @@ class _Checker:
                                           "use sqrt() or exp()/log() for other powers")
             self.check(node.left, depth + 1, False)
             self.check(node.right, depth + 1, False)
+            if isinstance(node.op, ast.Div) and _constant_value(node.right) == 0:
+                raise ExpressionError("division by a constant zero", "a divisor that is not the constant 0")
             return
         if isinstance(node, ast.Compare):
             if not in_condition:
@@ -287,6 +289,29 @@ class _Emitter:
                                        else f"torch.tensor({self.emit(arg)}, dtype=torch.float64)"
                                        for arg in node.args))
         raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
+
+
+def _constant_value(node: ast.AST) -> float | None:
+    """The value of a checked subtree of numbers and arithmetic alone, or None where it reads a
+    name, calls a function, or cannot be computed (a constant division by zero inside it, an
+    overflow)."""
+    try:
+        if isinstance(node, ast.Constant):
+            return float(node.value)
+        if isinstance(node, ast.UnaryOp):
+            value = _constant_value(node.operand)
+            return None if value is None else (-value if isinstance(node.op, ast.USub) else value)
+        if isinstance(node, ast.BinOp):
+            left, right = _constant_value(node.left), _constant_value(node.right)
+            if left is None or right is None:
+                return None
+            if isinstance(node.op, ast.Pow):
+                return left ** node.right.value
+            return {ast.Add: left + right, ast.Sub: left - right, ast.Mult: left * right}.get(
+                type(node.op), left / right if right else None)
+    except (OverflowError, ZeroDivisionError):
+        return None
+    return None
 
 
 def _reads_names(node: ast.AST, ignoring: frozenset[str] = frozenset()) -> bool:
