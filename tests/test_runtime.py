@@ -509,8 +509,7 @@ def test_out_is_refused_where_autograd_would_lose_the_graph():
 def test_a_second_derivative_raises_rather_than_coming_back_detached():
     x = torch.randn(4, dtype=torch.float64, requires_grad=True)
     y = torch.randn(4, dtype=torch.float64)
-    eager = rt.library._EagerAutograd.apply(rt.library._FORMULAS[_toy_ops()[0]],
-                                            rt.library._IMPLEMENTATIONS[_toy_ops()[0]], x, y, 2.0)
+    eager = rt.call(_toy_ops()[0], x, y, 2.0)  # the eager path: a torch.autograd.Function
     (dx,) = torch.autograd.grad(eager[0].sum(), (x,), create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable|does not require grad"):
         torch.autograd.grad(dx.sum(), (x,))

@@ -11,6 +11,7 @@ machine's compiler), so a package built by tilegen needs only `pip install tileg
 - callpath, native: the compiled call path and the one mechanism that builds native code
 - ops: each kind's launch logic (ElementwiseOp, MatmulOp)
 - library: registration with torch.library, and how wrappers route traced calls
+- autograd: the autograd formula registered with each op, and the eager training path
 
 Generated modules call `require(VERSION_THEY_WERE_BUILT_FOR, module name)` on import, as
 protobuf's generated code checks its runtime: a module built for another runtime version is
@@ -21,8 +22,9 @@ from .checks import (broadcast_shape, check_dim, check_divisible, check_interpre
                      check_scalar, check_tensor, prepare_out, split_out)
 from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace
 from .device import INTERPRET, cdiv, device_facts, on_device
-from .library import Gradients, call, copy_out, refuse_functorch, refuse_out_with_grad, register, tracing, wants_grad
-from . import launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
+from .autograd import Gradients, call
+from .library import copy_out, refuse_functorch, refuse_out_with_grad, register, tracing, wants_grad
+from . import autograd, launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
 from .ops import ElementwiseOp, MatmulOp, op_of
 from .schema import bucket, tile_of
 

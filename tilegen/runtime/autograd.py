@@ -1,0 +1,111 @@
+"""Autograd of generated ops: the formula registered with each op (Gradients), and the eager
+training path (call).
+
+tilegen derives each op's backward from its spec and registers it as an op of its own
+(`<op>_backward`); a Gradients tells the op's autograd formula what to save, how the gradients
+of its inputs come from that op's results or straight from the incoming gradients, and sums a
+broadcast input's gradient over its broadcast axes. While traced, autograd records the registered
+ops; an eager call that records autograd runs the same implementations under a
+torch.autograd.Function instead (call), without the dispatcher's round trips.
+"""
+
+import torch
+
+from .library import formula_of, implementation_of, tracing
+
+
+class Gradients:
+    """How an op's autograd formula gets the gradient of each tensor input.
+
+    `backward`: the registered backward op (None where no gradient needs a kernel), called as
+    backward(*saved inputs, *saved outputs, *incoming gradients, *scalars), returning a tuple;
+    `tensors`: how many leading arguments of the op are tensors (scalars follow);
+    `saved`: the positions of the inputs the backward reads (the others are not kept);
+    `sources`: per tensor input, ("result", i) for the backward's i-th result, ("grad", j) for the
+    j-th incoming gradient itself (an input the op adds to an output), or None (no dependence);
+    `outputs`: how many leading outputs are the op's results (any after them are kept for the
+    backward only, and carry no gradient);
+    `saved_outputs`: the positions of outputs the backward reads, None for one it recomputes
+    (passed as None: a matmul's accumulator, kept by its training op, recomputed otherwise)."""
+
+    def __init__(self, backward, tensors, saved, sources, outputs=1, saved_outputs=()):
+        self.backward, self.tensors, self.saved, self.sources = backward, tensors, tuple(saved), tuple(sources)
+        self.outputs, self.saved_outputs = outputs, tuple(saved_outputs)
+
+    def setup_context(self, ctx, inputs, output):
+        outputs = output if isinstance(output, tuple) else (output,)
+        ctx.save_for_backward(*(inputs[i] for i in self.saved),
+                              *(outputs[i] for i in self.saved_outputs if i is not None))
+        ctx.scalars = tuple(inputs[self.tensors:])
+        # An output no loss reads gets no gradient (None): it counts as zeros of its shape, made
+        # here only for the op's results (autograd would also make zeros for each kept output,
+        # an [M, N] tensor for a matmul's accumulator, never read).
+        ctx.set_materialize_grads(False)
+        # A gradient comes back in the outputs' shape; an input that was broadcast gets it
+        # summed over its broadcast axes.
+        ctx.shapes = [inputs[i].shape for i in range(self.tensors)]
+        ctx.outputs = [(o.shape, o.dtype, o.device) for o in outputs[:self.outputs]]
+        if len(outputs) > self.outputs:
+            ctx.mark_non_differentiable(*outputs[self.outputs:])
+
+    def _saved(self, ctx):
+        # Detached: the backward computes no graph, and the compiled call path (which leaves
+        # tensors that require grad to autograd) can then serve its launches.
+        saved = [t.detach() for t in ctx.saved_tensors]
+        kept = saved[len(self.saved):]
+        return saved[:len(self.saved)] + [None if i is None else kept.pop(0) for i in self.saved_outputs]
+
+    def __call__(self, ctx, *grads):
+        return self.compute(ctx, grads, ctx.needs_input_grad[:self.tensors])
+
+    def compute(self, ctx, grads, needed):
+        """The gradients of the op's arguments (None for scalars and inputs not `needed`)."""
+        grads = [g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
+                 for g, (shape, dtype, device) in zip(grads[:self.outputs], ctx.outputs)]
+        results = ()
+        if self.backward is not None and any(
+                n and s is not None and s[0] == "result" for n, s in zip(needed, self.sources)):
+            saved = self._saved(ctx)
+            # Eager, the backward's implementation runs directly: a registered op's call costs
+            # tens of microseconds of dispatch. Traced, the graph records the registered op.
+            backward = self.backward if tracing((*saved, *grads)) else implementation_of(self.backward)
+            results = backward(*saved, *grads, *ctx.scalars)
+        chosen = []
+        for need, source, shape in zip(needed, self.sources, ctx.shapes):
+            if not need or source is None:
+                chosen.append(None)
+                continue
+            grad = results[source[1]] if source[0] == "result" else grads[source[1]]
+            chosen.append(grad if grad.shape == shape else grad.sum_to_size(shape))
+        return (*chosen, *(None for _ in ctx.scalars))
+
+
+class _EagerAutograd(torch.autograd.Function):
+    """An op's implementation and its autograd formula (a Gradients) as a torch.autograd.Function:
+    the formula a registered op has, without the dispatcher's round trips (see call)."""
+
+    @staticmethod
+    def forward(ctx, gradients, implementation, *args):
+        # Detached, so that the compiled call path (which leaves tensors that require grad to
+        # autograd) can serve the forward's launch.
+        output = implementation(*(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
+        ctx.gradients = gradients
+        gradients.setup_context(ctx, args, output)
+        return output
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable  # a second derivative raises, never comes back detached
+    def backward(ctx, *grads):
+        gradients = ctx.gradients
+        return (None, None, *gradients.compute(ctx, grads, ctx.needs_input_grad[2:2 + gradients.tensors]))
+
+
+def call(op, *args):
+    """The registered op `op` (an OpOverload rt.register made) called on `args`: through the
+    dispatcher while traced (the graph records the op), else its implementation directly, under
+    the same autograd formula. An eager call through a registered op's autograd costs hundreds
+    of microseconds of host time (bench/probes/training_step_profile.py)."""
+    formula = formula_of(op)
+    if formula is None or tracing(args):
+        return op(*args)
+    return _EagerAutograd.apply(formula, implementation_of(op), *args)
