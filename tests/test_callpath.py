@@ -147,6 +147,9 @@ def test_only_the_learned_signature_is_served(module):
     assert table(a, b, scale=2.0) is None  # keywords: the Python path reads them
     assert table.hits == 0 and table(a, b, 7.5) is not None
     assert table(torch.nn.Parameter(a, requires_grad=False), b, 7.5) is not None  # a plain tensor to torch
+    with torch.no_grad():  # nothing to record: a tensor that requires grad is served too
+        assert table(a.clone().requires_grad_(), b, 7.5) is not None
+        assert table(torch.nn.Parameter(a.clone()), b, 7.5) is not None
 
 
 def test_ints_are_told_apart_as_triton_specializes_them(module):

@@ -5,8 +5,8 @@ Triton's own launch (`launch.py`); the op's `CallPath` then learns the call: its
 outputs' shapes and dtypes, and the compiled binary's launch, with every parameter that does not
 change from call to call converted once. A later call with the signature is one C++ call: the
 signature's read, at::empty for each output, one cuLaunchKernel. Anything else (another signature,
-`out=`, an input that requires grad, another device, a profiler's launch hook, tensor-descriptor
-operands) returns None and takes the wrapper's Python path.
+`out=`, an input that requires grad while grad mode is on, another device, a profiler's launch hook,
+tensor-descriptor operands) returns None and takes the wrapper's Python path.
 
 The module compiles against torch's headers (10-20 s), so it is built in a background thread on
 first use; calls take the Python path until it is ready. Where it cannot be built (no compiler), a

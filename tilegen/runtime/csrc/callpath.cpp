@@ -18,6 +18,7 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -370,8 +371,11 @@ bool append_key(std::string &key, PyObject *const *args, Py_ssize_t count) {
         PyObject *arg = args[i];
         if (THPVariable_CheckExact(arg)) {
             const at::Tensor &t = THPVariable_Unpack(arg);
-            /* A tensor that requires grad belongs to autograd; the Python path decides. */
-            if (!t.defined() || t.is_neg() || t.is_conj() || t.layout() != at::kStrided || t.requires_grad())
+            /* A tensor that requires grad belongs to autograd while grad mode is on: the Python path
+               decides. With it off (torch.no_grad(), inference with parameters) the call records
+               nothing, and is served here like any other. */
+            if (!t.defined() || t.is_neg() || t.is_conj() || t.layout() != at::kStrided ||
+                (t.requires_grad() && at::GradMode::is_enabled()))
                 return false;
             put(key, 'T');
             put(key, static_cast<int8_t>(t.scalar_type()));
