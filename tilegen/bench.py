@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .measure import (BenchError, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes,
+from .measure import (BenchError, as_tuple, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes,
                       settle_call_path, shape_label)
 
 LIMIT_MATMUL = 8192
@@ -367,7 +367,7 @@ def compile_for_one_shape(fn, inputs):
     torch._dynamo.reset()
     compiled = torch.compile(fn, mode="max-autotune-no-cudagraphs", dynamic=False)
     got, want = compiled(inputs), fn(inputs)
-    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+    for g, w in zip(as_tuple(got), as_tuple(want)):
         torch.testing.assert_close(g.float(), w.float(), atol=2e-2, rtol=2e-2, equal_nan=True)
     return compiled
 

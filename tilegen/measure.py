@@ -74,13 +74,17 @@ def settle_call_path() -> None:
         print(f"note: {callpath.UNAVAILABLE}", file=sys.stderr, flush=True)
 
 
+def as_tuple(value):
+    """An op's outputs as a tuple (a single output is one tensor)."""
+    return value if isinstance(value, tuple) else (value,)
+
+
 def check_agreement(got, want, dtype, label, tolerance=None):
     """Raise (naming `label`) unless tilegen's outputs `got` match PyTorch's `want`, to `tolerance`
     (default: 2e-2 for half-precision dtypes, 1e-3 otherwise)."""
     import torch
 
-    got = got if isinstance(got, tuple) else (got,)
-    want = want if isinstance(want, tuple) else (want,)
+    got, want = as_tuple(got), as_tuple(want)
     if tolerance is None:
         tolerance = 2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-3
     for g, w in zip(got, want):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from .measure import BenchError, dtype_name, shape_label
+from .measure import BenchError, as_tuple, dtype_name, shape_label
 
 SUFFIX = "+bwd"  # a training step's rows are the op's name with this suffix
 COMPILE_MODES = {"torch.compile": "default", "torch.compile.max-autotune": "max-autotune-no-cudagraphs"}
@@ -20,10 +20,6 @@ COMPILE_MODES = {"torch.compile": "default", "torch.compile.max-autotune": "max-
 
 def leaves(inputs):
     return [t.detach().requires_grad_() if t.is_floating_point() else t for t in inputs]
-
-
-def as_tuple(value):
-    return value if isinstance(value, tuple) else (value,)
 
 
 def step_function(forward, inputs, seeds):

@@ -49,9 +49,10 @@ class Op:
     def fast(self, *args):
         return self.call_path.call(*args)
 
-    def _learn(self, call, launched, result):
+    def _learn(self, call, launched, result, path=None):
+        """Hand a served call to `path` (the op's call path by default) to learn, where there is one."""
         if call is not None:
-            self.call_path.learn(call, launched, result)
+            (path or self.call_path).learn(call, launched, result)
 
 
 class ElementwiseOp(Op):
@@ -196,10 +197,8 @@ class MatmulOp(Op):
             return self._launch(tensors, scalars, M, N, K, config, traced, masks, saved, epilogue)
 
         config = configs.choose(key, device_facts(a.device), None if traced else launch)
-        launched = launch(config)
-        if call is not None:
-            path = self.product_path if not epilogue else self.call_path if saved is None else self.training_path
-            path.learn(call, launched, result)
+        path = self.product_path if not epilogue else self.call_path if saved is None else self.training_path
+        self._learn(call, launch(config), result, path)
 
     def loads_through_descriptors(self, config, a, b, traced=False):
         """Whether `config` loads operands `a` and `b` through tensor descriptors: it asks for
