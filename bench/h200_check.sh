@@ -51,9 +51,13 @@ step tests 540 python3 -m pytest -q -n 16 -p no:cacheprovider
 step bench 300 python3 -m tilegen bench ${BENCH:-} --out "$out/bench"  # BENCH: bench arguments (default: every op)
 # A training step (forward+backward) of every op against eager autograd, with peak memory
 # (about 5 minutes); BACKWARD: bench arguments. backward_compile adds torch.compile (default and
-# max-autotune) on a shape set small enough for its compiles (about 8 minutes).
+# max-autotune), one step per kind on a shape set small enough for its compiles: over every
+# default shape it takes about 9 s a point, past any one call's limit (64 of 163 points in 560 s).
 step backward 560 python3 -m tilegen bench ${BACKWARD:-} --backward --out "$out/backward"
-step backward_compile 560 python3 -m tilegen bench ${BACKWARD_COMPILE:-} --backward --compile --out "$out/backward_compile"
+step backward_compile:elementwise 560 python3 -m tilegen bench add fma_clamp rms_scale_exp scaled_silu_mul \
+    --shapes 2^16,2^24,2^26 --backward --compile --out "$out/backward_compile/elementwise"
+step backward_compile:matmul 560 python3 -m tilegen bench matmul matmul_relu matmul_bias_gelu matmul_residual_scaled \
+    --shapes 1024x1024x1024,4096x4096x4096 --backward --compile --out "$out/backward_compile/matmul"
 # matmul against cuBLAS again, each point the median of five turns (about 2 minutes; not a default step).
 step rounds 240 python3 -m tilegen bench matmul --rounds 5 --out "$out/matmul_rounds"
 # max-autotune compiles each shape afresh (about 16 s a shape): one op per step, each about 5 minutes.
