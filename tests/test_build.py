@@ -433,11 +433,39 @@ def test_concurrent_builds_take_turns_and_readers_never_miss_a_file(project):
     assert subprocess.run([sys.executable, "-m", "tilegen", "build", "specs/", "--check"], cwd=project).returncode == 0
 
 
-def _identifiers(source: str) -> set[str]:
+def _functions_binding(source: str, names: set[str]):
+    """The functions of `source` in which a value's identifier is a parameter or a local: there a
+    value named like anything else the function reads would shadow it."""
+    import ast
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef):
+            bound = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+            bound |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            if bound & names:
+                yield node
+
+
+def _module_level(source: str) -> set[str]:
+    """The names a module defines at its top level."""
     import ast
 
     found = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.Assign):
+            found |= {n.id for target in node.targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+    return found
+
+
+def _identifiers(source) -> set[str]:
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(source) if isinstance(source, str) else source):
         if isinstance(node, ast.Name):
             found.add(node.id)
         elif isinstance(node, ast.arg):
@@ -450,13 +478,15 @@ def _identifiers(source: str) -> set[str]:
 
 
 def test_every_identifier_the_templates_use_is_reserved_from_specs(tmp_path):
-    """Any lowercase name an op module uses besides its spec's names is one the validator refuses
-    as a spec name, so no accepted name can shadow generated code."""
+    """Any lowercase name a generated module (op, tests, benchmark) uses besides its values'
+    identifiers is one that naming.py renames values away from, so no value can shadow generated
+    code; and any `_x` it defines beside the op's own `_<op>...` makes `x` a reserved op name."""
     import re
 
     from tilegen.build import load_specs
+    from tilegen.naming import RESERVED
     from tilegen.render import Renderer
-    from tilegen.validate import RESERVED_VALUE_NAMES, RESERVED_VALUE_PREFIXES
+    from tilegen.validate import RESERVED_OP_NAMES
 
     variants = {"persistent.yaml": ("matmul_relu.yaml", "schedule:\n  launch: persistent\n"),
                 "never.yaml": ("matmul.yaml", "masks: {M: never, N: never, K: never}\n")}
@@ -468,19 +498,29 @@ def test_every_identifier_the_templates_use_is_reserved_from_specs(tmp_path):
     for item in load_specs([REPO / "specs", tmp_path], REPO):
         spec = item.spec
         names = {t.name for t in spec.inputs} | {t.name for t in spec.outputs} | {s.name for s in spec.scalars}
-        derived = {f"{n}_{suffix}" for n in names for suffix in ("ptr", "ptrs", "offsets", "out")}
-        for identifier in _identifiers(renderer.op_module(item)) - names - derived - {spec.op}:
-            if re.fullmatch(r"[a-z][a-z0-9_]*", identifier):
-                assert identifier in RESERVED_VALUE_NAMES or identifier.startswith(RESERVED_VALUE_PREFIXES), \
-                    f"{spec.op}: the templates use {identifier!r}, which a spec may still name"
+        # The backward's seeds and results are named after the values (_g_c, _d_a, _d_acc).
+        values = names | {f"_{g}_{n}" for n in names | {"acc"} for g in "dg"}
+        derived = {f"{n}_{suffix}" for n in values for suffix in ("ptr", "ptrs", "offsets", "out")}
+        derived |= {f"stride_{n}_{d}" for n in values | {"acc"} for d in range(4)}
+        sources = {"op module": renderer.op_module(item), "tests": renderer.op_test(item),
+                   "benchmark": renderer.op_bench(item)}
+        unreserved = {(where, function.name, identifier)
+                      for where, source in sources.items() for function in _functions_binding(source, names)
+                      for identifier in _identifiers(function) - names - derived - {spec.op, function.name}
+                      if re.fullmatch(r"[a-z][a-z0-9_]*", identifier) and identifier not in RESERVED}
+        assert not unreserved, f"{spec.op}: names the templates use beside values: {sorted(unreserved)}"
+        for identifier in _module_level(sources["op module"]):
+            bare = identifier[1:]
+            if identifier.startswith("_") and re.fullmatch(r"[a-z][a-z0-9_]*", bare) and not bare.startswith(spec.op):
+                assert bare in RESERVED_OP_NAMES, f"an op named {bare!r} would define {identifier!r} twice"
 
 
-@pytest.mark.parametrize("section, name", [
-    ("scalars", "i_0"), ("scalars", "rest"), ("scalars", "k_first"), ("scalars", "group_id"), ("scalars", "k"),
-    ("inputs", "rt"), ("inputs", "len"), ("inputs", "type"), ("inputs", "torch"), ("op", "rt"), ("op", "type"),
-    ("op", "len"), ("op", "tl"),
-])
-def test_names_the_generated_code_uses_are_refused_in_one_line(cli, project, section, name):
+@pytest.mark.parametrize("section, name", [("op", "rt"), ("op", "type"), ("op", "len"), ("op", "tl"),
+                                           ("op", "route"), ("op", "compute"), ("inputs", "acc"),
+                                           ("scalars", "out"), ("inputs", "float16"), ("scalars", "lambda")])
+def test_names_with_a_meaning_are_refused_in_one_line(cli, project, section, name):
+    """Op names the module itself uses, and value names the language or the wrapper gives a
+    meaning (every other value name works: tests/test_names.py)."""
     text = (project / "specs" / "scaled_silu_mul.yaml").read_text()
     if section == "scalars":
         text = text.replace("alpha", name)
@@ -493,6 +533,7 @@ def test_names_the_generated_code_uses_are_refused_in_one_line(cli, project, sec
     result = cli("check", "bad/")
     assert result.exit_code == 2
     assert f"'{name}' is reserved" in result.output and "Traceback" not in result.output
+    assert f"'{name}' is reserved" in result.output.splitlines()[0], result.output
 
 
 def test_outputs_named_like_old_wrapper_locals_compute_right(cli, project):

@@ -26,10 +26,10 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
         input_names=[t.name for t in spec.inputs],
         input_dtype_exprs=_dtype_exprs(spec, spec.inputs),
         output_dtype_exprs=_dtype_exprs(spec, spec.outputs),
-        scalar_names=[s.name for s in spec.scalars],
+        scalars=[dict(name=s.name, label=s.public) for s in spec.scalars],
         unpack=", ".join(t.name for t in spec.inputs) + ("," if len(spec.inputs) == 1 else ""),
-        scalar_values=", ".join(f'"{s.name}": {s.default!r}' if s.default is not None
-                                else f'"{s.name}": {_scalar_test_value(s)}' for s in spec.scalars),
+        scalar_values=", ".join(f'"{s.public}": {s.default!r}' if s.default is not None
+                                else f'"{s.public}": {_scalar_test_value(s)}' for s in spec.scalars),
         torch_lines=torch_lines,
         result=names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)",
         positive=_positive_domain(spec),

@@ -9,6 +9,7 @@ The raw string never reaches a template.
 from __future__ import annotations
 
 import ast
+import copy
 from dataclasses import dataclass
 from typing import Callable
 
@@ -81,6 +82,17 @@ class Expression:
     source: str
     tree: ast.Expression
     names: tuple[str, ...]
+
+    def renamed(self, mapping: dict[str, str]) -> "Expression":
+        """This expression reading mapping[name] for each name it reads (function names stay)."""
+        if all(mapping.get(name, name) == name for name in self.names):
+            return self
+        tree = copy.deepcopy(self.tree)
+        functions = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and id(node) not in functions:
+                node.id = mapping.get(node.id, node.id)
+        return Expression(self.source, tree, tuple(sorted(mapping.get(n, n) for n in self.names)))
 
     def to_triton(self, rename: Callable[[str], str] = str) -> str:
         return _Emitter(rename, "triton").emit(self.tree.body)

@@ -42,22 +42,28 @@ def _input_checks(spec: Spec, ndims: dict[str, int | None]) -> list[str]:
         source = tensor.dtype_source
         ndim = ndims.get(tensor.name)
         suffix = f", ndim={ndim}" if ndim is not None else ""
-        lines.append(f'rt.check_tensor({op}, "{tensor.name}", {tensor.name}, {_dtype_constant(source)}{suffix})')
+        lines.append(f'rt.check_tensor({op}, "{tensor.public}", {tensor.name}, {_dtype_constant(source)}{suffix})')
         if source != tensor.name:
-            lines.append(f'rt.check_same_dtype({op}, "{tensor.name}", {tensor.name}, "{source}", {source})')
-    pairs = ", ".join(f'("{t.name}", {t.name})' for t in spec.inputs)
+            lines.append(f'rt.check_same_dtype({op}, "{tensor.public}", {tensor.name}, '
+                         f'"{spec.input(source).public}", {source})')
+    pairs = _named_pairs(spec.inputs)
     if len(spec.inputs) > 1:
         lines.append(f"rt.check_same_device({op}, [{pairs}])")
     for scalar in spec.scalars:
-        lines.append(f'rt.check_scalar({op}, "{scalar.name}", {scalar.name}, "{scalar.type}")')
+        lines.append(f'rt.check_scalar({op}, "{scalar.public}", {scalar.name}, "{scalar.type}")')
     return lines
 
 
+def _named_pairs(tensors) -> str:
+    """("name", identifier) pairs: how runtime checks receive tensors to name in errors."""
+    return ", ".join(f'("{t.public}", {t.name})' for t in tensors)
+
+
 def _signature(spec: Spec) -> str:
-    parts = [t.name for t in spec.inputs]
+    parts = [t.public for t in spec.inputs]
     keyword_only = []
     for scalar in spec.scalars:
-        keyword_only.append(scalar.name if scalar.default is None else f"{scalar.name}={scalar.default!r}")
+        keyword_only.append(scalar.public if scalar.default is None else f"{scalar.public}={scalar.default!r}")
     keyword_only.append("out=None")
     return ", ".join(parts + ["*"] + keyword_only)
 
@@ -67,12 +73,13 @@ def _arg_docs(spec: Spec) -> list[str]:
     for tensor in spec.inputs:
         shape = f"[{', '.join(tensor.shape)}]" if tensor.shape else "any shape (the inputs broadcast together)"
         dtypes = ", ".join(tensor.dtypes)
-        same = f" (same dtype as {tensor.dtype_source})" if tensor.dtype_source != tensor.name else ""
-        lines.append(f"    {tensor.name}: tensor {shape}, {dtypes}{same}.")
+        same = f" (same dtype as {spec.input(tensor.dtype_source).public})" \
+            if tensor.dtype_source != tensor.name else ""
+        lines.append(f"    {tensor.public}: tensor {shape}, {dtypes}{same}.")
     for scalar in spec.scalars:
         default = "required" if scalar.default is None else f"default {scalar.default!r}"
-        lines.append(f"    {scalar.name}: {scalar.type} scalar, {default}.")
-    names = ", ".join(t.name for t in spec.outputs)
+        lines.append(f"    {scalar.public}: {scalar.type} scalar, {default}.")
+    names = ", ".join(t.public for t in spec.outputs)
     if len(spec.outputs) == 1:
         lines.append(f"    out: optional tensor to write {names} into.")
     else:
@@ -125,12 +132,14 @@ def _common(spec: Spec, header: str) -> dict:
         scalar_names="".join(f"{s.name}, " for s in spec.scalars).rstrip(" "),
         call_args=", ".join([t.name for t in spec.inputs] + [s.name for s in spec.scalars]),
         compute_params=", ".join([t.name for t in spec.inputs] + [s.name for s in spec.scalars]),
+        # The public wrapper's own parameters: the spec's names.
+        public_call_args=", ".join([t.public for t in spec.inputs] + [s.public for s in spec.scalars]),
         input_args=", ".join(t.name for t in spec.inputs),
-        named_inputs=", ".join(f"{t.name}={t.name}" for t in spec.inputs),
+        named_inputs=", ".join(f"{t.public}={t.name}" for t in spec.inputs),
         typed_params=_typed_params(spec),
         return_type="torch.Tensor" if len(spec.outputs) == 1 else
         "tuple[" + ", ".join("torch.Tensor" for _ in spec.outputs) + "]",
-        input_pairs="[" + ", ".join(f'("{t.name}", {t.name})' for t in spec.inputs) + "]",
+        input_pairs=f"[{_named_pairs(spec.inputs)}]",
     )
 
 
@@ -223,8 +232,7 @@ def elementwise_context(spec: Spec, header: str) -> dict:
     checks = _input_checks(spec, {})
     if len(inputs) > 1:
         # Inputs broadcast as in PyTorch, read through stride-0 views (nothing is materialized).
-        pairs = ", ".join(f'("{name}", {name})' for name in inputs)
-        checks.append(f'_broadcast = rt.broadcast_shape("{spec.op}", [{pairs}])')
+        checks.append(f'_broadcast = rt.broadcast_shape("{spec.op}", [{_named_pairs(spec.inputs)}])')
         checks.append("if _broadcast is not None:")
         checks.append(f"    {', '.join(inputs)} = {', '.join(f'{name}.expand(_broadcast)' for name in inputs)}")
     if exact:
@@ -348,12 +356,12 @@ def matmul_context(spec: Spec, header: str) -> dict:
     ndims = {t.name: len(t.shape) for t in spec.inputs}
     checks = _input_checks(spec, ndims)
     for operand in (a, b):  # the interpreter's bfloat16 dot is wrong: refuse it
-        checks.append(f'rt.check_interpretable("{spec.op}", "{operand.name}", {operand.name}, matmul=True)')
+        checks.append(f'rt.check_interpretable("{spec.op}", "{operand.public}", {operand.name}, matmul=True)')
     size_source = {m: f"{a.name}.shape[0]", n: f"{b.name}.shape[1]", k: f"{a.name}.shape[1]"}
-    checks.append(f'rt.check_dim("{spec.op}", "{b.name}", {b.name}, 0, {size_source[k]}, "{k}")')
+    checks.append(f'rt.check_dim("{spec.op}", "{b.public}", {b.name}, 0, {size_source[k]}, "{k}")')
     for extra in extras:
         for dim, axis in enumerate(extra.shape):
-            checks.append(f'rt.check_dim("{spec.op}", "{extra.name}", {extra.name}, {dim}, {size_source[axis]}, '
+            checks.append(f'rt.check_dim("{spec.op}", "{extra.public}", {extra.name}, {dim}, {size_source[axis]}, '
                           f'"{axis}")')
     after = [f"{m}, {k} = {a.name}.shape", f"{n} = {b.name}.shape[1]"]
     tiles = {t.axis: t for t in spec.tiles}

@@ -9,17 +9,33 @@ from .expressions import Expression
 
 @dataclass(frozen=True)
 class TensorSpec:
+    """An input or output. `name` is its identifier in generated code (see naming.py)."""
+
     name: str
     dtypes: tuple[str, ...]          # accepted dtypes, after resolving references
     dtype_source: str                # the input whose dtype this one follows (itself for a root)
     shape: tuple[str, ...] | None    # axis symbols, or None for "any rank" (elementwise)
+    label: str = ""                  # the name the spec gives it, where `name` had to differ
+
+    @property
+    def public(self) -> str:
+        """The name users see: the wrapper's parameter, error messages, docs."""
+        return self.label or self.name
 
 
 @dataclass(frozen=True)
 class ScalarSpec:
+    """A scalar argument. `name` is its identifier in generated code (see naming.py)."""
+
     name: str
     type: str                        # "float" or "int"
     default: float | int | None
+    label: str = ""                  # the name the spec gives it, where `name` had to differ
+
+    @property
+    def public(self) -> str:
+        """The wrapper's keyword for it, as the spec names it."""
+        return self.label or self.name
 
 
 @dataclass(frozen=True)

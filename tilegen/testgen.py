@@ -44,25 +44,28 @@ def _scalar_test_value(scalar) -> str:
 def _common(spec: Spec, header: str, package: str) -> dict:
     lines, result = _oracle(spec)
     scalars = [s for s in spec.scalars]
-    followers = [t.name for t in spec.inputs[1:] if t.dtype_source == spec.inputs[0].dtype_source]
+    followers = [t for t in spec.inputs[1:] if t.dtype_source == spec.inputs[0].dtype_source]
     return dict(
         header=header, package=package, op=spec.op,
         dtypes_literal=", ".join(DTYPES[d].torch for d in spec.inputs[0].dtypes),
         first_dtype=DTYPES[spec.inputs[0].dtypes[0]].torch,
         input_names=[t.name for t in spec.inputs],
+        input_labels=[t.public for t in spec.inputs],
         input_dtype_exprs=_dtype_exprs(spec, spec.inputs),
         output_dtype_exprs=_dtype_exprs(spec, spec.outputs),
-        reference_params=", ".join([t.name for t in spec.inputs] + [
-            f"{s.name}={s.default!r}" if s.default is not None else f"{s.name}={_scalar_test_value(s)}"
-            for s in scalars]),
+        # Scalars arrive as the wrapper takes them: keywords named as in the spec.
+        reference_params=", ".join([t.name for t in spec.inputs] + (["**scalars"] if scalars else [])),
         reference_lines=lines,
         reference_result=result,
         single_output=len(spec.outputs) == 1,
         as_tuple_got="(got,)" if len(spec.outputs) == 1 else "got",
         as_tuple_want="(want,)" if len(spec.outputs) == 1 else "want",
-        scalars=[dict(name=s.name, type=s.type) for s in scalars],
-        scalar_values=", ".join(f'"{s.name}": {_scalar_test_value(s)}' for s in scalars),
-        follower=followers[0] if followers else "",
+        scalars=[dict(name=s.name, label=s.public, type=s.type,
+                      default=repr(s.default) if s.default is not None else _scalar_test_value(s))
+                 for s in scalars],
+        scalar_values=", ".join(f'"{s.public}": {_scalar_test_value(s)}' for s in scalars),
+        follower=followers[0].name if followers else "",
+        follower_label=followers[0].public if followers else "",
         positive=_positive_domain(spec),
     )
 
@@ -123,7 +126,8 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
     ctx.update(
         a=a.name, b=b.name, m=m, n=n, k=k,
         bm=spec.tile(m).block, bn=spec.tile(n).block,
-        extras=[dict(name=t.name, shape_expr=_extra_shape(t.shape, m, n)) for t in extras],
+        a_label=a.public, b_label=b.public,
+        extras=[dict(name=t.name, label=t.public, shape_expr=_extra_shape(t.shape, m, n)) for t in extras],
         shapes_literal=_shape_literal(dict.fromkeys(shapes)),
         empty_literal=_shape_literal(empty),
         odd_shape=fit(127, 65, 129),

@@ -13,6 +13,7 @@ import re
 from .dtypes import ACCUMULATE_DTYPES, DTYPES, MATMUL_DTYPES, PRECISIONS
 from .errors import ErrorLog
 from .expressions import Expression, ExpressionError, parse_expression
+from .naming import RESERVED, identifiers
 from .spec import ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec
 from .yaml_source import Document
 
@@ -31,25 +32,12 @@ VALUE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 AXIS_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,30}$")
 BLOCK_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,30}$")
 
-# Names the generated code uses itself; a spec may not shadow them.
-# Identifiers the generated op modules (kernels, wrappers, module level) use besides the spec's
-# names: a spec name equal to one would shadow it, and some would compute silently wrong numbers
-# (a scalar named `rest` in the strided kernel's index math). tests/test_build.py renders every
-# example spec and fails if the templates use an identifier missing here.
-TEMPLATE_NAMES = frozenset({
-    "acc", "arrived", "cells", "compute", "count_ptr", "finishing", "group_id", "group_size_m",
-    "i_0", "i_1", "i_2", "i_3", "in_bounds", "k", "k_first", "k_left", "k_stop", "k_whole", "mask",
-    "numel", "offsets", "other", "out", "partial_ptr", "per_split", "pid", "rest", "result", "rt",
-    "size_1", "size_2", "size_3", "split", "tile", "tile_ptr", "tl", "torch", "triton", "first_pid_m",
-    "saved_ptr", "keep_acc", "acc_ptr",
-})
-# Python builtins the generated package calls (its tests and benchmarks included).
-BUILTIN_NAMES = frozenset({"dict", "enumerate", "float", "int", "isinstance", "len", "list", "max", "min", "range",
-                           "set", "str", "sum", "tuple", "type", "zip", "any", "all", "abs", "bool"})
-RESERVED_VALUE_NAMES = TEMPLATE_NAMES | BUILTIN_NAMES | frozenset({
-    "math", "grid", "config", "tests", "bench", "self", "cls", "none", "true", "false", "pytest",
-})
-RESERVED_VALUE_PREFIXES = ("stride_", "offs_", "mask_", "num_", "pid_", "tilegen")
+# Value names the spec language or the public wrapper gives a meaning: `acc` is the matmul
+# accumulator in epilogues, `out` the wrapper's keyword for output tensors. Any other name works:
+# generated code renames values that collide with its own identifiers (naming.py).
+LANGUAGE_NAMES = frozenset({"acc", "out"})
+# An op name is a module and the public function in it: it may not shadow what the module uses.
+RESERVED_OP_NAMES = RESERVED | {"generated", "support", "route", "is_compiling", "sum_split_k"}
 RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "NUM_SMS", "DOT_PRECISION", "EPILOGUE", "SAVE_ACC"})
 RESERVED_BLOCK_PREFIXES = ("EVEN_", "MASK_", "HAS_", "OUT_", "IN_")
 MAX_SIZES = 8
@@ -139,9 +127,11 @@ class _Validator:
         if not isinstance(name, str) or not VALUE_NAME.match(name):
             self.error(key, f"{_show(name)} is not a valid name", f"must match {VALUE_NAME.pattern}")
             return False
-        if keyword.iskeyword(name) or name in RESERVED_VALUE_NAMES or name.startswith(RESERVED_VALUE_PREFIXES) \
-                or name in DTYPES:
-            self.error(key, f"name {name!r} is reserved: the generated code uses it", "choose another name")
+        if keyword.iskeyword(name) or name in LANGUAGE_NAMES or name in DTYPES:
+            what = "a Python keyword" if keyword.iskeyword(name) else \
+                "a dtype" if name in DTYPES else "the wrapper's output keyword" if name == "out" else \
+                "the accumulator in epilogues"
+            self.error(key, f"name {name!r} is reserved: it is {what}", "choose another name")
             return False
         if name in taken:
             self.error(key, f"name {name!r} is already used by {taken[name]}")
@@ -176,14 +166,24 @@ class _Validator:
         bench_shapes = self.shape_list("bench", kind)
         if self.failed or op is None or kind is None:
             return None
-        resolved_inputs = tuple(TensorSpec(n, *dtypes[n], s) for n, s in inputs.items())
-        resolved_outputs = tuple(TensorSpec(n, *dtypes[n], s) for n, s in outputs.items())
+        # Generated code writes each value as its identifier; the spec's names stay as labels.
+        ident = identifiers([*inputs, *outputs, *scalars], op)
+
+        def tensor(name, shape):
+            accepted, source = dtypes[name]
+            return TensorSpec(ident[name], accepted, ident.get(source, source), shape, label=name)
+
+        def renamed(entries):
+            return tuple((ident[name], expression.renamed(ident)) for name, expression in entries)
+
         return Spec(
             path=self.doc.path, op=op, kind=kind, doc=doc,
-            inputs=resolved_inputs, outputs=resolved_outputs, scalars=tuple(scalars.values()),
-            body=body, accumulate=policy[0], compute=policy[1], precision=policy[2],
+            inputs=tuple(tensor(n, s) for n, s in inputs.items()),
+            outputs=tuple(tensor(n, s) for n, s in outputs.items()),
+            scalars=tuple(ScalarSpec(ident[s.name], s.type, s.default, label=s.name) for s in scalars.values()),
+            body=renamed(body), accumulate=policy[0], compute=policy[1], precision=policy[2],
             tiles=tiles, masks=masks, group_m=group_m, split_k=split_k, launch=launch, configs=configs,
-            test_shapes=test_shapes, bench_shapes=bench_shapes, reference=reference,
+            test_shapes=test_shapes, bench_shapes=bench_shapes, reference=renamed(reference),
         )
 
     def op_name(self) -> str | None:
@@ -193,8 +193,9 @@ class _Validator:
         op = self.string("op", self.data["op"], OP_NAME, "op name")
         if op is None:
             return None
-        if keyword.iskeyword(op) or keyword.issoftkeyword(op) or op.startswith("_") or op in RESERVED_VALUE_NAMES:
-            self.error("op", f"{op!r} is reserved", "a name that is not a Python keyword or tilegen module")
+        if keyword.iskeyword(op) or keyword.issoftkeyword(op) or op.startswith("_") or op in RESERVED_OP_NAMES:
+            self.error("op", f"{op!r} is reserved: the op's generated module uses it",
+                       "a name that is not a Python keyword or builtin, nor one tilegen's modules use")
             return None
         return op
 

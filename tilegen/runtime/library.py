@@ -44,7 +44,7 @@ def wants_grad(values):
     return torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
 
 
-def refuse_out_with_grad(op, out, **tensors):
+def refuse_out_with_grad(op, out, /, **tensors):
     """out= writes into a tensor autograd does not track: refused where an input requires grad
     (as PyTorch's own out= variants do), rather than returning a result detached from its inputs."""
     if out is None or not torch.is_grad_enabled():
@@ -55,7 +55,7 @@ def refuse_out_with_grad(op, out, **tensors):
                                "requires grad; call it without out=, or under torch.no_grad()")
 
 
-def refuse_functorch(op, **tensors):
+def refuse_functorch(op, /, **tensors):
     """torch.func's transforms (grad, vmap, jvp, jacrev) wrap tensors in ways Triton's kernels
     cannot read: refused with one error naming the op, rather than an error from deep inside."""
     if torch.compiler.is_compiling():  # traced tensors are never torch.func's
