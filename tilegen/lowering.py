@@ -146,8 +146,13 @@ def _common(spec: Spec, header: str) -> dict:
 def _typed_params(spec: Spec) -> str:
     """The registered op's parameters, annotated as torch.library infers its schema from them."""
     params = [f"{t.name}: torch.Tensor" for t in spec.inputs]
-    for scalar in spec.scalars:
-        default = "" if scalar.default is None else f" = {scalar.default!r}"
+    # Positional parameters: only the trailing run of scalars with defaults keeps them (the
+    # public wrapper takes scalars as keywords, in any order).
+    trailing = len(spec.scalars)
+    while trailing and spec.scalars[trailing - 1].default is not None:
+        trailing -= 1
+    for index, scalar in enumerate(spec.scalars):
+        default = "" if index < trailing else f" = {scalar.default!r}"
         params.append(f"{scalar.name}: {scalar.type}{default}")
     return ", ".join(params)
 
