@@ -25,7 +25,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 # Names the templates use (kernel locals, wrapper locals, modules, builtins), and names derived
 # from other values' (pointers, strides, out= tensors).
-HOSTILE = sorted(RESERVED - {"acc", "out"}) + ["a_ptr", "x_out", "stride_x_0", "x_offsets", "k_ptr"]
+HOSTILE = sorted(RESERVED - {"acc", "out"}) + ["a_ptr", "x_out", "stride_x_0", "x_offsets", "k_ptr", "plan", "launch"]
 
 
 def test_plain_names_are_kept():
@@ -152,15 +152,18 @@ def _check_matmul(module, op, a, bias, alpha):
 
 
 @needs_backend
-def test_names_the_templates_use_compute_right(tmp_path):
-    """The names the validator used to refuse: kernel locals (rest, i_0, k_first, group_id),
-    modules and builtins (rt, torch, len, type), wrapper locals (result, plan)."""
-    module = _build(tmp_path, {
-        "named_ew": _elementwise("named_ew", "rt", "len", "result", "rest", "i_0"),
-        "named_mm": _matmul("named_mm", "torch", "tl", "k_first", "type", "group_id"),
-    })
-    _check_elementwise(module, "named_ew", "rt", "len", "rest", "i_0")
-    _check_matmul(module, "named_mm", "torch", "k_first", "group_id")
+@pytest.mark.parametrize("ew, mm", [
+    (("rt", "len", "result", "rest", "i_0"), ("torch", "tl", "group_id", "type", "k_first")),
+    (("type", "torch", "plan", "i_1", "size_1"), ("rt", "len", "k_first", "launch", "group_id")),
+    (("x", "x_ptr", "layout", "numel", "offsets"), ("a", "stride_a_0", "a_out", "c", "k")),
+])
+def test_names_the_templates_use_compute_right(tmp_path, ew, mm):
+    """The names the validator used to refuse or that broke calls: kernel locals as scalars
+    (rest, i_0, k_first, group_id, k), modules and builtins as inputs (rt, torch, len, type),
+    wrapper locals as outputs (result, plan, launch, layout), another value's derived names."""
+    module = _build(tmp_path, {"named_ew": _elementwise("named_ew", *ew), "named_mm": _matmul("named_mm", *mm)})
+    _check_elementwise(module, "named_ew", ew[0], ew[1], ew[3], ew[4])
+    _check_matmul(module, "named_mm", mm[0], mm[2], mm[4])
 
 
 @needs_backend
