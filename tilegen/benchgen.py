@@ -11,6 +11,8 @@ from .testgen import _dtype_exprs, _positive_domain, _scalar_test_value
 MATMUL_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
                  (16, 4096, 4096), (128, 4096, 4096), (4096, 11008, 4096), (1025, 769, 513)]
 ELEMENTWISE_SHAPES = [(1 << p,) for p in range(12, 29, 2)]
+# The last axis of the default shapes of elementwise ops whose inputs broadcast along it.
+HIDDEN = 4096
 BENCH_DTYPES = {"matmul": ("float16", "bfloat16"), "elementwise": ("float16", "bfloat16", "float32")}
 
 
@@ -45,9 +47,14 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
                    input_shape_exprs=[_tuple_source([shape_of[x] for x in t.shape]) for t in spec.inputs])
     else:
         axis = (spec.tiles[0].axis,)
-        shapes = [spec.fit_to_blocks(axis, s, min) if len(s) == 1 else s
-                  for s in ELEMENTWISE_SHAPES + list(spec.bench_shapes)]
-        ctx.update(small_shape=spec.fit_to_blocks(axis, (4096,), min), input_shape_exprs=[])
+        defaults = ELEMENTWISE_SHAPES
+        if spec.broadcast_axes() is not None:
+            # Declared shapes broadcast along the last axis: rows of a model's hidden size.
+            defaults = [(max(n // HIDDEN, 1), min(n, HIDDEN)) for (n,) in ELEMENTWISE_SHAPES]
+        shapes = [spec.fit_rank(spec.fit_to_blocks(axis, s, min) if len(s) == 1 else s)
+                  for s in defaults + list(spec.bench_shapes)]
+        ctx.update(small_shape=spec.fit_rank(spec.fit_to_blocks(axis, (4096,), min)),
+                   input_shape_exprs=spec.input_shape_exprs())
     ctx["shapes_literal"] = ", ".join(repr(tuple(s)) for s in dict.fromkeys(shapes))
     return ctx
 

@@ -235,6 +235,11 @@ def elementwise_context(spec: Spec, header: str) -> dict:
     warps = _fixed_or(spec, "num_warps", spec.configs.num_warps)
     outs, prelude, result = _output_context(spec)
     checks = _input_checks(spec, {})
+    declared = [t for t in spec.inputs if t.shape is not None]
+    if declared:
+        # Shapes the spec declares: ranks, and one size per named axis, checked before broadcasting.
+        entries = ", ".join(f'("{t.public}", {t.name}, {tuple(t.shape)!r})' for t in declared)
+        checks.append(f'rt.check_axes("{spec.op}", [{entries}])')
     if len(inputs) > 1:
         # Inputs broadcast as in PyTorch, read through stride-0 views (nothing is materialized).
         checks.append(f'_broadcast = rt.broadcast_shape("{spec.op}", [{_named_pairs(spec.inputs)}])')

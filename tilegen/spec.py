@@ -87,6 +87,43 @@ class Spec:
     def input(self, name: str) -> TensorSpec:
         return next(t for t in self.inputs if t.name == name)
 
+    def broadcast_axes(self) -> tuple[str, ...] | None:
+        """An elementwise op's output axes where its inputs declare shapes ("..." first for any
+        leading axes; the validator checked the inputs line up with them), else None."""
+        declared = [t.shape for t in self.inputs if t.shape is not None]
+        if not declared:
+            return None
+        longest = max((fixed_axes(shape) for shape in declared), key=len)
+        return (("...",) if any(shape[:1] == ("...",) for shape in declared) else ()) + longest
+
+    def fit_rank(self, shape) -> tuple[int, ...]:
+        """`shape` made a valid output shape for the declared axes: ones prepended up to their
+        rank, and, without "...", leading sizes merged down to it (the element count is kept)."""
+        shape = tuple(shape)
+        axes = self.broadcast_axes()
+        if axes is None:
+            return shape
+        rank = len(fixed_axes(axes))
+        if len(shape) < rank:
+            shape = (1,) * (rank - len(shape)) + shape
+        if axes[:1] != ("...",) and len(shape) > rank:
+            merged = 1
+            for size in shape[:len(shape) - rank + 1]:
+                merged *= size
+            shape = (merged,) + shape[len(shape) - rank + 1:]
+        return shape
+
+    def input_shape_exprs(self, shape: str = "shape") -> list[str]:
+        """Python expressions of each input's shape when the output's is `shape`: the whole of it,
+        or its last axes where the input declares fewer."""
+        exprs = []
+        for tensor in self.inputs:
+            if tensor.shape is None or tensor.shape[:1] == ("...",):
+                exprs.append(f"tuple({shape})")
+            else:
+                exprs.append(f"tuple({shape}[len({shape}) - {len(tensor.shape)}:])")
+        return exprs
+
     def output_expressions(self) -> dict[str, Expression]:
         """Each output's expression for oracles: `reference` where given, else compute/epilogue."""
         return {**dict(self.body), **dict(self.reference)}
@@ -114,3 +151,8 @@ class MatmulParts:
     n: str
     k: str
     extras: tuple[TensorSpec, ...]
+
+
+def fixed_axes(shape: tuple[str, ...]) -> tuple[str, ...]:
+    """The named axes of a declared shape, without a leading "..."."""
+    return shape[1:] if shape[:1] == ("...",) else shape

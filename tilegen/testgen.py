@@ -86,24 +86,42 @@ def _shape_literal(shapes) -> str:
 
 def elementwise_test_context(spec: Spec, header: str, package: str) -> dict:
     ctx = _common(spec, header, package)
+    ctx.update(_elementwise_shapes(spec))
+    fit = spec.fit_rank  # every shape below, made valid for the axes the spec declares
     tile = spec.tiles[0]
     never = spec.mask(tile.axis) == "never"
     if never:
         big = max(tile.sizes)
         shapes = [(4 * big,), (big,), (2, big), (3, 2, big)]
-        ctx.update(layout_shape=(4, big), nan_shape=(big,), out_shape=(big, 2), out_shape_t=(2, big),
-                   scalar_shape=(2 * big,), config_shape=(3 * big,), config_numel=3 * big, bad_shape=(big,),
-                   never_mask=dict(axis=tile.axis, bad_size=big + 1), tiny_shape=(big,),
-                   broadcast_rows=2, broadcast_last=big)
+        ctx.update(layout_shape=fit((4, big)), nan_shape=fit((big,)), out_shape=fit((big, 2)),
+                   scalar_shape=fit((2 * big,)), config_shape=fit((3 * big,)), config_numel=3 * big,
+                   bad_shape=fit((big,)), never_mask=dict(axis=tile.axis, bad_shape=fit((big + 1,))),
+                   tiny_shape=fit((big,)), broadcast_rows=2, broadcast_last=big)
     else:
         shapes = [(1 << 16,), (1,), (1000,), (127, 65), (3, 5, 7, 11)]
-        ctx.update(layout_shape=(37, 129), nan_shape=(257,), out_shape=(100, 3), out_shape_t=(3, 100),
-                   scalar_shape=(1000,), config_shape=(3001,), config_numel=3001, bad_shape=(8,),
-                   never_mask=None, tiny_shape=(3, 5), broadcast_rows=4,
-                   broadcast_last=33)
-    shapes += [s for s in spec.test_shapes if s not in shapes]
-    ctx["shapes_literal"] = _shape_literal(shapes)
+        ctx.update(layout_shape=fit((37, 129)), nan_shape=fit((257,)), out_shape=fit((100, 3)),
+                   scalar_shape=fit((1000,)), config_shape=fit((3001,)), config_numel=3001, bad_shape=fit((8,)),
+                   never_mask=None, tiny_shape=fit((3, 5)), broadcast_rows=4, broadcast_last=33)
+    out_shape = ctx["out_shape"]
+    # The same shape with its last two axes swapped in memory (an out= written through strides).
+    ctx["out_shape_t"] = out_shape[:-2] + (out_shape[-1], out_shape[-2]) if len(out_shape) > 1 else None
+    ctx["empty_shapes"] = _shape_literal(dict.fromkeys(fit(s) for s in [(0,), (3, 0, 5)]))
+    ctx["shapes_literal"] = _shape_literal(dict.fromkeys(fit(s) for s in shapes + list(spec.test_shapes)))
     return ctx
+
+
+def _elementwise_shapes(spec: Spec) -> dict:
+    """How tests shape each input: the whole output shape, or its last axes where the spec
+    declares fewer (a bias [N] beside x [..., N])."""
+    exprs = spec.input_shape_exprs()
+    whole = [i for i, e in enumerate(exprs) if e == "tuple(shape)"]
+    return dict(
+        input_shape_exprs=exprs,
+        declared=any(t.shape is not None for t in spec.inputs),
+        declared_second=len(spec.inputs) > 1 and spec.inputs[1].shape is not None,
+        # An input with the output's shape (out= may not share its memory).
+        whole_input=whole[0] if whole else 0,
+    )
 
 
 def matmul_test_context(spec: Spec, header: str, package: str) -> dict:

@@ -14,7 +14,7 @@ from .dtypes import ACCUMULATE_DTYPES, DTYPES, MATMUL_DTYPES, PRECISIONS
 from .errors import ErrorLog
 from .expressions import Expression, ExpressionError, parse_expression
 from .naming import RESERVED, identifiers
-from .spec import ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec
+from .spec import ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec, fixed_axes
 from .yaml_source import Document
 
 KINDS = ("elementwise", "matmul")
@@ -232,18 +232,27 @@ class _Validator:
                 continue
             shape = None
             if "shape" in entry:
-                shape = self.axes(f"{key}.shape", entry["shape"])
+                shape = self.axes(f"{key}.shape", entry["shape"], leading=kind == "elementwise")
             elif kind == "matmul":
                 self.error(key, "missing required key 'shape'", "a list of axis symbols such as [M, K]")
             out[name] = shape
         return out
 
-    def axes(self, key: str, value) -> tuple[str, ...] | None:
+    def axes(self, key: str, value, leading: bool = False) -> tuple[str, ...] | None:
+        """Axis symbols; with `leading` (elementwise), a first "..." stands for any leading axes."""
         if not isinstance(value, list) or not value or len(value) > 8:
             self.error(key, f"expected a list of 1 to 8 axis symbols, got {_show(value)}")
             return None
         axes = []
         for index, axis in enumerate(value):
+            if axis == "..." and index == 0 and leading:
+                axes.append(axis)
+                continue
+            if axis == "...":
+                where = "first" if leading else "an elementwise op's first"
+                self.error(f"{key}.{index}", "'...' (any leading axes) may only come as the " + where + " item",
+                           "[..., N], [M, N] or [N]")
+                return None
             if not isinstance(axis, str) or not AXIS_NAME.match(axis):
                 self.error(f"{key}.{index}", f"{_show(axis)} is not an axis symbol",
                            f"uppercase, must match {AXIS_NAME.pattern}")
@@ -512,10 +521,7 @@ class _Validator:
     def structure(self, kind, inputs: dict, outputs: dict):
         """Kind-specific shape rules: same shapes for elementwise, [M,K] @ [K,N] for matmul."""
         if kind == "elementwise":
-            shapes = {s for s in list(inputs.values()) + list(outputs.values())}
-            if len(shapes) > 1:
-                self.error("inputs", "elementwise tensors must all have the same shape (or none)",
-                           "give every tensor the same shape list, or omit shape")
+            self.elementwise_shapes(inputs, outputs)
             return None
         if kind != "matmul" or not outputs or not inputs:
             return None
@@ -552,6 +558,33 @@ class _Validator:
                 self.error(f"inputs.{name}.shape", f"an epilogue input must be indexed by output axes, "
                            f"got {list(shape or ())}", f"[{n}], [{m}] or [{m}, {n}]")
         return m, n, k
+
+    def elementwise_shapes(self, inputs: dict, outputs: dict) -> None:
+        """Declared elementwise shapes broadcast as in PyTorch: axes line up from the last, so each
+        input's axes are the last ones of the broadcast shape (the longest input's, "..." first
+        where any input has it), and a declared output has that shape."""
+        declared = {name: shape for name, shape in inputs.items() if shape is not None}
+        if not declared:
+            for name, shape in outputs.items():
+                if shape is not None:
+                    self.error(f"outputs.{name}.shape", "an output shape needs input shapes to follow",
+                               "declare the inputs' shapes too, or omit it")
+            return
+        fixed = fixed_axes
+        longest = max(declared.values(), key=lambda shape: len(fixed(shape)))
+        full = fixed(longest)
+        if any(shape[:1] == ("...",) for shape in declared.values()):
+            full = ("...",) + full
+        for name, shape in declared.items():
+            axes = fixed(shape)
+            if full[len(full) - len(axes):] != axes:
+                self.error(f"inputs.{name}.shape", f"axes {list(shape)} do not line up with {list(full)} "
+                           f"from the last (shapes broadcast as in PyTorch)",
+                           f"the last axes of {list(full)}, e.g. {list(full[-1:])}")
+        for name, shape in outputs.items():
+            if shape is not None and shape != full:
+                self.error(f"outputs.{name}.shape", f"an elementwise output has the inputs' broadcast shape "
+                           f"{list(full)}, got {list(shape)}", f"{list(full)}, or omit it")
 
     def body(self, kind, inputs: dict, outputs: dict, scalars: dict) -> tuple[tuple[str, Expression], ...]:
         section = "compute" if kind == "elementwise" else "epilogue"

@@ -65,6 +65,25 @@ def broadcast_shape(op, named):
     return None if all(tuple(value.shape) == shape for _, value in named) else shape
 
 
+def check_axes(op, declared):
+    """Tensors against the shapes their spec declares: `declared` is [(name, tensor, axes)] with
+    axes such as ("...", "N"): "..." stands for any leading axes, and a named axis has one size in
+    every tensor that names it (axes line up from the last, as PyTorch broadcasts). Raises
+    ValueError naming the op, the argument, the axis and the sizes."""
+    sizes = {}
+    for name, value, axes in declared:
+        fixed = axes[1:] if axes[:1] == ("...",) else axes
+        if value.dim() < len(fixed) or (len(fixed) == len(axes) and value.dim() != len(axes)):
+            shown = "[" + ", ".join(axes) + "]"
+            raise ValueError(f"{op}: argument '{name}' has shape {tuple(value.shape)}, but the spec declares "
+                             f"{shown} ({'at least ' if len(fixed) < len(axes) else ''}{len(fixed)}-D)")
+        for axis, size in zip(fixed, value.shape[value.dim() - len(fixed):]):
+            first = sizes.setdefault(axis, (name, size))
+            if first[1] != size:
+                raise ValueError(f"{op}: argument '{name}' has size {size} on axis {axis}, but '{first[0]}' "
+                                 f"has {first[1]} (the spec names both {axis})")
+
+
 def check_dim(op, name, value, dim, size, axis):
     if value.shape[dim] != size:
         raise ValueError(f"{op}: argument '{name}' has size {value.shape[dim]} on axis {axis} "

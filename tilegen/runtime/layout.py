@@ -54,8 +54,13 @@ def collapse(shape, strides_per_tensor):
     return sizes, strides
 
 
-def pad_front(values, rank, fill):
-    return [fill] * (rank - len(values)) + list(values)
+def pad_after_first(values, rank, fill):
+    """`values` of a collapsed layout padded to `rank` dims by size-1 (or stride-0) dims after
+    the first: the strided kernel finds index 0 by a division, the others by a division and a
+    remainder each, and Triton specializes arguments equal to 1, so each padded dim costs
+    nothing, where padded in front the first dim would cost a remainder and a division more."""
+    values = list(values)
+    return values[:1] + [fill] * (rank - len(values)) + values[1:]
 
 
 def stride_factor(stride):

@@ -14,7 +14,7 @@ from .callpath import CallPath
 from .configs import ConfigChooser
 from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
-from .layout import (MAX_STRIDED_RANK, collapse, described, k_rows_load_wide, needs_int64, pad_front,
+from .layout import (MAX_STRIDED_RANK, collapse, described, k_rows_load_wide, needs_int64, pad_after_first,
                      size_factor, stride_factor, tma_loads_fit)
 from .schema import bucket
 
@@ -111,8 +111,8 @@ class ElementwiseOp(Op):
         if layout is None:
             return self.kernel.launch(grid, (*tensors, *scalars, numel), varying, constexprs, config["num_warps"])
         sizes, strides = layout
-        sizes = pad_front(sizes, MAX_STRIDED_RANK, 1)
-        flat_strides = [s for per_tensor in strides for s in pad_front(per_tensor, MAX_STRIDED_RANK, 0)]
+        sizes = pad_after_first(sizes, MAX_STRIDED_RANK, 1)
+        flat_strides = [s for per_tensor in strides for s in pad_after_first(per_tensor, MAX_STRIDED_RANK, 0)]
         args = (*tensors, *scalars, numel, *sizes[1:], *flat_strides)
         return self.strided_kernel.launch(grid, args, varying, constexprs, config["num_warps"])
 
