@@ -530,6 +530,21 @@ def test_broadcast_shape_follows_pytorch_and_names_what_does_not_broadcast():
                                "of 'a', 'b', broadcast together; shapes broadcast as in PyTorch)")
 
 
+def test_declared_axes_are_checked_by_rank_and_size_naming_both_arguments():
+    x, bias = torch.empty(4, 8, 16), torch.empty(16)
+    rt.check_axes("bias_gelu", [("x", x, ("...", "N")), ("bias", bias, ("N",))])
+    rt.check_axes("bias_gelu", [("x", torch.empty(16), ("...", "N")), ("bias", bias, ("N",))])
+    rt.check_axes("mix", [("x", torch.empty(3, 5), ("M", "N")), ("y", torch.empty(5), ("N",))])
+    with pytest.raises(ValueError) as info:
+        rt.check_axes("bias_gelu", [("x", x, ("...", "N")), ("bias", torch.empty(15), ("N",))])
+    assert str(info.value) == "bias_gelu: argument 'bias' has size 15 on axis N, but 'x' has 16 (the spec names both N)"
+    with pytest.raises(ValueError, match=r"argument 'bias' has shape \(2, 16\), but the spec declares \[N\] \(1-D\)"):
+        rt.check_axes("bias_gelu", [("x", x, ("...", "N")), ("bias", torch.empty(2, 16), ("N",))])
+    with pytest.raises(ValueError, match=r"argument 'x' has shape \(\), but the spec declares \[\.\.\., N\] "
+                                         r"\(at least 1-D\)"):
+        rt.check_axes("bias_gelu", [("x", torch.empty(()), ("...", "N")), ("bias", bias, ("N",))])
+
+
 def test_torch_func_transforms_are_refused_naming_the_op_and_argument():
     import generated
 

@@ -249,8 +249,8 @@ class _Validator:
                 axes.append(axis)
                 continue
             if axis == "...":
-                where = "first" if leading else "an elementwise op's first"
-                self.error(f"{key}.{index}", "'...' (any leading axes) may only come as the " + where + " item",
+                where = "the first item" if leading else "an elementwise op's first item"
+                self.error(f"{key}.{index}", f"'...' (any leading axes) may only come as {where}",
                            "[..., N], [M, N] or [N]")
                 return None
             if not isinstance(axis, str) or not AXIS_NAME.match(axis):
