@@ -119,6 +119,24 @@ def test_a_learned_call_is_served_with_fresh_outputs_and_its_own_values(module):
     assert isinstance(table(a2, b2, 0.5), torch.Tensor) and table.hits == 1
 
 
+def test_a_view_of_an_argument_starting_where_it_does_reads_the_arguments_pointer(module):
+    """A broadcast input is launched as an expanded view: later calls read their own argument's
+    pointer in its place, where a tensor the call does not pass is held (and read again)."""
+    table = table_with(module)
+    x, row = torch.randn(4, 5), torch.randn(5)
+    out = torch.empty(4, 5)
+    plan = empty_plan(module, "pppi", 3, (20,))
+    assert table.learn((x, row), (x, row.expand(4, 5), out), plan, 0, out, 77) is True
+    x2, row2 = torch.randn(4, 5), torch.randn(5)
+    got, filled = table.explain(x2, row2)
+    assert filled_values(module, filled)[:3] == (x2.data_ptr(), row2.data_ptr(), got.data_ptr())
+    # A view starting elsewhere (a slice past the first element) is not the argument's pointer.
+    table.forget()
+    held = torch.randn(6)[1:]
+    assert table.learn((x, row), (x, held, out), plan, 0, out, 77) is True
+    assert filled_values(module, table.explain(x2, row2)[1])[1] == held.data_ptr()
+
+
 class Traced(torch.Tensor):
     """A tensor subclass: torch functions on it may do anything, so it takes the Python path."""
 
@@ -452,11 +470,14 @@ def _gpu_cases():
         ("matmul_bias_gelu", [(100, 64), (64, 96), (96,)], same, {}, lambda a, b, bias: F.gelu(a @ b + bias)),
         ("matmul_residual_scaled", [(128, 256), (256, 128), (128, 128)], same, dict(alpha=0.5, beta=2.0),
          lambda x, w, r: 0.5 * (x @ w) + 2.0 * r),
+        # Broadcast calls: the row is launched as a stride-0 view of the argument.
+        ("scaled_silu_mul", [(130, 96), (96,)], same, dict(alpha=0.5), lambda a, b: 0.5 * F.silu(a) * b),
+        ("bias_gelu", [(3, 130, 96), (96,)], same, {}, lambda x, bias: F.gelu(x + bias)),
     ]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled call path launches on a GPU only")
-@pytest.mark.parametrize("case", range(11))
+@pytest.mark.parametrize("case", range(13))
 def test_repeat_calls_are_served_compiled_and_stay_right(case):
     import generated as ops
     from generated.tests import _support as s

@@ -240,6 +240,9 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         # Shapes the spec declares: ranks, and one size per named axis, checked before broadcasting.
         entries = ", ".join(f'("{t.public}", {t.name}, {tuple(t.shape)!r})' for t in declared)
         checks.append(f'rt.check_axes("{spec.op}", [{entries}])')
+    # The call as made, for the compiled call path to learn (also where the inputs are expanded
+    # below: it reads the views' pointers from the arguments, their strides from the signature).
+    checks.append(f"_call = ({', '.join(inputs + [s.name for s in spec.scalars])},) if out is None else None")
     if len(inputs) > 1:
         # Inputs broadcast as in PyTorch, read through stride-0 views (nothing is materialized).
         checks.append(f'_broadcast = rt.broadcast_shape("{spec.op}", [{_named_pairs(spec.inputs)}])')
@@ -266,8 +269,6 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         first_input=inputs[0],
         result=result,
         compute_floor=spec.compute or "float32",
-        # A call whose inputs were broadcast launches on views made here: not one to learn.
-        learnable="out is None" + (" and _broadcast is None" if len(inputs) > 1 else ""),
         backward=_elementwise_backward(spec),
     )
     return ctx

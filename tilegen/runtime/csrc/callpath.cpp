@@ -593,6 +593,21 @@ bool find_source(PyObject *value, PyObject *const *given, Py_ssize_t count, cons
         *source = {Source::NULL_POINTER, 0};  /* a pointer the kernel never reads */
         return true;
     }
+    /* A view of an argument that starts where it does (an input expanded to the broadcast shape):
+       its pointer is the argument's; the strides it was read through are the launch's fixed tail,
+       which a call with this signature always computes alike. */
+    if (THPVariable_CheckExact(value)) {
+        const at::Tensor &view = THPVariable_Unpack(value);
+        for (Py_ssize_t k = 0; k < count; k++)
+            if (THPVariable_CheckExact(given[k])) {
+                const at::Tensor &argument = THPVariable_Unpack(given[k]);
+                if (argument.numel() > 0 && view.data_ptr() == argument.data_ptr() &&
+                    view.is_alias_of(argument)) {
+                    *source = {Source::ARGUMENT, static_cast<int>(k)};
+                    return true;
+                }
+            }
+    }
     if (THPVariable_CheckExact(value)) {
         entry.held.push_back(THPVariable_Unpack(value));
         *source = {Source::HELD, static_cast<int>(entry.held.size() - 1)};
