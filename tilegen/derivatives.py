@@ -22,22 +22,42 @@ from dataclasses import dataclass
 from .expressions import Expression, assignments
 
 # A term is a tuple: ("const", value), ("var", name), (operator, *terms), ("pow", term, n),
-# ("call", function, *terms), ("cmp", operator, left, right). Tuples compare and hash by value,
-# so building a term that exists already yields an equal one: common subexpressions are shared.
-Term = tuple
+# ("call", function, *terms), ("cmp", operator, left, right). Every term is built by `_term`,
+# which interns it: building a term that exists already yields that very term, so common
+# subexpressions are one object, and comparing two terms compares their children by identity.
+
+
+class Term(tuple):
+    """An interned term that hashes once: a plain tuple rehashes its whole subtree on every
+    lookup, through every path to a shared subterm, which grows exponentially with depth."""
+
+    def __hash__(self):
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = self.__dict__["_hash"] = tuple.__hash__(self)
+        return cached
+
+
+_INTERNED: dict[Term, Term] = {}
+
+
+def _term(*items) -> Term:
+    term = Term(items)
+    return _INTERNED.setdefault(term, term)
+
 
 _COMPARE_SYMBOLS = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
 _BINARY_NAMES = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
 
-ZERO, ONE = ("const", 0.0), ("const", 1.0)
+ZERO, ONE = _term("const", 0.0), _term("const", 1.0)
 
 
 def const(value: float) -> Term:
-    return ("const", float(value))
+    return _term("const", float(value))
 
 
 def var(name: str) -> Term:
-    return ("var", name)
+    return _term("var", name)
 
 
 def _is_const(term: Term, value: float | None = None) -> bool:
@@ -57,7 +77,7 @@ def add(x: Term, y: Term) -> Term:
         return x
     if y[0] == "neg":
         return sub(x, y[1])
-    return ("add", x, y)
+    return _term("add", x, y)
 
 
 def sub(x: Term, y: Term) -> Term:
@@ -69,7 +89,7 @@ def sub(x: Term, y: Term) -> Term:
         return neg(y)
     if y[0] == "neg":
         return add(x, y[1])
-    return ("sub", x, y)
+    return _term("sub", x, y)
 
 
 def neg(x: Term) -> Term:
@@ -77,7 +97,7 @@ def neg(x: Term) -> Term:
         return const(-x[1])
     if x[0] == "neg":
         return x[1]
-    return ("neg", x)
+    return _term("neg", x)
 
 
 def mul(x: Term, y: Term) -> Term:
@@ -98,8 +118,8 @@ def mul(x: Term, y: Term) -> Term:
     if y[0] == "neg":
         return neg(mul(x, y[1]))
     if _is_const(y):  # constants first: one spelling for c * x and x * c, so they share a term
-        return ("mul", y, x)
-    return ("mul", x, y)
+        return _term("mul", y, x)
+    return _term("mul", x, y)
 
 
 def div(x: Term, y: Term) -> Term:
@@ -109,7 +129,7 @@ def div(x: Term, y: Term) -> Term:
         return x
     if x[0] == "neg":
         return neg(div(x[1], y))
-    return ("div", x, y)
+    return _term("div", x, y)
 
 
 def power(x: Term, n: int) -> Term:
@@ -117,21 +137,21 @@ def power(x: Term, n: int) -> Term:
         return x
     if _is_const(x):
         return const(x[1] ** n)
-    return ("pow", x, n)
+    return _term("pow", x, n)
 
 
 def call(function: str, *args: Term) -> Term:
-    return ("call", function, *args)
+    return _term("call", function, *args)
 
 
 def compare(symbol: str, left: Term, right: Term) -> Term:
-    return ("cmp", symbol, left, right)
+    return _term("cmp", symbol, left, right)
 
 
 def where(condition: Term, x: Term, y: Term) -> Term:
     if x == y:
         return x
-    return ("where", condition, x, y)
+    return _term("where", condition, x, y)
 
 
 def from_tree(node: ast.AST) -> Term:
@@ -341,6 +361,8 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
     """The backward of the outputs `body` ((name, Expression) in spec order) with respect to
     the names `wrt` (the tensors; scalars are left out). Terms used more than once are bound
     once to temporaries `<temp_prefix><i>`; gradients that are the same term are computed once."""
+    _INTERNED.clear()  # terms live for one op's backward: the table never outgrows the largest
+    _INTERNED.update({ZERO: ZERO, ONE: ONE})
     outputs = {name: from_tree(expression.tree.body) for name, expression in body}
     seeds = {name: seed_name(name) for name in outputs}
     grads = gradients(outputs, {name: var(seed) for name, seed in seeds.items()}, wrt)

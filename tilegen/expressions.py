@@ -266,8 +266,12 @@ class _Emitter:
     def emit(self, node: ast.AST) -> str:
         if isinstance(node, ast.Constant):
             value = node.value
-            # Float literals keep float math in fp32 kernels and float64 oracles alike.
-            return repr(float(value)) if self.target != "triton" or isinstance(value, float) else repr(value)
+            # Float literals keep float math in fp32 kernels and float64 oracles alike; in Triton an
+            # int stays an int where it fits 32 bits (Triton cannot represent one past 64, and the
+            # math it meets is float anyway).
+            if self.target == "triton" and isinstance(value, int) and -2**31 <= value < 2**31:
+                return repr(value)
+            return repr(float(value))
         if isinstance(node, ast.Name):
             return self.rename(node.id)
         if isinstance(node, ast.UnaryOp):

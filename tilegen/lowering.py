@@ -13,7 +13,7 @@ from .escaping import docstring_text
 from .derivatives import Backward, differentiate
 from .expressions import assignments
 from .spec import Spec, TensorSpec
-from .runtime import VERSION as RUNTIME_VERSION
+from .schema import RUNTIME_VERSION
 from .tables import load_table, render_table, table_for_spec
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .runtime.schema import BLOCK_FIELDS, CONFIG_FIELDS, FIELD_DEFAULTS, SCHEDULE_FIELDS, rename_blocks
+from .schema import BLOCK_FIELDS, CONFIG_FIELDS, FIELD_DEFAULTS, SCHEDULE_FIELDS, rename_blocks
 from .spec import Spec
 
 TABLE_DIR = Path(__file__).resolve().parent / "tables"

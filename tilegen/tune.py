@@ -15,7 +15,7 @@ from pathlib import Path
 from .measure import (BenchError, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes,
                       settle_call_path, shape_label)
 from .runtime import device_facts, op_of
-from .runtime.schema import BLOCK_FIELDS, rename_blocks, tile_of
+from .schema import BLOCK_FIELDS, rename_blocks, tile_of
 from .tables import SCOPES, TABLE_DIR, format_key, merge_entries
 
 

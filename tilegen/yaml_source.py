@@ -94,7 +94,12 @@ class _Builder:
         if node.tag not in _SAFE_SCALAR_TAGS:
             raise _Invalid(node.start_mark.line + 1, key, f"tag {node.tag!r} is not allowed",
                            "plain strings, numbers, booleans and null")
-        return self.loader.construct_object(node, deep=True)
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except ValueError as exc:  # an int past Python's 4,300-digit conversion limit
+            raise _Invalid(node.start_mark.line + 1, key, f"a number of {len(node.value)} characters "
+                           f"cannot be read ({' '.join(str(exc).split()).split(':')[0]})",
+                           "a number that fits a kernel argument") from None
 
 
 class _NoAliasLoader(yaml.SafeLoader):

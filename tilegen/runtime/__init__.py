@@ -26,11 +26,7 @@ from .autograd import Gradients, call
 from .library import copy_out, refuse_functorch, refuse_out_with_grad, register, tracing, wants_grad
 from . import autograd, launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
 from .ops import ElementwiseOp, MatmulOp, op_of
-from .schema import bucket, tile_of
-
-# The interface generated code is written against. Raise it whenever a generated module built
-# for the old one would not work with the new one.
-VERSION = 2
+from ..schema import RUNTIME_VERSION as VERSION, bucket, tile_of
 
 
 class RuntimeVersionError(ImportError):

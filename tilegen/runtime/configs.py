@@ -12,7 +12,7 @@ import torch
 import triton
 
 from .device import INTERPRET, cdiv
-from .schema import tile_of
+from ..schema import tile_of
 
 # Doublings (summed over the key's sizes) past which a table entry is no better a guess than the
 # heuristic.

@@ -16,7 +16,7 @@ from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
 from .layout import (MAX_STRIDED_RANK, collapse, described, k_rows_load_wide, needs_int64, pad_after_first,
                      size_factor, stride_factor, tma_loads_fit)
-from .schema import bucket
+from ..schema import bucket
 
 
 # Every op made, by the module its kernels are defined in (op_of).

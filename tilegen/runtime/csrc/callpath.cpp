@@ -362,7 +362,7 @@ void put(std::string &key, T value) {
     key.append(reinterpret_cast<const char *>(&value), sizeof value);
 }
 
-/* Append to `key` what a launch for these arguments depends on (tilegen.runtime.schema's call
+/* Append to `key` what a launch for these arguments depends on (tilegen.schema's call
    signature rule): for a tensor its dtype, device, sizes, strides and 16-byte alignment; for an
    int what Triton specializes it on (its value when small, else its divisibility by 16 and its
    high bits); for any other scalar its type. False for an argument it does not know. */

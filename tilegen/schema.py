@@ -1,4 +1,5 @@
-"""The names and rules that tables, tuning and the runtime share: one place for each.
+"""The names and rules that the build, tables, tuning and the runtime share: one place for each,
+importable without torch (a build never needs it).
 
 A config is a dict of launch parameters. Its block fields carry the names the spec's `tiles`
 give them (`block: BM`), in the op's kernels, its candidates and its rendered table alike; the
@@ -8,6 +9,10 @@ translates between the two.
 The rule that tells calls apart (which calls may repeat a learned launch) lives in one place too:
 `append_key` in csrc/callpath.cpp, the only code that keys calls.
 """
+
+# The interface generated code is written against (tilegen.runtime.require checks it). Raise it
+# whenever a generated module built for the old one would not work with the new one.
+RUNTIME_VERSION = 2
 
 # Each kind's config fields, block fields first, under their canonical (table file) names.
 BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",)}
