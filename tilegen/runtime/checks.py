@@ -53,7 +53,10 @@ def broadcast_shape(op, named):
     """The shape tensors `named` ([(name, tensor)]) broadcast to by PyTorch's rules, or None where
     every one has it already (nothing to expand). Raises ValueError naming the op, the argument
     that does not broadcast, its shape and the shape of those before it."""
-    shape = tuple(named[0][1].shape)
+    first = named[0][1].shape
+    if all(value.shape == first for _, value in named[1:]):
+        return None  # the common case, without torch.broadcast_shapes' Python-level work
+    shape = tuple(first)
     for index, (name, value) in enumerate(named[1:], 1):
         try:
             shape = tuple(torch.broadcast_shapes(shape, value.shape))
