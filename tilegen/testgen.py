@@ -113,10 +113,10 @@ def elementwise_test_context(spec: Spec, header: str, package: str) -> dict:
 def _elementwise_shapes(spec: Spec) -> dict:
     """How tests shape each input: the whole output shape, or its last axes where the spec
     declares fewer (a bias [N] beside x [..., N])."""
-    exprs = spec.input_shape_exprs()
-    whole = [i for i, e in enumerate(exprs) if e == "tuple(shape)"]
+    axes = spec.broadcast_axes()
+    whole = [i for i, t in enumerate(spec.inputs) if t.shape is None or t.shape == axes]
     return dict(
-        input_shape_exprs=exprs,
+        input_shape_exprs=spec.input_shape_exprs(),
         declared=any(t.shape is not None for t in spec.inputs),
         declared_second=len(spec.inputs) > 1 and spec.inputs[1].shape is not None,
         # An input with the output's shape (out= may not share its memory).
