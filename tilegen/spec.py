@@ -90,11 +90,7 @@ class Spec:
     def broadcast_axes(self) -> tuple[str, ...] | None:
         """An elementwise op's output axes where its inputs declare shapes ("..." first for any
         leading axes; the validator checked the inputs line up with them), else None."""
-        declared = [t.shape for t in self.inputs if t.shape is not None]
-        if not declared:
-            return None
-        longest = max((fixed_axes(shape) for shape in declared), key=len)
-        return (("...",) if any(shape[:1] == ("...",) for shape in declared) else ()) + longest
+        return broadcast_axes_of([t.shape for t in self.inputs if t.shape is not None])
 
     def fit_rank(self, shape) -> tuple[int, ...]:
         """`shape` made a valid output shape for the declared axes: ones prepended up to their
@@ -156,3 +152,12 @@ class MatmulParts:
 def fixed_axes(shape: tuple[str, ...]) -> tuple[str, ...]:
     """The named axes of a declared shape, without a leading "..."."""
     return shape[1:] if shape[:1] == ("...",) else shape
+
+
+def broadcast_axes_of(declared: list[tuple[str, ...]]) -> tuple[str, ...] | None:
+    """The broadcast shape of declared shapes: the longest one's axes, "..." first where any has
+    it (None where none is declared)."""
+    if not declared:
+        return None
+    longest = max((fixed_axes(shape) for shape in declared), key=len)
+    return (("...",) if any(shape[:1] == ("...",) for shape in declared) else ()) + longest

@@ -14,7 +14,7 @@ from .dtypes import ACCUMULATE_DTYPES, DTYPES, MATMUL_DTYPES, PRECISIONS
 from .errors import ErrorLog
 from .expressions import Expression, ExpressionError, parse_expression
 from .naming import RESERVED, identifiers
-from .spec import ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec, fixed_axes
+from .spec import ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec, broadcast_axes_of, fixed_axes
 from .yaml_source import Document
 
 KINDS = ("elementwise", "matmul")
@@ -570,13 +570,9 @@ class _Validator:
                     self.error(f"outputs.{name}.shape", "an output shape needs input shapes to follow",
                                "declare the inputs' shapes too, or omit it")
             return
-        fixed = fixed_axes
-        longest = max(declared.values(), key=lambda shape: len(fixed(shape)))
-        full = fixed(longest)
-        if any(shape[:1] == ("...",) for shape in declared.values()):
-            full = ("...",) + full
+        full = broadcast_axes_of(list(declared.values()))
         for name, shape in declared.items():
-            axes = fixed(shape)
+            axes = fixed_axes(shape)
             if full[len(full) - len(axes):] != axes:
                 self.error(f"inputs.{name}.shape", f"axes {list(shape)} do not line up with {list(full)} "
                            f"from the last (shapes broadcast as in PyTorch)",
