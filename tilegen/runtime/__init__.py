@@ -1,11 +1,11 @@
 """tilegen.runtime: what every generated op shares, as a library.
 
-It imports only torch and triton (and, for the compiled call path, builds its C++ source with the
-machine's compiler), so a package built by tilegen needs only `pip install tilegen` to import.
+It imports only torch, triton and tilegen.schema (plain constants it shares with the build), and,
+for the compiled call path, builds its C++ source with the machine's compiler, so a package built
+by tilegen needs only `pip install tilegen` to import.
 
 - checks: argument checks that name the op and the argument
 - layout: strided layouts, 64-bit offsets, alignment facts
-- schema: config field names, shape buckets, table-entry identity (shared with tables and tune)
 - configs: candidate configs, heuristics, tuned-table lookup, the ConfigChooser
 - launch: Triton's launch, split-K scratch
 - callpath, native: the compiled call path and the one mechanism that builds native code
