@@ -94,19 +94,19 @@ class Expression:
                 node.id = mapping.get(node.id, node.id)
         return Expression(self.source, tree, tuple(sorted(mapping.get(n, n) for n in self.names)))
 
-    def to_triton(self, rename: Callable[[str], str] = str) -> str:
-        return _Emitter(rename, "triton").emit(self.tree.body)
+    def to_triton(self) -> str:
+        return _Emitter("triton").emit(self.tree.body)
 
-    def to_torch(self, rename: Callable[[str], str] = str) -> str:
+    def to_torch(self) -> str:
         """PyTorch code for the float64 test oracle (constant arguments become float64 tensors)."""
-        return _Emitter(rename, "torch").emit(self.tree.body)
+        return _Emitter("torch").emit(self.tree.body)
 
     def to_eager(self, scalars: frozenset[str] = frozenset()) -> str:
         """PyTorch code as a user would write it eagerly, in the tensors' own dtype (benchmarks).
 
         `scalars` are the names bound to Python numbers rather than tensors.
         """
-        return _Emitter(str, "eager", scalars).emit(self.tree.body)
+        return _Emitter("eager", scalars).emit(self.tree.body)
 
 
 def parse_expression(source: object, names: set[str]) -> Expression:
@@ -236,7 +236,7 @@ def assignments(outputs: list[tuple[str, "Expression"]], target: str,
         return name
 
     for name, expression in outputs:
-        code = _Emitter(str, target, scalars, bind).emit(expression.tree.body)
+        code = _Emitter(target, scalars, bind).emit(expression.tree.body)
         lines.append(f"{name} = {tidy(code)}")
     return lines
 
@@ -249,9 +249,8 @@ class _Emitter:
     """Emits checked trees; only node kinds the checker accepted can reach it. With `bind`, an
     operand the emitted code would repeat is bound to a temporary first (see assignments)."""
 
-    def __init__(self, rename: Callable[[str], str], target: str, scalars: frozenset[str] = frozenset(),
+    def __init__(self, target: str, scalars: frozenset[str] = frozenset(),
                  bind: Callable[[str], str] | None = None):
-        self.rename = rename
         self.target = target
         self.scalars = scalars
         self.bind = bind
@@ -273,7 +272,7 @@ class _Emitter:
                 return repr(value)
             return repr(float(value))
         if isinstance(node, ast.Name):
-            return self.rename(node.id)
+            return node.id
         if isinstance(node, ast.UnaryOp):
             operand = self.emit(node.operand)
             return f"(-{operand})" if isinstance(node.op, ast.USub) else operand

@@ -130,8 +130,8 @@ def _common(spec: Spec, header: str) -> dict:
         runtime_version=RUNTIME_VERSION,
         scalar_params=", ".join(s.name for s in spec.scalars),
         scalar_names="".join(f"{s.name}, " for s in spec.scalars).rstrip(" "),
+        # The values in call order (tensors, then scalars), as parameters and as arguments alike.
         call_args=", ".join([t.name for t in spec.inputs] + [s.name for s in spec.scalars]),
-        compute_params=", ".join([t.name for t in spec.inputs] + [s.name for s in spec.scalars]),
         # The public wrapper's own parameters: the spec's names.
         public_call_args=", ".join([t.public for t in spec.inputs] + [s.public for s in spec.scalars]),
         input_args=", ".join(t.name for t in spec.inputs),
