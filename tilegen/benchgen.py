@@ -5,7 +5,7 @@ from __future__ import annotations
 from .dtypes import DTYPES
 from .expressions import assignments
 from .spec import Spec
-from .testgen import _dtype_exprs, _positive_domain, _scalar_test_value
+from .testgen import _dtype_exprs, _positive_domain, _scalar_test_value, row_shape_exprs
 
 # The matmul shape set every benchmark and the tables start from, as (M, N, K).
 MATMUL_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
@@ -13,14 +13,19 @@ MATMUL_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (81
 ELEMENTWISE_SHAPES = [(1 << p,) for p in range(12, 29, 2)]
 # The last axis of the default shapes of elementwise ops whose inputs broadcast along it.
 HIDDEN = 4096
-BENCH_DTYPES = {"matmul": ("float16", "bfloat16"), "elementwise": ("float16", "bfloat16", "float32")}
+BENCH_DTYPES = {"matmul": ("float16", "bfloat16"), "elementwise": ("float16", "bfloat16", "float32"),
+                "reduction": ("float16", "bfloat16", "float32")}
+# Reductions: rows of a model's widths, in batches of 2^20, 2^24 and 2^27 elements.
+ROW_LENGTHS = (128, 1024, 4096, 32768)
+REDUCTION_SHAPES = [(total // n, n) for total in (1 << 20, 1 << 24, 1 << 27) for n in ROW_LENGTHS]
 
 
 def bench_context(spec: Spec, header: str, package: str) -> dict:
     dtypes = [d for d in spec.inputs[0].dtypes if d in BENCH_DTYPES[spec.kind]] or [spec.inputs[0].dtypes[0]]
     expressions = spec.output_expressions()
     scalars = frozenset(s.name for s in spec.scalars)
-    torch_lines = assignments([(t.name, expressions[t.name]) for t in spec.outputs], "eager", scalars)
+    torch_lines = assignments(list(spec.steps) + [(t.name, expressions[t.name]) for t in spec.outputs], "eager",
+                              scalars)
     names = [t.name for t in spec.outputs]
     ctx = dict(
         header=header, package=package, op=spec.op, kind=spec.kind,
@@ -45,6 +50,10 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
         shape_of = {m: "mm", n: "nn", k: "kk"}
         ctx.update(a=a.name, b=b.name, small_shape=spec.fit_to_blocks((m, n, k), (64, 64, 64), min),
                    input_shape_exprs=[_tuple_source([shape_of[x] for x in t.shape]) for t in spec.inputs])
+    elif spec.kind == "reduction":
+        shapes = REDUCTION_SHAPES + list(spec.bench_shapes)
+        ctx.update(small_shape=(8, 1024), input_shape_exprs=row_shape_exprs(spec, spec.inputs),
+                   output_shape_exprs=row_shape_exprs(spec, spec.outputs))
     else:
         axis = (spec.tiles[0].axis,)
         defaults = ELEMENTWISE_SHAPES
@@ -54,7 +63,7 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
         shapes = [spec.fit_rank(spec.fit_to_blocks(axis, s, min) if len(s) == 1 else s)
                   for s in defaults + list(spec.bench_shapes)]
         ctx.update(small_shape=spec.fit_rank(spec.fit_to_blocks(axis, (4096,), min)),
-                   input_shape_exprs=spec.input_shape_exprs())
+                   input_shape_exprs=spec.input_shape_exprs(), output_shape_exprs=None)
     ctx["shapes_literal"] = ", ".join(repr(tuple(s)) for s in dict.fromkeys(shapes))
     return ctx
 

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 from .expressions import Expression, assignments
+from .rows import ELEMENT, ROW, ROW_LENGTH, UNIFORM
 
 # A term is a tuple: ("const", value), ("var", name), (operator, *terms), ("pow", term, n),
 # ("call", function, *terms), ("cmp", operator, left, right). Every term is built by `_term`,
@@ -174,6 +175,8 @@ def from_tree(node: ast.AST) -> Term:
         args = [from_tree(arg) for arg in node.args]
         if node.func.id == "where":
             return where(*args)
+        if node.func.id == "mean":  # the sum over the row's length, as the kernel computes it
+            return div(call("sum", *args), var(ROW_LENGTH))
         return call(node.func.id, *args)
     raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
 
@@ -246,6 +249,14 @@ def _contributions(term: Term, g: Term) -> list[tuple[Term, Term]]:
         half = mul(const(0.5), g)
         return [(x, where(compare("==", x, y), half, where(compare(losing, x, y), ZERO, g))),
                 (y, where(compare("==", x, y), half, where(compare(winning, x, y), ZERO, g)))]
+    if function == "sum":  # each element of the row gets the row's gradient
+        return [(args[0], g)]
+    if function in ("max", "min"):
+        # amax/amin's backward: the gradient split evenly among the elements equal to the result
+        # (none where the row holds a NaN, as in PyTorch).
+        hit = compare("==", args[0], term)
+        count = call("sum", where(hit, ONE, ZERO))
+        return [(args[0], where(hit, div(g, count), ZERO))]
     if function == "log":  # g / x, not g * (1 / x): 1 / x overflows for tiny x where g / x need not
         return [(args[0], div(g, args[0]))]
     if function == "sqrt":
@@ -285,19 +296,87 @@ def _postorder(roots: list[Term]) -> list[Term]:
     return order
 
 
-def gradients(outputs: dict[str, Term], seeds: dict[str, Term], wrt: list[str]) -> dict[str, Term]:
+def _level_of(levels: dict[str, int]):
+    """The level of a term (rows.py): UNIFORM for constants and names not in `levels`, ROW for a
+    reduction, else the highest level among its operands."""
+    memo: dict[Term, int] = {}
+
+    def level(term: Term) -> int:
+        found = memo.get(term)
+        if found is None:
+            if term[0] == "const":
+                found = UNIFORM
+            elif term[0] == "var":
+                found = levels.get(term[1], UNIFORM)
+            elif term[0] == "call" and term[1] in ("sum", "max", "min"):
+                found = ROW
+            else:
+                found = max((level(t) for t in _operands(term)), default=UNIFORM)
+            memo[term] = found
+        return found
+
+    return level
+
+
+def gradients(outputs: dict[str, Term], seeds: dict[str, Term], wrt: list[str],
+              levels: dict[str, int] | None = None) -> dict[str, Term]:
     """Reverse mode: the gradient of sum(seeds[o] * outputs[o]) with respect to each name in
-    `wrt` (a name that no output reads gets the constant zero)."""
+    `wrt` (a name that no output reads gets the constant zero).
+
+    With `levels` (a reduction op: each name's level, rows.py), a row value read by values that
+    vary along the row gets the sum over the row of their shares (one sum per row value, taken
+    once every share is in); values the same for every row (scalars, constants) get none."""
     adjoint: dict[Term, Term] = {}
+    along_row: dict[Term, Term] = {}  # a row value's shares that vary along the row, to be summed
+    level = _level_of(levels) if levels is not None else None
     for name, term in outputs.items():
         adjoint[term] = add(adjoint.get(term, ZERO), seeds[name])
     for term in reversed(_postorder(list(outputs.values()))):
         g = adjoint.get(term)
+        if term in along_row:
+            g = adjoint[term] = add(g if g is not None else ZERO, call("sum", along_row[term]))
         if g is None or _is_const(g, 0.0):
             continue
         for operand, share in _contributions(term, g):
-            adjoint[operand] = add(adjoint.get(operand, ZERO), share)
+            if level is None:
+                adjoint[operand] = add(adjoint.get(operand, ZERO), share)
+            elif level(operand) == UNIFORM:
+                continue
+            elif level(operand) == ROW and level(term) == ELEMENT:
+                along_row[operand] = add(along_row.get(operand, ZERO), share)
+            else:
+                adjoint[operand] = add(adjoint.get(operand, ZERO), share)
     return {name: adjoint.get(var(name), ZERO) for name in wrt}
+
+
+def _substituted(term: Term, defined: dict[str, Term]) -> Term:
+    """`term` with each name in `defined` replaced by its term (rebuilt, so it simplifies)."""
+    if not defined:
+        return term
+    memo: dict[Term, Term] = {}
+
+    def rebuild(t: Term) -> Term:
+        if t in memo:
+            return memo[t]
+        kind = t[0]
+        if kind == "const":
+            out = t
+        elif kind == "var":
+            out = defined.get(t[1], t)
+        elif kind == "pow":
+            out = power(rebuild(t[1]), t[2])
+        elif kind == "cmp":
+            out = compare(t[1], rebuild(t[2]), rebuild(t[3]))
+        elif kind == "call":
+            out = call(t[1], *(rebuild(a) for a in t[2:]))
+        elif kind == "where":
+            out = where(*(rebuild(a) for a in t[1:]))
+        else:
+            out = {"add": add, "sub": sub, "mul": mul, "div": div, "neg": neg}[kind](*(rebuild(a) for a in t[1:]))
+        memo[t] = out
+        return out
+
+    return rebuild(term)
 
 
 def to_tree(term: Term, names: dict[Term, str] | None = None) -> ast.expr:
@@ -357,19 +436,31 @@ class Backward:
 
 
 def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{output}",
-                  result_name=lambda name: f"_d_{name}", temp_prefix: str = "_s") -> Backward:
+                  result_name=lambda name: f"_d_{name}", temp_prefix: str = "_s",
+                  steps: list = (), levels: dict[str, int] | None = None) -> Backward:
     """The backward of the outputs `body` ((name, Expression) in spec order) with respect to
     the names `wrt` (the tensors; scalars are left out). Terms used more than once are bound
-    once to temporaries `<temp_prefix><i>`; gradients that are the same term are computed once."""
+    once to temporaries `<temp_prefix><i>`; gradients that are the same term are computed once.
+
+    A reduction op also passes its `steps` (named values the body reads, in order; each is
+    substituted where it is read) and the `levels` of its inputs and scalars (rows.py); its
+    gradients then hold row sums, and an incoming gradient passes as an input's gradient only
+    where the two have the same level."""
     _INTERNED.clear()  # terms live for one op's backward: the table never outgrows the largest
     _INTERNED.update({ZERO: ZERO, ONE: ONE})
-    outputs = {name: from_tree(expression.tree.body) for name, expression in body}
+    defined: dict[str, Term] = {}
+    for name, expression in steps:
+        defined[name] = _substituted(from_tree(expression.tree.body), defined)
+    outputs = {name: _substituted(from_tree(expression.tree.body), defined) for name, expression in body}
     seeds = {name: seed_name(name) for name in outputs}
-    grads = gradients(outputs, {name: var(seed) for name, seed in seeds.items()}, wrt)
+    level = _level_of(levels) if levels is not None else None
+    grads = gradients(outputs, {name: var(seed) for name, seed in seeds.items()}, wrt,
+                      None if levels is None else {**levels, **{seeds[o]: level(t) for o, t in outputs.items()}})
     results = {name: result_name(name) for name in wrt}
     zero = frozenset(name for name, term in grads.items() if _is_const(term, 0.0))
     seed_of = {var(seed): output for output, seed in seeds.items()}
-    passed = {name: seed_of[grads[name]] for name in wrt if grads[name] in seed_of}
+    passed = {name: seed_of[grads[name]] for name in wrt if grads[name] in seed_of
+              and (level is None or level(var(name)) == level(outputs[seed_of[grads[name]]]))}
     aliases, first_of = {}, {}
     for name in wrt:
         if name in zero or name in passed:

@@ -54,11 +54,34 @@ FUNCTIONS: dict[str, Function] = {
                      "torch.nn.functional.gelu({0})"),
 }
 
+# Row reductions (kind: reduction): a value per row from an expression along it. They never reach
+# Triton as calls: the reduction lowering (rows.py) computes each into a name first.
+REDUCTIONS: dict[str, Function] = {
+    "sum": Function(1, "", "{0}.sum(-1, keepdim=True)"),
+    "mean": Function(1, "", "{0}.mean(-1, keepdim=True)"),
+    "max": Function(1, "", "{0}.amax(-1, keepdim=True)"),
+    "min": Function(1, "", "{0}.amin(-1, keepdim=True)"),
+}
+# PyTorch's own row ops, for the `reference` (the test oracle and the benchmark's eager
+# counterpart) of a reduction op only: a kernel never computes them.
+ORACLES: dict[str, Function] = {
+    "softmax": Function(1, "", "torch.softmax({0}, -1)"),
+    "log_softmax": Function(1, "", "torch.log_softmax({0}, -1)"),
+    "rms_norm": Function(3, "", "torch.nn.functional.rms_norm({0}, {0}.shape[-1:], {1}, float({2}))"),
+    "layer_norm": Function(4, "", "torch.nn.functional.layer_norm({0}, {0}.shape[-1:], {1}, {2}, float({3}))"),
+}
+_EVERY_FUNCTION = {**FUNCTIONS, **REDUCTIONS, **ORACLES}
+
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
 _COMPARE = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
-_ALLOWED = ("numbers, declared names, + - * / ** (integer power 1..8), unary -, "
-            "one comparison as the first argument of where(), and calls to "
-            + ", ".join(sorted(FUNCTIONS)))
+
+
+def _allowed(functions) -> str:
+    return ("numbers, declared names, + - * / ** (integer power 1..8), unary -, "
+            "one comparison as the first argument of where(), and calls to " + ", ".join(sorted(functions)))
+
+
+_ALLOWED = _allowed(FUNCTIONS)
 
 
 class ExpressionError(ValueError):
@@ -109,8 +132,10 @@ class Expression:
         return _Emitter("eager", scalars).emit(self.tree.body)
 
 
-def parse_expression(source: object, names: set[str]) -> Expression:
-    """Parse and check `source`; `names` are the identifiers it may read."""
+def parse_expression(source: object, names: set[str], reductions: bool = False, oracles: bool = False) -> Expression:
+    """Parse and check `source`; `names` are the identifiers it may read. `reductions` allows the
+    row reductions (sum, mean, max, min: a reduction op's math), `oracles` PyTorch's row ops too
+    (its reference)."""
     if isinstance(source, bool) or not isinstance(source, (str, int, float)):
         raise ExpressionError(f"expected an expression string, got {type(source).__name__}")
     text = str(source)
@@ -125,7 +150,8 @@ def parse_expression(source: object, names: set[str]) -> Expression:
         raise ExpressionError(f"invalid syntax: {exc.msg}") from None
     except (RecursionError, MemoryError, ValueError):
         raise ExpressionError("expression is nested too deeply", f"at most {MAX_DEPTH} levels") from None
-    checker = _Checker(names)
+    functions = {**FUNCTIONS, **(REDUCTIONS if reductions else {}), **(ORACLES if oracles else {})}
+    checker = _Checker(names, functions)
     try:
         checker.check(tree.body, depth=0, in_condition=False)
     except ExpressionError as exc:  # a problem that stops the check, after those noted before it
@@ -137,8 +163,11 @@ def parse_expression(source: object, names: set[str]) -> Expression:
 
 
 class _Checker:
-    def __init__(self, names: set[str]):
+    def __init__(self, names: set[str], functions: dict[str, Function] = FUNCTIONS):
         self.names = names
+        self.functions = functions
+        self.allowed = _allowed(functions)
+        self.reducing: str | None = None  # the reduction whose argument is being checked
         self.used: set[str] = set()
         self.count = 0
         # Unknown names and functions are independent of each other: all are reported, each once.
@@ -198,14 +227,17 @@ class _Checker:
             func = node.func
             if not isinstance(func, ast.Name):
                 raise ExpressionError("only plain function calls are allowed")
-            if func.id not in FUNCTIONS:
-                self.note(ExpressionError(f"function {func.id!r} is not allowed"))
+            if func.id not in self.functions:
+                self.note(ExpressionError(f"function {func.id!r} is not allowed", self.allowed))
                 for name in (n for arg in node.args for n in ast.walk(arg) if isinstance(n, ast.Name)):
                     self.check(name, depth + 1, in_condition=False)  # its arguments' names still count
                 return
             if node.keywords:
                 raise ExpressionError(f"{func.id}() takes no keyword arguments")
-            spec = FUNCTIONS[func.id]
+            spec = self.functions[func.id]
+            if func.id in REDUCTIONS:
+                self.check_reduction(node, depth)
+                return
             if not any(isinstance(n, ast.Name) for arg in node.args for n in ast.walk(arg)):
                 raise ExpressionError(f"{func.id}() of constants only", "write its value as a number")
             if len(node.args) != spec.arity:
@@ -217,13 +249,32 @@ class _Checker:
             return
         raise ExpressionError(f"{type(node).__name__} is not allowed")
 
+    def check_reduction(self, node: ast.Call, depth: int) -> None:
+        name = node.func.id
+        if self.reducing is not None:
+            raise ExpressionError(f"{name}() inside {self.reducing}(): a reduction inside a reduction",
+                                  "compute the inner one as a step of its own and use its name")
+        if node.keywords or len(node.args) != 1 or isinstance(node.args[0], ast.Starred):
+            raise ExpressionError(f"{name}() takes 1 argument, the values along the row")
+        self.reducing = name
+        try:
+            self.check(node.args[0], depth + 1, in_condition=False)
+        finally:
+            self.reducing = None
+
+
+def reductions_in(expression: "Expression") -> list[str]:
+    """The names of the row reductions `expression` calls, outermost first."""
+    return [node.func.id for node in ast.walk(expression.tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REDUCTIONS]
+
 
 def assignments(outputs: list[tuple[str, "Expression"]], target: str,
-                scalars: frozenset[str] = frozenset()) -> list[str]:
+                scalars: frozenset[str] = frozenset(), temp_prefix: str = "_t") -> list[str]:
     """The lines that compute each output (`name = code`) for `target` ("triton", "torch" for the
     float64 oracle, "eager" for the benchmark). A subexpression that the emitted code would
     write more than once (the argument of relu, silu or gelu, the base of a power) is bound once
-    to a temporary `_t<i>` (spec names cannot start with an underscore), shared by every output
+    to a temporary `<temp_prefix><i>` (spec names cannot start with an underscore), shared by every output
     that computes it; so the emitted size grows with the expression's, never exponentially."""
     temps: dict[str, str] = {}
     lines: list[str] = []
@@ -231,7 +282,7 @@ def assignments(outputs: list[tuple[str, "Expression"]], target: str,
     def bind(code: str) -> str:
         name = temps.get(code)
         if name is None:
-            name = temps[code] = f"_t{len(temps)}"
+            name = temps[code] = f"{temp_prefix}{len(temps)}"
             lines.append(f"{name} = {tidy(code)}")
         return name
 
@@ -285,8 +336,9 @@ class _Emitter:
         if isinstance(node, ast.Compare):
             return f"({self.emit(node.left)} {_COMPARE[type(node.ops[0])]} {self.emit(node.comparators[0])})"
         if isinstance(node, ast.Call):
-            spec = FUNCTIONS[node.func.id]
+            spec = _EVERY_FUNCTION[node.func.id]
             if self.target == "triton":
+                assert node.func.id in FUNCTIONS, f"{node.func.id}() reaches Triton as a call"
                 return spec.triton.format(*(self._operand(arg, repeated=_repeats(spec.triton) and index == 0)
                                             for index, arg in enumerate(node.args)))
             name = node.func.id

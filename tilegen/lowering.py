@@ -162,6 +162,8 @@ def _key_mask(spec: Spec) -> str:
     if spec.kind == "matmul":
         parts = spec.matmul_parts()
         axes = (parts.m, parts.n, parts.k)
+    elif spec.kind == "reduction":  # (row length, row count, element size): the count always counts
+        return repr((spec.tiles[0].axis in spec.configs.key, True, True))
     else:
         axes = (spec.tiles[0].axis,)
     return repr(tuple(axis in spec.configs.key for axis in axes) + (True,))

@@ -18,6 +18,7 @@ from . import __version__
 from .benchgen import bench_context
 from .escaping import code_text
 from .lowering import elementwise_context, matmul_context
+from .reduction_lowering import reduction_context
 from .spec import Spec
 from .tables import table_path
 from .testgen import test_context
@@ -37,13 +38,16 @@ HEADER_LINE = HEADER_PREFIX + " from {source}. DO NOT EDIT."
 KIND_TEMPLATES = {
     "elementwise": ("elementwise.py.jinja", "test_elementwise.py.jinja"),
     "matmul": ("matmul.py.jinja", "test_matmul.py.jinja"),
+    "reduction": ("reduction.py.jinja", "test_reduction.py.jinja"),
 }
+# Templates a kind's module template imports, hashed into its header with it.
+KIND_PARTS = {"elementwise": ("elementwise_kernels.jinja",), "reduction": ("reduction_kernels.jinja",)}
 SHARED_FILES = {  # generated path -> template
     "tests/__init__.py": "tests_init.py.jinja",
     "bench/__init__.py": "tests_init.py.jinja",
     "tests/_support.py": "support.py.jinja",
 }
-CONTEXT_BUILDERS = {"elementwise": elementwise_context, "matmul": matmul_context}
+CONTEXT_BUILDERS = {"elementwise": elementwise_context, "matmul": matmul_context, "reduction": reduction_context}
 
 
 class TemplateError(Exception):
@@ -95,7 +99,8 @@ class Renderer:
 
     def op_module(self, item: SpecSource) -> str:
         module_template, _ = KIND_TEMPLATES[item.spec.kind]
-        header = self.header(item.display, item.raw, self._template_bytes(module_template, "wrapper_parts.jinja"),
+        header = self.header(item.display, item.raw, self._template_bytes(module_template, "wrapper_parts.jinja",
+                                                                          *KIND_PARTS.get(item.spec.kind, ())),
                              table_path(item.spec.kind).read_bytes() if table_path(item.spec.kind).is_file() else b"")
         context = CONTEXT_BUILDERS[item.spec.kind](item.spec, header)
         context["namespace"] = self.package  # torch.ops.<package>.<op>

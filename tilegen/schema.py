@@ -15,9 +15,9 @@ The rule that tells calls apart (which calls may repeat a learned launch) lives 
 RUNTIME_VERSION = 2
 
 # Each kind's config fields, block fields first, under their canonical (table file) names.
-BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",)}
+BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",), "reduction": ("BLOCK",)}
 CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stages", "TMA", "PERSISTENT"),
-                 "elementwise": ("BLOCK", "num_warps")}
+                 "elementwise": ("BLOCK", "num_warps"), "reduction": ("BLOCK", "ROWS", "num_warps")}
 # Fields that say how a tile is computed, not which: an entry applies to an op whose candidates
 # hold its other fields, whatever these say.
 SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA", "PERSISTENT")

@@ -77,6 +77,7 @@ class Spec:
     bench_shapes: tuple[tuple[int, ...], ...] = ()
     reference: tuple[tuple[str, Expression], ...] = field(default=())
     source_text: str = ""
+    steps: tuple[tuple[str, Expression], ...] = ()   # a reduction's named values, in order
 
     def tile(self, axis: str) -> TileSpec:
         return next(t for t in self.tiles if t.axis == axis)
@@ -130,6 +131,22 @@ class Spec:
         the wrapper accepts)."""
         units = [pick(self.tile(axis).sizes) if self.mask(axis) == "never" else 1 for axis in axes]
         return tuple(-(-size // unit) * unit for size, unit in zip(shape, units))
+
+    def row_roles(self) -> dict[str, str]:
+        """A reduction's tensors (inputs, then outputs) by how they lie along its rows:
+        "element" ([..., N]: one value per element), "column" ([N]: the same for every row) or
+        "row" ([...]: one value per row)."""
+        axis = self.tiles[0].axis
+        return {t.name: "element" if t.shape[-1:] == (axis,) and t.shape[:1] == ("...",)
+                else "column" if t.shape == (axis,) else "row" for t in self.inputs + self.outputs}
+
+    def row_levels(self) -> dict[str, int]:
+        """A reduction's inputs and scalars by level (rows.py)."""
+        from .rows import ELEMENT, ROW, UNIFORM
+
+        roles = self.row_roles()
+        return {**{t.name: ROW if roles[t.name] == "row" else ELEMENT for t in self.inputs},
+                **{s.name: UNIFORM for s in self.scalars}}
 
     def matmul_parts(self) -> "MatmulParts":
         """A matmul's operands, its M, N, K axis symbols, and its epilogue inputs."""

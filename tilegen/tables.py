@@ -55,7 +55,7 @@ def format_key(key) -> str:
 
 def block_names(spec: Spec) -> tuple[str, ...]:
     """The spec's names for its kind's block fields (BLOCK_FIELDS), in their order."""
-    if spec.kind == "elementwise":
+    if spec.kind in ("elementwise", "reduction"):
         return (spec.tiles[0].block,)
     parts = spec.matmul_parts()
     return tuple(spec.tile(axis).block for axis in (parts.m, parts.n, parts.k))
@@ -64,6 +64,8 @@ def block_names(spec: Spec) -> tuple[str, ...]:
 def _block_sizes(spec: Spec) -> tuple[tuple[int, ...], ...]:
     if spec.kind == "elementwise":
         return (spec.tiles[0].sizes,)
+    if spec.kind == "reduction":  # the loop's blocks, or a whole row's (any power of two); rows per program
+        return (spec.tiles[0].sizes + tuple(1 << p for p in range(4, 16)), tuple(1 << p for p in range(7)))
     parts = spec.matmul_parts()
     return tuple(spec.tile(axis).sizes for axis in (parts.m, parts.n, parts.k)) + (spec.split_k,)
 

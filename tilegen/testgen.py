@@ -28,7 +28,8 @@ def _dtype_exprs(spec: Spec, tensors) -> list[str]:
 
 def _oracle(spec: Spec) -> tuple[list[str], str]:
     expressions = spec.output_expressions()
-    lines = assignments([(t.name, expressions[t.name]) for t in spec.outputs], "torch")
+    # A reduction's steps come first: its outputs read them (where its reference does not say otherwise).
+    lines = assignments(list(spec.steps) + [(t.name, expressions[t.name]) for t in spec.outputs], "torch")
     names = [t.name for t in spec.outputs]
     # A result that does not depend on any tensor (a constant) still needs the output's shape.
     result = names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)"
@@ -166,7 +167,37 @@ def _extra_shape(shape, m, n) -> str:
     return "(" + "".join(f"{'mm' if axis == m else 'nn'}, " for axis in shape).rstrip(" ") + ")"
 
 
+def row_shape_exprs(spec: Spec, tensors, shape: str = "shape") -> list[str]:
+    """Python expressions of each tensor's shape when the rows' is `shape` ([..., N])."""
+    roles = spec.row_roles()
+    forms = {"element": f"tuple({shape})", "column": f"tuple({shape}[-1:])", "row": f"tuple({shape}[:-1])"}
+    return [forms[roles[t.name]] for t in tensors]
+
+
+def reduction_test_context(spec: Spec, header: str, package: str) -> dict:
+    ctx = _common(spec, header, package)
+    roles = spec.row_roles()
+    smallest = min(spec.tiles[0].sizes)
+    shapes = [(4, 128), (1, 1), (3, 1000), (2, 3, 77), (64, 33), (2, 2 * smallest + 37)]
+    columns = [t for t in spec.inputs if roles[t.name] == "column"]
+    followers = [t for t in spec.inputs[1:] if t.dtype_source == spec.inputs[0].dtype_source]
+    ctx.update(
+        input_shape_exprs=row_shape_exprs(spec, spec.inputs),
+        output_shape_exprs=row_shape_exprs(spec, spec.outputs),
+        shapes_literal=_shape_literal(dict.fromkeys(shapes + list(spec.test_shapes))),
+        long_shape=(3, 2 * smallest + 37),
+        column=columns[0].public if columns else "",
+        column_index=spec.inputs.index(columns[0]) if columns else -1,
+        whole_input=next(i for i, t in enumerate(spec.inputs) if roles[t.name] == "element"),
+        follower=followers[0].name if followers else "",
+        follower_label=followers[0].public if followers else "",
+    )
+    return ctx
+
+
 def test_context(spec: Spec, header: str, package: str) -> dict:
     if spec.kind == "matmul":
         return matmul_test_context(spec, header, package)
+    if spec.kind == "reduction":
+        return reduction_test_context(spec, header, package)
     return elementwise_test_context(spec, header, package)

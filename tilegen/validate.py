@@ -13,18 +13,19 @@ import re
 from .dtypes import ACCUMULATE_DTYPES, DTYPES, MATMUL_DTYPES, PRECISIONS
 from .errors import ErrorLog
 from .expressions import Expression, ExpressionError, parse_expression
+from .rows import ELEMENT, LEVEL_NAMES, ROW, UNIFORM, level_of
 from .naming import RESERVED, identifiers
 from .spec import ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec, broadcast_axes_of, fixed_axes
 from .yaml_source import Document
 
-KINDS = ("elementwise", "matmul")
+KINDS = ("elementwise", "matmul", "reduction")
 MASK_POLICIES = ("always", "never", "auto")
 CONFIG_MODES = ("auto", "autotune", "fixed")
 ORDERS = ("grouped", "row_major")
 LAUNCHES = ("auto", "tiled", "persistent")
 # Split-K factors tried by default: 1 (no split) and the splits that fill the GPU for skinny shapes.
 SPLIT_K_AUTO = (1, 2, 4, 8)
-TOP_LEVEL_KEYS = ("op", "kind", "doc", "inputs", "outputs", "scalars", "compute", "epilogue",
+TOP_LEVEL_KEYS = ("op", "kind", "doc", "inputs", "outputs", "scalars", "steps", "compute", "epilogue",
                   "dtypes", "tiles", "masks", "schedule", "configs", "test", "bench", "reference")
 
 OP_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -45,6 +46,8 @@ MAX_TEST_SHAPES = 32
 MAX_DIM = 1 << 20
 
 ELEMENTWISE_BLOCK_RANGE = (16, 1 << 16)
+REDUCTION_BLOCK_RANGE = (16, 1 << 15)
+MAX_STEPS = 16  # a backward substitutes every step where it is read: keep the terms shallow
 MATMUL_BLOCK_RANGE = (16, 256)
 
 
@@ -145,7 +148,7 @@ class _Validator:
             if name not in TOP_LEVEL_KEYS:
                 self.unknown_key(str(name), name, TOP_LEVEL_KEYS)
         op = self.op_name()
-        kind = self.choice("kind", self.data.get("kind"), KINDS) if "kind" in self.data else None
+        kind = self.kind = self.choice("kind", self.data.get("kind"), KINDS) if "kind" in self.data else None
         if "kind" not in self.data:
             self.error("", "missing required key 'kind'", f"one of: {_listing(KINDS)}")
         doc = self.doc_line(op)
@@ -160,14 +163,15 @@ class _Validator:
         group_m, split_k, launch = self.schedule(kind)
         configs = self.configs(kind, tiles)
         self.structure(kind, inputs, outputs)
-        body = self.body(kind, inputs, outputs, scalars)
+        steps = self.steps(kind, inputs, scalars, taken)
+        body = self.body(kind, inputs, outputs, scalars, steps)
         reference = self.reference(kind, inputs, outputs, scalars)
         test_shapes = self.shape_list("test", kind)
         bench_shapes = self.shape_list("bench", kind)
         if self.failed or op is None or kind is None:
             return None
         # Generated code writes each value as its identifier; the spec's names stay as labels.
-        ident = identifiers([*inputs, *outputs, *scalars], op)
+        ident = identifiers([*inputs, *outputs, *scalars, *steps], op)
 
         def tensor(name, shape):
             accepted, source = dtypes[name]
@@ -184,6 +188,7 @@ class _Validator:
             body=renamed(body), accumulate=policy[0], compute=policy[1], precision=policy[2],
             tiles=tiles, masks=masks, group_m=group_m, split_k=split_k, launch=launch, configs=configs,
             test_shapes=test_shapes, bench_shapes=bench_shapes, reference=renamed(reference),
+            steps=renamed(steps.items()),
         )
 
     def op_name(self) -> str | None:
@@ -232,9 +237,11 @@ class _Validator:
                 continue
             shape = None
             if "shape" in entry:
-                shape = self.axes(f"{key}.shape", entry["shape"], leading=kind == "elementwise")
+                shape = self.axes(f"{key}.shape", entry["shape"], leading=kind in ("elementwise", "reduction"))
             elif kind == "matmul":
                 self.error(key, "missing required key 'shape'", "a list of axis symbols such as [M, K]")
+            elif kind == "reduction":
+                self.error(key, "missing required key 'shape'", "[..., N], [N] or [...]")
             out[name] = shape
         return out
 
@@ -357,7 +364,7 @@ class _Validator:
         # Axes named in tiles, valid entries or not: a key elsewhere that names one is no error of
         # its own (the tile's error is reported once, with no follow-on errors).
         self.named_axes = {axis for axis in entries if isinstance(axis, str) and AXIS_NAME.match(axis)}
-        low, high = MATMUL_BLOCK_RANGE if kind == "matmul" else ELEMENTWISE_BLOCK_RANGE
+        low, high = {"matmul": MATMUL_BLOCK_RANGE, "reduction": REDUCTION_BLOCK_RANGE}.get(kind, ELEMENTWISE_BLOCK_RANGE)
         tiles, blocks = [], set()
         for axis, entry in entries.items():
             key = f"tiles.{axis}"
@@ -381,6 +388,10 @@ class _Validator:
         if kind == "elementwise" and len(entries) != 1:
             self.error("tiles", f"an elementwise op tiles exactly one axis, got {len(entries)}",
                        "for example N: {block: BLOCK, sizes: [1024]}")
+        if kind == "reduction" and len(entries) != 1:
+            self.error("tiles", f"a reduction op reduces exactly one axis, its last, got {len(entries)} tiled axes "
+                       f"({_listing(map(str, entries))})",
+                       "one axis: N: {block: BLOCK_N, sizes: [1024, 4096]} (the tile a long row loops in)")
         if kind == "matmul":
             expected = _matmul_axes(inputs, outputs)
             if expected is not None and set(entries) != set(expected):
@@ -410,7 +421,7 @@ class _Validator:
         accumulate, compute, precision = "float32", None, "ieee"
         if "accumulate" in entries:
             accumulate = self.choice("dtypes.accumulate", entries["accumulate"], ACCUMULATE_DTYPES) or accumulate
-            if kind == "elementwise":
+            if kind in ("elementwise", "reduction"):
                 self.error("dtypes.accumulate", "only matmul kinds accumulate", "use dtypes.compute")
         if "compute" in entries:
             compute = self.choice("dtypes.compute", entries["compute"], ("float32", "float64"))
@@ -419,7 +430,7 @@ class _Validator:
                            "use dtypes.accumulate")
         if "precision" in entries:
             precision = self.choice("dtypes.precision", entries["precision"], PRECISIONS) or precision
-            if kind == "elementwise":
+            if kind in ("elementwise", "reduction"):
                 self.error("dtypes.precision", "precision applies to matmul dots only")
         return accumulate, compute, precision
 
@@ -509,8 +520,13 @@ class _Validator:
                 if type(value) is not int or not 1 <= value <= 8:
                     self.error(key, f"{_show(value)} is not allowed", "an integer from 1 to 8")
                     continue
+            elif name == "ROWS" and getattr(self, "kind", None) == "reduction":
+                if type(value) is not int or value not in (1, 2, 4, 8, 16, 32, 64):
+                    self.error(key, f"{_show(value)} is not allowed", "rows per program: 1, 2, 4, ... 64")
+                    continue
             else:
-                self.unknown_key(key, name, list(sizes) + ["num_warps", "num_stages"])
+                self.unknown_key(key, name, list(sizes) + ["num_warps", "num_stages"]
+                                 + (["ROWS"] if getattr(self, "kind", None) == "reduction" else []))
                 continue
             out[name] = value
         for block in sizes:
@@ -522,6 +538,9 @@ class _Validator:
         """Kind-specific shape rules: same shapes for elementwise, [M,K] @ [K,N] for matmul."""
         if kind == "elementwise":
             self.elementwise_shapes(inputs, outputs)
+            return None
+        if kind == "reduction":
+            self.reduction_shapes(inputs, outputs)
             return None
         if kind != "matmul" or not outputs or not inputs:
             return None
@@ -582,7 +601,125 @@ class _Validator:
                 self.error(f"outputs.{name}.shape", f"an elementwise output has the inputs' broadcast shape "
                            f"{list(full)}, got {list(shape)}", f"{list(full)}, or omit it")
 
-    def body(self, kind, inputs: dict, outputs: dict, scalars: dict) -> tuple[tuple[str, Expression], ...]:
+    def reduction_shapes(self, inputs: dict, outputs: dict) -> None:
+        """A reduction's tensors lie along its rows: [..., N] (the rows), [N] (the same for every
+        row, a weight) or [...] (one value per row, a saved statistic); outputs are rows or one
+        value per row; at least one input is rows."""
+        tiled = list(getattr(self, "named_axes", ()))
+        if len(tiled) != 1:
+            return  # the tiles' own error
+        axis = tiled[0]
+        rows, column, per_row = ("...", axis), (axis,), ("...",)
+        allowed = {"inputs": ((rows, column, per_row), f"[..., {axis}] (rows), [{axis}] (the same for every row) "
+                              "or [...] (one value per row)"),
+                   "outputs": ((rows, per_row), f"[..., {axis}] (rows) or [...] (one value per row)")}
+        for section, tensors in (("inputs", inputs), ("outputs", outputs)):
+            forms, listing = allowed[section]
+            for name, shape in tensors.items():
+                if shape is None or shape in forms:
+                    continue
+                why = f"the reduced axis {axis} comes last" if axis in shape[:-1] else \
+                    f"a reduction reduces one axis, {axis}, over rows of any leading shape"
+                self.error(f"{section}.{name}.shape", f"{list(shape)} is not allowed: {why}", listing)
+        if inputs and all(shape is not None for shape in inputs.values()) and rows not in inputs.values():
+            self.error("inputs", "no input has the rows to reduce", f"at least one input of shape [..., {axis}]")
+
+    def steps(self, kind, inputs: dict, scalars: dict, taken: dict) -> dict[str, Expression]:
+        """A reduction's named values, each reading inputs, scalars and the steps before it."""
+        value = self.data.get("steps")
+        if value is None:
+            return {}
+        if kind != "reduction":
+            if kind is not None:
+                self.error("steps", f"steps are not used by {kind} kinds", "write the math in compute")
+            return {}
+        entries = self.mapping("steps", value) or {}
+        if len(entries) > MAX_STEPS:
+            self.error("steps", f"{len(entries)} steps", f"at most {MAX_STEPS}")
+            return {}
+        names = set(inputs) | set(scalars)
+        later = [name for name in entries if isinstance(name, str)]
+        out: dict[str, Expression] = {}
+        for index, (name, source) in enumerate(entries.items()):
+            key = f"steps.{name}"
+            if not self.value_name(key, name, taken):
+                names.add(str(name))
+                continue
+            taken[name] = "step"
+            expression = self.reduction_expression(key, source, names | set(later[index:]), names)
+            names.add(name)
+            if expression is not None:
+                out[name] = expression
+        self.step_levels = self.levels_of(inputs, scalars, out)
+        return out
+
+    def reduction_expression(self, key: str, source, readable: set, defined: set) -> Expression | None:
+        """Parse one expression of a reduction; a name of a step defined later (or the step itself)
+        is an error of its own."""
+        try:
+            expression = parse_expression(source, readable, reductions=True)
+        except ExpressionError as exc:
+            for problem in exc.all():
+                self.error(key, problem.message, problem.allowed)
+            return None
+        step = key.split(".", 1)[1] if key.startswith("steps.") else None
+        ahead = [n for n in expression.names if n not in defined]
+        for name in ahead:
+            what = "itself" if name == step else f"step {name!r}, which comes after it (steps run in order)"
+            self.error(key, f"the step reads {what}", "read only inputs, scalars and earlier steps")
+        return None if ahead else expression
+
+    def levels_of(self, inputs: dict, scalars: dict, steps: dict) -> dict[str, int]:
+        axis = next(iter(getattr(self, "named_axes", ())), None)
+        levels = {name: ROW if shape == ("...",) else ELEMENT for name, shape in inputs.items()}
+        levels.update({name: UNIFORM for name in scalars})
+        for name, expression in steps.items():
+            problems: list[str] = []
+            levels[name] = level_of(expression.tree.body, levels, problems)
+            for problem in problems:
+                self.error(f"steps.{name}", problem, f"reduce a value that reads an input of shape [..., {axis}]")
+        return levels
+
+    def reduction_body(self, inputs: dict, outputs: dict, scalars: dict, steps: dict):
+        value = self.data.get("compute")
+        if value is None:
+            self.error("", "missing required key 'compute'", "output name -> expression")
+            return ()
+        entries = self.mapping("compute", value) or {}
+        levels = getattr(self, "step_levels", None) or self.levels_of(inputs, scalars, {})
+        names = set(inputs) | set(scalars) | set(steps)
+        out = []
+        for name, source in entries.items():
+            key = f"compute.{name}"
+            if name not in outputs:
+                self.error(key, f"{_show(name)} is not an output", f"outputs: {_listing(outputs) or 'none'}")
+                continue
+            expression = self.reduction_expression(key, source, names, names)
+            if expression is None:
+                continue
+            problems: list[str] = []
+            level = level_of(expression.tree.body, levels, problems)
+            for problem in problems:
+                self.error(key, problem, "reduce a value that varies along the row")
+            if level == UNIFORM:
+                self.error(key, "the expression reads no tensor", "use at least one input or step")
+                continue
+            if outputs[name] == ("...",) and level == ELEMENT:
+                self.error(key, f"output {name!r} has one value per row (shape [...]) but its expression "
+                           f"{LEVEL_NAMES[ELEMENT]}", "reduce it (sum, mean, max, min), or give the output the rows' shape")
+                continue
+            if not problems:
+                out.append((name, expression))
+        for name in outputs:
+            if name not in entries:
+                self.error("compute", f"no expression for output {name!r}")
+        return tuple(out)
+
+    def body(self, kind, inputs: dict, outputs: dict, scalars: dict, steps: dict) -> tuple[tuple[str, Expression], ...]:
+        if kind == "reduction":
+            if "epilogue" in self.data:
+                self.error("epilogue", "'epilogue' is not used by reduction kinds", "use 'compute'")
+            return self.reduction_body(inputs, outputs, scalars, steps)
         section = "compute" if kind == "elementwise" else "epilogue"
         other = "epilogue" if kind == "elementwise" else "compute"
         if other in self.data and kind:
@@ -603,6 +740,20 @@ class _Validator:
         if value is None or kind is None:
             return ()
         entries = self.mapping("reference", value) or {}
+        if kind == "reduction":
+            out = []
+            for name, source in entries.items():
+                key = f"reference.{name}"
+                if name not in outputs:
+                    self.error(key, f"{_show(name)} is not an output", f"outputs: {_listing(outputs) or 'none'}")
+                    continue
+                try:
+                    out.append((name, parse_expression(source, set(inputs) | set(scalars), reductions=True,
+                                                       oracles=True)))
+                except ExpressionError as exc:
+                    for problem in exc.all():
+                        self.error(key, problem.message, problem.allowed)
+            return tuple(out)
         return self.expressions("reference", entries, outputs, kind, inputs, scalars, required=False)
 
     def expressions(self, section, entries, outputs, kind, inputs, scalars, required):

@@ -9,7 +9,8 @@ by tilegen needs only `pip install tilegen` to import.
 - configs: candidate configs, heuristics, tuned-table lookup, the ConfigChooser
 - launch: Triton's launch, split-K scratch
 - callpath, native: the compiled call path and the one mechanism that builds native code
-- ops: each kind's launch logic (ElementwiseOp, MatmulOp)
+- ops: each kind's launch logic (ElementwiseOp, MatmulOp, ReductionOp)
+- rowmath: Triton helpers reduction kernels call
 - library: registration with torch.library, and how wrappers route traced calls
 - autograd: the autograd formula registered with each op, and the eager training path
 
@@ -20,12 +21,12 @@ refused with one error that says to rebuild.
 
 from .checks import (broadcast_shape, check_axes, check_dim, check_divisible, check_interpretable, check_same_device, check_same_dtype,
                      check_scalar, check_tensor, prepare_out, split_out)
-from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace
+from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace, ReductionSpace
 from .device import INTERPRET, cdiv, device_facts, on_device
 from .autograd import Gradients, call
 from .library import copy_out, refuse_functorch, refuse_out_with_grad, register, tracing, wants_grad
-from . import autograd, launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
-from .ops import ElementwiseOp, MatmulOp, op_of
+from . import autograd, launch, layout, library, ops, rowmath  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
+from .ops import ElementwiseOp, MatmulOp, ReductionOp, op_of
 from ..schema import RUNTIME_VERSION as VERSION, bucket, tile_of
 
 
@@ -46,7 +47,8 @@ __all__ = [
     "VERSION", "RuntimeVersionError", "require", "INTERPRET", "cdiv", "device_facts", "on_device",
     "broadcast_shape", "check_axes", "check_dim", "check_divisible", "check_interpretable", "check_same_device", "check_same_dtype",
     "check_scalar", "check_tensor", "prepare_out", "split_out",
-    "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ElementwiseOp", "MatmulOp", "op_of",
+    "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ReductionSpace", "ElementwiseOp", "MatmulOp", "ReductionOp",
+    "op_of",
     "bucket", "tile_of", "call", "copy_out", "Gradients", "refuse_functorch", "refuse_out_with_grad", "register",
     "tracing", "wants_grad",
 ]

@@ -183,6 +183,70 @@ class ElementwiseSpace:
         return ordered[0]
 
 
+# The longest row a reduction loads into one tile; longer rows loop over block-sized steps.
+MAX_ROW_TILE = 32768
+_ROWS_PER_PROGRAM = (1, 2, 4, 8, 16, 32, 64)
+
+
+def reduction_warps(elements):
+    # About 16 elements of the tile per thread for short tiles, up to 64 for the longest rows.
+    return max(1, min(16, elements // 512))
+
+
+class ReductionSpace:
+    """Candidate configs for a reduction: a tile holding whole rows (its block the row length's
+    next power of two, up to MAX_ROW_TILE) with some rows per program, or, for a row longer than a
+    block, each of the spec's blocks looping along one row. The key is (N's bucket, the row
+    count's bucket, element size)."""
+
+    def __init__(self, block, blocks, warps, rows=()):
+        self.block, self.blocks, self.warps, self.rows = block, list(blocks), list(warps), list(rows)
+        self.names = (block,)
+
+    def _rows_options(self, whole, count, explore):
+        if self.rows:
+            return self.rows
+        rows = self._default_rows(whole, count)
+        if explore:
+            return [r for r in _ROWS_PER_PROGRAM if rows // 4 <= r <= rows * 4 and r * whole <= 16384]
+        return sorted({1, rows})
+
+    @staticmethod
+    def _default_rows(whole, count):
+        # About 4096 elements per program for short rows; never more rows than there are.
+        return max(1, min(4096 // whole, 64, count))
+
+    def _warp_options(self, elements, explore):
+        if self.warps:
+            return self.warps
+        w = reduction_warps(elements)
+        return sorted({max(1, w // 2), w, min(16, w * 2)}) if explore else [w]
+
+    def candidates(self, facts, key, explore=False):
+        n, count = key[0], key[1]
+        out = []
+        whole = max(n, 16)
+        if whole <= MAX_ROW_TILE:
+            for rows in self._rows_options(whole, count, explore):
+                for w in self._warp_options(rows * whole, explore):
+                    out.append({self.block: whole, "ROWS": rows, "num_warps": w})
+        for b in self.blocks:
+            if b < n:
+                for w in self._warp_options(b * 2, explore):
+                    out.append({self.block: b, "ROWS": 1, "num_warps": w})
+        return out
+
+    def heuristic(self, fitting, facts, key):
+        """Whole rows where they fit a tile, with the default rows per program; else the largest
+        block, looping."""
+        n, count = key[0], key[1]
+        whole = [c for c in fitting if c[self.block] >= n]
+        if whole:
+            rows = self._default_rows(whole[0][self.block], count)
+            return min(whole, key=lambda c: (abs(c["ROWS"] - rows), c["num_warps"]))
+        return max(fitting, key=lambda c: (c[self.block], c["num_warps"]))
+
+
 class MatmulSpace:
     """Tile candidates for a matmul, pruned to those that fit the shape and shared memory.
 

@@ -249,3 +249,87 @@ class MatmulOp(Op):
         args = (*workspace, tensors[self.output] if saved is None else saved, *head, *scalars, *quotients)
         varying = 3 + len(tensors) + len(scalars)  # the workspace, the saved accumulator, tensors, scalars
         return self.kernel.launch(grid, args, varying, constexprs, config["num_warps"], config["num_stages"])
+
+
+class ReductionOp(Op):
+    """An op over rows: each program reduces ROWS rows of the reduced axis (length N), loading a
+    row that fits its tile once (ONE_TILE: the config's block holds N) and passing over a longer
+    one in block-sized steps.
+
+    `roles` gives each tensor (inputs, then outputs) its lie along the rows: "element" ([..., N]),
+    "column" ([N], the same for every row) or "row" ([...], one value per row). The kernel reads
+    element tensors as [R, N] through two strides, column and row tensors through one; `run`
+    makes those views (copies where leading axes do not merge into one row stride) and writes
+    results it could not view back into the outputs. `block` is the spec's block name."""
+
+    def __init__(self, name, kernel, configs, *, roles, block="BLOCK", compute=tl.float32, listed=True):
+        super().__init__(name, configs, kernel, listed)
+        self.kernel = Kernel(kernel)
+        self.roles, self.block, self.compute = tuple(roles), block, compute
+
+    def shape(self, op, named):
+        """(the rows' leading shape, N) of a call with the tensors `named` ([(name, tensor)] in
+        input order): element tensors' leading axes and row tensors' shapes broadcast as in
+        PyTorch. Raises ValueError naming the argument that does not."""
+        lead, n, before = (), None, []
+        for (name, value), role in zip(named, self.roles):
+            if role == "column":
+                continue
+            shape = tuple(value.shape[:-1]) if role == "element" else tuple(value.shape)
+            if role == "element" and n is None:
+                n = int(value.shape[-1])
+            try:
+                lead = tuple(torch.broadcast_shapes(lead, shape))
+            except RuntimeError:
+                raise ValueError(f"{op}: argument '{name}' has rows of shape {shape}, which do not broadcast with "
+                                 f"{lead} (the rows of {', '.join(before)}; shapes broadcast as in PyTorch)") from None
+            before.append(f"'{name}'")
+        return lead, n
+
+    def run(self, inputs, outputs, scalars, lead, n, call=None, result=None):
+        """Compute `outputs` (checked or allocated by the wrapper, in their own shapes) from
+        `inputs` and `scalars` over rows of leading shape `lead` and length `n`."""
+        rows = 1
+        for size in lead:
+            rows *= int(size)
+        if rows == 0:
+            return
+        views, write_back = [], []
+        for index, tensor in enumerate((*inputs, *outputs)):
+            role = self.roles[index]
+            if role == "column":
+                views.append(tensor)
+                continue
+            shape = (rows, n) if role == "element" else (rows,)
+            if index < len(inputs):
+                full = (*lead, n) if role == "element" else tuple(lead)
+                views.append(tensor.expand(full).reshape(shape))
+                continue
+            try:
+                views.append(tensor.view(shape))
+            except RuntimeError:  # an out= whose layout does not flatten: computed apart, then copied
+                fresh = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+                views.append(fresh)
+                write_back.append((tensor, fresh))
+        key = (bucket(n), bucket(rows), inputs[0].element_size())
+
+        def launch(config):
+            return self._launch(views, scalars, rows, n, config)
+
+        traced = library.traced(views)
+        config = self.configs.choose(key, device_facts(views[0].device), None if traced else launch)
+        launched = launch(config)
+        for tensor, fresh in write_back:
+            tensor.copy_(fresh.view(tensor.shape))
+        self._learn(call if not write_back else None, launched, result)
+
+    def _launch(self, views, scalars, rows, n, config):
+        block, per_program = config[self.block], config["ROWS"]
+        strides = [int(s) for view in views for s in view.stride()]
+        constexprs = {self.block: block, "ROWS": per_program, "ONE_TILE": block >= n,
+                      "INDEX_64": needs_int64(*views, extra=block * per_program),
+                      "MATH_64": self.compute == tl.float64 or any(v.dtype == torch.float64 for v in views)}
+        grid = (cdiv(rows, per_program),)
+        varying = len(views) + len(scalars)
+        return self.kernel.launch(grid, (*views, *scalars, rows, n, *strides), varying, constexprs,
+                                  config["num_warps"])

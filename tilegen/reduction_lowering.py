@@ -1,0 +1,155 @@
+"""What the reduction template needs from a `Spec`: its row program, the kernel's loads and
+stores, the wrapper's checks, and the backward derived from its math (itself a row program)."""
+
+from __future__ import annotations
+
+from .derivatives import differentiate
+from .lowering import _common, _fixed_or, _gradients, _input_checks, _output_context, _scalar_params, _tuple
+from .rows import ELEMENT, ROW, RowProgram, first_row_lines, output_pass, stage_pass, whole_row_lines
+from .spec import Spec
+
+# The tensor roles along the rows (Spec.row_roles) and how a kernel addresses each.
+_ADDRESS = {
+    "element": "{n}_ptr + rows * stride_{n}_0 + cols * stride_{n}_1",
+    "column": "{n}_ptr + cols * stride_{n}_0",
+    "row": "{n}_ptr + rows * stride_{n}_0",
+}
+_MASK = {"element": "mask", "column": "cols < row_length", "row": "row_mask"}
+
+
+def _load(name: str, role: str) -> str:
+    return f"{name} = tl.load({_ADDRESS[role].format(n=name)}, mask={_MASK[role]}).to(compute)"
+
+
+def _store(name: str, role: str) -> str:
+    return f"tl.store({_ADDRESS[role].format(n=name)}, {name}.to({name}_ptr.dtype.element_ty), mask={_MASK[role]})"
+
+
+def _strides(name: str, role: str) -> list[str]:
+    return [f"stride_{name}_0", f"stride_{name}_1"] if role == "element" else [f"stride_{name}_0"]
+
+
+def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: dict[str, str],
+               scalars: list[str], block: str) -> dict:
+    """The pieces of one reduction kernel: `inputs` and `outputs` map names to roles."""
+    tensors = {**inputs, **outputs}
+    reads_row = [n for n, role in inputs.items() if role == "row"]
+    along = {n: role for n, role in inputs.items() if role != "row"}
+    elements = [n for n, role in outputs.items() if role != "row"]
+    rows_out = [n for n, role in outputs.items() if role == "row"]
+    arguments = [n for r in program.reductions for n in r.argument.names]
+    whole_reads = program.inputs_read(program.assignments, arguments)
+    passes = []
+    for stage in range(1, program.last_stage + 1):
+        step = stage_pass(program, stage, block)
+        passes.append(dict(loads=[_load(n, along[n]) for n in step.loads], before=list(step.before),
+                           body=list(step.body), after=list(step.after)))
+    final = output_pass(program, elements)
+    return dict(
+        name=name,
+        pointer_params=", ".join(f"{n}_ptr" for n in tensors),
+        scalar_params=", ".join(scalars),
+        stride_params=", ".join(s for n, role in tensors.items() for s in _strides(n, role)),
+        block=block,
+        row_loads=[_load(n, "row") for n in reads_row],
+        whole_loads=[_load(n, along[n]) for n in whole_reads],
+        whole_lines=whole_row_lines(program),
+        element_stores=[_store(n, outputs[n]) for n in elements],
+        row_stores=[_store(n, "row") for n in rows_out],
+        first_lines=first_row_lines(program),
+        passes=passes,
+        output_loads=[_load(n, along[n]) for n in final.loads],
+        output_lines=list(final.body),
+    )
+
+
+def _space(spec: Spec) -> str:
+    tile = spec.tiles[0]
+    fixed = dict(spec.configs.fixed)
+    rows = [fixed["ROWS"]] if "ROWS" in fixed else []
+    return (f"rt.ReductionSpace({tile.block!r}, {_fixed_or(spec, tile.block, tile.sizes)}, "
+            f"{_fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows})")
+
+
+def _backward(spec: Spec, roles: dict[str, str]) -> dict:
+    """The gradients of every input, derived from the steps and outputs: one reduction kernel over
+    the saved inputs and the incoming gradients. A column input's gradient comes out per row
+    (float32), which the autograd formula sums over the rows."""
+    inputs = [t.name for t in spec.inputs]
+    outputs = [t.name for t in spec.outputs]
+    levels = spec.row_levels()
+    backward = differentiate(list(spec.body), inputs, steps=list(spec.steps), levels=levels)
+    computed = backward.computed()
+    saved = [n for n in inputs if n in backward.reads] if computed else []
+    seeds = [backward.seeds[o] for o in outputs]
+    seed_levels = {backward.seeds[o]: ROW if roles[o] == "row" else ELEMENT for o in outputs}
+    program = RowProgram(list(backward.steps), {**{n: levels[n] for n in saved}, **seed_levels,
+                                                **{s.name: levels[s.name] for s in spec.scalars}})
+    results = {backward.results[n]: ("row" if roles[n] == "row" else "element") for n in computed}
+    scalars = [s.name for s in spec.scalars]
+    name = f"{spec.op}_backward"
+    sources = []
+    for input_name in inputs:
+        if input_name in backward.zero:
+            sources.append("None")
+        elif input_name in backward.passed:
+            sources.append(f'("grad", {outputs.index(backward.passed[input_name])})')
+        else:
+            sources.append(f'("result", {computed.index(backward.aliases.get(input_name, input_name))})')
+    kernel_inputs = {**{n: roles[n] for n in saved}, **{backward.seeds[o]: roles[o] for o in outputs}}
+    # Gradients are made in the dtype of the first incoming gradient along the rows (autograd
+    # casts each to its input's dtype where that differs).
+    like = next((backward.seeds[o] for o in outputs if roles[o] == "element"), seeds[0])
+    allocations = []
+    for n in computed:
+        result = backward.results[n]
+        # A column input's gradient is summed over the rows after: its rows are kept in float32.
+        dtype = "torch.float32" if roles[n] == "column" else f"{like}.dtype"
+        shape = "_lead" if roles[n] == "row" else "(*_lead, _n)"
+        allocations.append(f"{result} = torch.empty({shape}, dtype={dtype}, device={like}.device)")
+    return dict(
+        name=name,
+        kernel=row_kernel(name, program, kernel_inputs, results, scalars, spec.tiles[0].block),
+        roles=_tuple(repr(r) for r in [*kernel_inputs.values(), *results.values()]),
+        kernel_inputs=list(kernel_inputs),
+        results=list(results),
+        named_inputs="[" + ", ".join(f'("{n}", {n})' for n in kernel_inputs) + "]",
+        typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + seeds] + _scalar_params(spec)),
+        call_args=", ".join(saved + seeds + scalars),
+        allocations=allocations,
+        return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
+        gradients=_gradients(f"_{name}" if computed else None, inputs, saved, sources, len(outputs)),
+    )
+
+
+def reduction_context(spec: Spec, header: str) -> dict:
+    roles = spec.row_roles()
+    inputs = [t.name for t in spec.inputs]
+    outputs = [t.name for t in spec.outputs]
+    scalars = [s.name for s in spec.scalars]
+    program = RowProgram(list(spec.steps) + list(spec.body), spec.row_levels())
+    ctx = _common(spec, header)
+    outs, prelude, result = _output_context(spec)
+    checks = _input_checks(spec, {})
+    entries = ", ".join(f'("{t.public}", {t.name}, {tuple(t.shape)!r})' for t in spec.inputs)
+    checks.append(f'rt.check_axes("{spec.op}", [{entries}])')
+    checks.append(f"_lead, _n = _OP.shape(\"{spec.op}\", {ctx['input_pairs']})")
+    for out in outs:
+        out["shape"] = "_lead" if roles[out["name"]] == "row" else "(*_lead, _n)"
+    tile = spec.tiles[0]
+    ctx.update(
+        kernel=row_kernel(spec.op, program, {n: roles[n] for n in inputs}, {n: roles[n] for n in outputs},
+                          scalars, tile.block),
+        block=tile.block,
+        roles=_tuple(repr(roles[n]) for n in inputs + outputs),
+        space=_space(spec),
+        compute_floor=spec.compute or "float32",
+        checks=checks + prelude,
+        outputs=outs,
+        input_names=inputs,
+        output_names=outputs,
+        result=result,
+        backward=_backward(spec, roles),
+    )
+    return ctx
+

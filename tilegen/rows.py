@@ -1,0 +1,248 @@
+"""The row program of a reduction op: its values by level and stage, and the kernel lines that
+compute them, one row tile at a time or in passes over a long row.
+
+A reduction op computes, per row, a list of assignments (the spec's steps, then its outputs; or
+a derived backward's temporaries, then its gradients). Each value has a *level*: it varies along
+the row (ELEMENT: inputs over the reduced axis, and what is computed from them), is one value
+per row (ROW: a reduction, or what is computed from reductions and per-row inputs), or is the
+same for every row (UNIFORM: scalars, constants, the row length `_n`). Each reduction
+(`sum(e)`, `max(e)`, `min(e)`; `mean(e)` is `sum(e) / _n`) is taken out of its expression and
+named `_r<i>`; its *stage* is one more than the latest stage among the values its argument
+reads (a value's stage is the latest among the reductions it reads). Reductions of one stage run in one pass over the row.
+
+A row that fits one tile is loaded once and computed straight through (`whole_row`). A longer
+row runs one pass per stage, each accumulating its reductions tile by tile, then one pass that
+writes the outputs (`passes`).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass
+
+from .expressions import REDUCTIONS, Expression, assignments
+
+UNIFORM, ROW, ELEMENT = 0, 1, 2
+LEVEL_NAMES = {UNIFORM: "the same for every row", ROW: "one value per row", ELEMENT: "varies along the row"}
+ROW_LENGTH = "_n"  # the reduced axis's length, in the compute dtype (mean divides by it)
+
+# What a masked lane holds for each reduction: its identity.
+_NEUTRAL = {"sum": "0.0", "max": "float(\"-inf\")", "min": "float(\"inf\")"}
+
+
+@dataclass(frozen=True)
+class Reduction:
+    name: str            # _r<i>
+    kind: str            # sum, max or min
+    argument: Expression  # an element-level expression, its own reductions already named
+    stage: int
+
+
+@dataclass(frozen=True)
+class Assignment:
+    name: str
+    expression: Expression  # reductions replaced by their names
+    level: int
+    stage: int
+
+
+def level_of(tree: ast.AST, levels: dict[str, int], problems: list[str] | None = None) -> int:
+    """The level of a checked expression tree over names of known `levels`; with `problems`, each
+    reduction of a value that does not vary along the row is noted there."""
+    if isinstance(tree, ast.Name):
+        return levels.get(tree.id, UNIFORM)
+    if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id in REDUCTIONS:
+        inner = level_of(tree.args[0], levels, problems)
+        if inner != ELEMENT and problems is not None:
+            problems.append(f"{tree.func.id}() of a value that is {LEVEL_NAMES[inner]}, not one that varies "
+                            "along the row")
+        return ROW
+    children = [c for c in ast.iter_child_nodes(tree) if not isinstance(c, (ast.expr_context, ast.operator,
+                                                                           ast.unaryop, ast.cmpop))]
+    if isinstance(tree, ast.Call):
+        children = list(tree.args)
+    return max((level_of(c, levels, problems) for c in children), default=UNIFORM)
+
+
+def without_mean(tree: ast.AST) -> ast.AST:
+    """`tree` with each mean(e) written sum(e) / _n (a copy)."""
+    tree = copy.deepcopy(tree)
+
+    class Rewrite(ast.NodeTransformer):
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            if isinstance(node.func, ast.Name) and node.func.id == "mean":
+                node.func.id = "sum"
+                return ast.BinOp(node, ast.Div(), ast.Name(ROW_LENGTH, ast.Load()))
+            return node
+
+    return ast.fix_missing_locations(Rewrite().visit(tree))
+
+
+def _expression(tree: ast.expr) -> Expression:
+    wrapped = ast.fix_missing_locations(ast.Expression(tree))
+    functions = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    names = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in functions})
+    return Expression(ast.unparse(wrapped), wrapped, tuple(names))
+
+
+class RowProgram:
+    """`values` ((name, Expression) in order, each reading only names defined before it) over the
+    names in `levels` (inputs and scalars, with their levels). Reductions may nest in what a
+    backward derives: an inner one is computed in an earlier stage. Equal reductions are one."""
+
+    def __init__(self, values, levels: dict[str, int]):
+        self.levels = {**levels, ROW_LENGTH: UNIFORM}
+        self.stages = {name: 0 for name in self.levels}
+        self.reductions: list[Reduction] = []
+        self.assignments: list[Assignment] = []
+        seen: dict[tuple, str] = {}
+        for name, expression in values:
+            tree = self._take_reductions(without_mean(expression.tree.body), seen)
+            body = _expression(tree)
+            level = max((self.levels[n] for n in body.names), default=UNIFORM)
+            stage = max((self.stages[n] for n in body.names), default=0)
+            self.levels[name], self.stages[name] = level, stage
+            self.assignments.append(Assignment(name, body, level, stage))
+        self.last_stage = max((r.stage for r in self.reductions), default=0)
+
+    def _take_reductions(self, tree: ast.AST, seen: dict) -> ast.AST:
+        program = self
+
+        class Take(ast.NodeTransformer):
+            def visit_Call(self, node):
+                self.generic_visit(node)  # inner reductions first
+                if not (isinstance(node.func, ast.Name) and node.func.id in REDUCTIONS):
+                    return node
+                argument = _expression(node.args[0])
+                key = (node.func.id, ast.dump(argument.tree))
+                if key not in seen:
+                    name = seen[key] = f"_r{len(program.reductions)}"
+                    stage = 1 + max((program.stages[n] for n in argument.names), default=0)
+                    program.reductions.append(Reduction(name, node.func.id, argument, stage))
+                    program.levels[name], program.stages[name] = ROW, stage
+                return ast.Name(seen[key], ast.Load())
+
+        return ast.fix_missing_locations(Take().visit(tree))
+
+    def level(self, name: str) -> int:
+        return self.levels[name]
+
+    # ---- what each part of the kernel needs -----------------------------------------------------
+
+    def _needed(self, names) -> list[Assignment]:
+        """The element-level assignments that computing `names` reads, in order (row values are
+        computed once, outside the passes)."""
+        by_name = {a.name: a for a in self.assignments}
+        wanted, stack = set(), list(names)
+        while stack:
+            name = stack.pop()
+            if name in wanted or name not in by_name or by_name[name].level != ELEMENT:
+                continue
+            wanted.add(name)
+            stack.extend(by_name[name].expression.names)
+        return [a for a in self.assignments if a.name in wanted]
+
+    def inputs_read(self, assigned: list[Assignment], extra=()) -> list[str]:
+        """The element-level inputs (not assignments) that `assigned` and `extra` names read."""
+        defined = {a.name for a in self.assignments}
+        read = set(extra)
+        for a in assigned:
+            read.update(a.expression.names)
+        return [n for n in self.levels if n in read and n not in defined and self.levels[n] == ELEMENT]
+
+    def stage_reductions(self, stage: int) -> list[Reduction]:
+        return [r for r in self.reductions if r.stage == stage]
+
+    def row_assignments(self, stage: int) -> list[Assignment]:
+        return [a for a in self.assignments if a.level != ELEMENT and a.stage == stage]
+
+    def pass_values(self, stage: int) -> list[Assignment]:
+        """The element assignments a pass accumulating `stage`'s reductions computes."""
+        return self._needed([n for r in self.stage_reductions(stage) for n in r.argument.names])
+
+    def output_values(self, outputs) -> list[Assignment]:
+        return self._needed(outputs)
+
+
+# ---- Triton lines ---------------------------------------------------------------------------
+
+
+def _lines(values: list[tuple[str, Expression]], prefix: str) -> list[str]:
+    return assignments(values, "triton", temp_prefix=prefix)
+
+
+def reduce_line(reduction: Reduction, value: str) -> str:
+    """The line computing `reduction` from `value` (masked lanes already hold its identity)."""
+    if reduction.kind == "sum":
+        return f"{reduction.name} = tl.sum({value}, axis=1, keep_dims=True)"
+    return f"{reduction.name} = _rows.{reduction.kind}_along_rows({value})"
+
+
+def masked(reduction: Reduction, value: str) -> str:
+    return f"tl.where(mask, {value}, {_NEUTRAL[reduction.kind]})"
+
+
+def whole_row_lines(program: RowProgram, prefix: str = "_w") -> list[str]:
+    """The whole program, straight through, on a tile that holds whole rows: each stage's
+    reductions of masked values, then the values that read them."""
+    lines: list[str] = []
+    counter = [0]
+
+    def emit(values):
+        if values:
+            lines.extend(_lines(values, f"{prefix}{counter[0]}_"))
+            counter[0] += 1
+
+    emit([(a.name, a.expression) for a in program.assignments if a.stage == 0])
+    for stage in range(1, program.last_stage + 1):
+        for reduction in program.stage_reductions(stage):
+            value = f"_a{reduction.name[2:]}"
+            emit([(value, reduction.argument)])
+            lines.append(reduce_line(reduction, masked(reduction, value)))
+        emit([(a.name, a.expression) for a in program.assignments if a.stage == stage])
+    return lines
+
+
+def first_row_lines(program: RowProgram, prefix: str = "_f") -> list[str]:
+    """The row values that read no reduction (from scalars and per-row inputs): a kernel that
+    passes over long rows computes them before its first pass."""
+    return _lines([(a.name, a.expression) for a in program.row_assignments(0)], prefix)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass over a long row: the inputs it loads, the lines inside the loop, and, for a
+    stage's pass, the accumulators (before the loop) and the reductions (after it)."""
+
+    loads: tuple[str, ...]
+    before: tuple[str, ...]
+    body: tuple[str, ...]
+    after: tuple[str, ...]
+
+
+def stage_pass(program: RowProgram, stage: int, block: str, prefix: str = "_p") -> Pass:
+    reductions = program.stage_reductions(stage)
+    values = program.pass_values(stage)
+    body = _lines([(a.name, a.expression) for a in values]
+                  + [(f"_a{r.name[2:]}", r.argument) for r in reductions], f"{prefix}{stage}_")
+    before, after = [], []
+    for r in reductions:
+        acc, value = f"_acc{r.name[2:]}", f"_a{r.name[2:]}"
+        before.append(f"{acc} = tl.full([ROWS, {block}], {_NEUTRAL[r.kind]}, compute)")
+        if r.kind == "sum":
+            body.append(f"{acc} += {masked(r, value)}")
+        else:
+            pick = "maximum" if r.kind == "max" else "minimum"
+            body.append(f"{acc} = tl.{pick}({acc}, {masked(r, value)}, propagate_nan=tl.PropagateNan.ALL)")
+        after.append(reduce_line(r, acc))
+    after.extend(_lines([(a.name, a.expression) for a in program.row_assignments(stage)], f"{prefix}{stage}r_"))
+    loads = program.inputs_read(values, [n for r in reductions for n in r.argument.names])
+    return Pass(tuple(loads), tuple(before), tuple(body), tuple(after))
+
+
+def output_pass(program: RowProgram, outputs: list[str], prefix: str = "_o") -> Pass:
+    values = program.output_values(outputs)
+    body = _lines([(a.name, a.expression) for a in values], prefix)
+    return Pass(tuple(program.inputs_read(values, outputs)), (), tuple(body), ())
