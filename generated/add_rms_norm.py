@@ -208,7 +208,7 @@ def _add_rms_norm_backward(x: torch.Tensor, residual: torch.Tensor, w: torch.Ten
     autograd formula sums it over the rows)."""
     _lead, _n = _BACKWARD.shape("add_rms_norm_backward", [("x", x), ("residual", residual), ("w", w), ("_g_h", _g_h), ("_g_y", _g_y)])
     _d_x = torch.empty((*_lead, _n), dtype=_g_h.dtype, device=_g_h.device)
-    _d_w = torch.empty((*_lead, _n), dtype=torch.float32, device=_g_h.device)
+    _d_w = torch.empty((*_lead, _n), dtype=torch.promote_types(_g_h.dtype, torch.float32), device=_g_h.device)
     _BACKWARD.run((x, residual, w, _g_h, _g_y,), (_d_x, _d_w,), (eps,), _lead, _n)
     return _d_x, _d_w,
 

@@ -196,7 +196,7 @@ def _rms_norm_backward(x: torch.Tensor, w: torch.Tensor, _g_y: torch.Tensor, _g_
     autograd formula sums it over the rows)."""
     _lead, _n = _BACKWARD.shape("rms_norm_backward", [("x", x), ("w", w), ("_g_y", _g_y), ("_g_rstd", _g_rstd)])
     _d_x = torch.empty((*_lead, _n), dtype=_g_y.dtype, device=_g_y.device)
-    _d_w = torch.empty((*_lead, _n), dtype=torch.float32, device=_g_y.device)
+    _d_w = torch.empty((*_lead, _n), dtype=torch.promote_types(_g_y.dtype, torch.float32), device=_g_y.device)
     _BACKWARD.run((x, w, _g_y, _g_rstd,), (_d_x, _d_w,), (eps,), _lead, _n)
     return _d_x, _d_w,
 

@@ -103,8 +103,9 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
     allocations = []
     for n in computed:
         result = backward.results[n]
-        # A column input's gradient is summed over the rows after: its rows are kept in float32.
-        dtype = "torch.float32" if roles[n] == "column" else f"{like}.dtype"
+        # A column input's gradient is summed over the rows after: its rows are kept in float32
+        # at least.
+        dtype = f"torch.promote_types({like}.dtype, torch.float32)" if roles[n] == "column" else f"{like}.dtype"
         shape = "_lead" if roles[n] == "row" else "(*_lead, _n)"
         allocations.append(f"{result} = torch.empty({shape}, dtype={dtype}, device={like}.device)")
     return dict(

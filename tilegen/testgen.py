@@ -30,10 +30,20 @@ def _oracle(spec: Spec) -> tuple[list[str], str]:
     expressions = spec.output_expressions()
     # A reduction's steps come first: its outputs read them (where its reference does not say otherwise).
     lines = assignments(list(spec.steps) + [(t.name, expressions[t.name]) for t in spec.outputs], "torch")
+    lines += per_row_squeezed(spec)
     names = [t.name for t in spec.outputs]
     # A result that does not depend on any tensor (a constant) still needs the output's shape.
     result = names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)"
     return lines, result
+
+
+def per_row_squeezed(spec: Spec) -> list[str]:
+    """Lines that drop the row axis PyTorch's reductions keep (keepdim) from a reduction's
+    outputs of one value per row, so that they have the op's shape [...]."""
+    if spec.kind != "reduction":
+        return []
+    roles = spec.row_roles()
+    return [f"{t.name} = {t.name}.squeeze(-1)" for t in spec.outputs if roles[t.name] == "row"]
 
 
 def _scalar_test_value(scalar) -> str:

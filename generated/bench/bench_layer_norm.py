@@ -52,6 +52,8 @@ def run_torch(inputs):
     y = torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, float(eps))
     mean = mu
     rstd = r
+    mean = mean.squeeze(-1)
+    rstd = rstd.squeeze(-1)
     return (y, mean, rstd,)
 
 

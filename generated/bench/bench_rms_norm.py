@@ -49,6 +49,7 @@ def run_torch(inputs):
     r = torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
     y = torch.nn.functional.rms_norm(x, x.shape[-1:], w, float(eps))
     rstd = r
+    rstd = rstd.squeeze(-1)
     return (y, rstd,)
 
 

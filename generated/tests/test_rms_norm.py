@@ -27,6 +27,7 @@ def reference(x, w, **scalars):
     r = torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
     y = torch.nn.functional.rms_norm(x, x.shape[-1:], w, float(eps))
     rstd = r
+    rstd = rstd.squeeze(-1)
     return (y, rstd,)
 
 
