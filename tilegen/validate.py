@@ -640,15 +640,21 @@ class _Validator:
         names = set(inputs) | set(scalars)
         later = [name for name in entries if isinstance(name, str)]
         out: dict[str, Expression] = {}
+        # Steps with errors of their own: expressions that read them are not checked further
+        # (no follow-on errors), but they may read them.
+        self.broken_steps = set()
         for index, (name, source) in enumerate(entries.items()):
             key = f"steps.{name}"
             if not self.value_name(key, name, taken):
                 names.add(str(name))
+                self.broken_steps.add(str(name))
                 continue
             taken[name] = "step"
             expression = self.reduction_expression(key, source, names | set(later[index:]), names)
             names.add(name)
-            if expression is not None:
+            if expression is None:
+                self.broken_steps.add(name)
+            else:
                 out[name] = expression
         self.step_levels = self.levels_of(inputs, scalars, out)
         return out
@@ -673,9 +679,14 @@ class _Validator:
         axis = next(iter(getattr(self, "named_axes", ())), None)
         levels = {name: ROW if shape == ("...",) else ELEMENT for name, shape in inputs.items()}
         levels.update({name: UNIFORM for name in scalars})
+        # Without an input of rows (its own error) every level is moot.
+        has_rows = any(shape is None or shape[:1] == ("...",) and len(shape) > 1 for shape in inputs.values())
         for name, expression in steps.items():
             problems: list[str] = []
             levels[name] = level_of(expression.tree.body, levels, problems)
+            if not has_rows or set(expression.names) & self.broken_steps:
+                self.broken_steps.add(name)
+                continue
             for problem in problems:
                 self.error(f"steps.{name}", problem, f"reduce a value that reads an input of shape [..., {axis}]")
         return levels
@@ -686,8 +697,9 @@ class _Validator:
             self.error("", "missing required key 'compute'", "output name -> expression")
             return ()
         entries = self.mapping("compute", value) or {}
+        self.broken_steps = getattr(self, "broken_steps", set())
         levels = getattr(self, "step_levels", None) or self.levels_of(inputs, scalars, {})
-        names = set(inputs) | set(scalars) | set(steps)
+        names = set(inputs) | set(scalars) | set(steps) | self.broken_steps
         out = []
         for name, source in entries.items():
             key = f"compute.{name}"
@@ -695,7 +707,7 @@ class _Validator:
                 self.error(key, f"{_show(name)} is not an output", f"outputs: {_listing(outputs) or 'none'}")
                 continue
             expression = self.reduction_expression(key, source, names, names)
-            if expression is None:
+            if expression is None or set(expression.names) & self.broken_steps:
                 continue
             problems: list[str] = []
             level = level_of(expression.tree.body, levels, problems)

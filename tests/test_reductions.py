@@ -1,0 +1,212 @@
+"""The reduction kind: its spec errors, its row programs (levels, stages, passes) and its derived
+backward, against PyTorch's autograd of the same math."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tilegen.derivatives import differentiate
+from tilegen.errors import ErrorLog
+from tilegen.expressions import assignments, parse_expression
+from tilegen.rows import ELEMENT, ROW, UNIFORM, RowProgram, output_pass, stage_pass, whole_row_lines
+from tilegen.validate import validate_document
+from tilegen.yaml_source import load_document
+
+RMS_NORM = """\
+op: rms
+kind: reduction
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  w: {dtype: x, shape: [N]}
+scalars:
+  eps: {type: float, default: 1.0e-6}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+  rstd: {dtype: [float32], shape: [...]}
+steps:
+  r: rsqrt(mean(x * x) + eps)
+compute:
+  y: x * r * w
+  rstd: r
+tiles:
+  N: {block: BLOCK_N, sizes: [1024]}
+"""
+
+
+def _validate(tmp_path, text):
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    errors = ErrorLog()
+    doc = load_document(path, errors, "specs/spec.yaml")
+    spec = validate_document(doc, errors) if doc is not None else None
+    return spec, errors.lines()
+
+
+def test_the_spec_validates_to_steps_and_roles(tmp_path):
+    spec, errors = _validate(tmp_path, RMS_NORM)
+    assert errors == []
+    assert [name for name, _ in spec.steps] == ["r"]
+    assert spec.row_roles() == {"x": "element", "w": "column", "y": "element", "rstd": "row"}
+    assert spec.row_levels() == {"x": ELEMENT, "w": ELEMENT, "eps": UNIFORM}
+
+
+@pytest.mark.parametrize("old, new, key, words", [
+    ("tiles:\n  N: {block: BLOCK_N, sizes: [1024]}", "tiles:\n  N: {block: BLOCK_N, sizes: [1024]}\n"
+     "  M: {block: BLOCK_M, sizes: [16]}", "tiles", "reduces exactly one axis"),
+    ("r: rsqrt(mean(x * x) + eps)", "r: rsqrt(mean(x * max(x)) + eps)", "steps.r", "a reduction inside a reduction"),
+    ("r: rsqrt(mean(x * x) + eps)", "r: rsqrt(mean(x * q) + eps)\n  q: x * 2", "steps.r", "comes after it"),
+    ("r: rsqrt(mean(x * x) + eps)", "r: rsqrt(mean(x * r) + eps)", "steps.r", "reads itself"),
+    ("rstd: r", "rstd: x * r", "compute.rstd", "one value per row"),
+    ("r: rsqrt(mean(x * x) + eps)", "r: rsqrt(sum(eps) + 1.0)", "steps.r", "sum() of a value that is the same"),
+    ("y: x * r * w", "y: x * r * w + gelu(sum(x))", None, None),
+    ("x: {dtype: [float32, float64], shape: [..., N]}", "x: {dtype: [float32, float64], shape: [N, ...]}",
+     "inputs.x.shape.1", "'...' (any leading axes) may only come as the first item"),
+    ("rstd: {dtype: [float32], shape: [...]}", "rstd: {dtype: [float32], shape: [N]}", "outputs.rstd.shape",
+     "is not allowed"),
+    ("x: {dtype: [float32, float64], shape: [..., N]}", "x: {dtype: [float32, float64], shape: [...]}",
+     "inputs", "no input has the rows"),
+    ("  x: {dtype: [float32, float64], shape: [..., N]}", "  x: {dtype: [float32, float64]}", "inputs.x",
+     "missing required key 'shape'"),
+    ("r: rsqrt(mean(x * x) + eps)", "r: rsqrt(mean(x * x) + eps)\n  rows: x + 1", None, "rows_"),
+])
+def test_bad_reduction_specs_get_one_line_each(tmp_path, old, new, key, words):
+    assert old in RMS_NORM
+    spec, errors = _validate(tmp_path, RMS_NORM.replace(old, new))
+    if key is None:  # accepted (a step named like a kernel variable is renamed)
+        assert errors == [] and spec is not None
+        assert words is None or spec.steps[-1][0] == words
+        return
+    assert spec is None and len(errors) == 1, errors
+    assert f": {key}: " in errors[0], errors
+    if words:
+        assert words in errors[0], errors[0]
+
+
+def test_reductions_are_refused_outside_reduction_kinds(tmp_path):
+    text = ("op: bad\nkind: elementwise\ninputs:\n  x: {dtype: [float32]}\noutputs:\n  y: {dtype: x}\n"
+            "steps:\n  s: x\ncompute:\n  y: x - sum(x)\ntiles:\n  N: {block: B, sizes: [128]}\n")
+    spec, errors = _validate(tmp_path, text)
+    assert spec is None and len(errors) == 2
+    assert ": steps: steps are not used by elementwise kinds" in errors[0]
+    assert ": compute.y: function 'sum' is not allowed" in errors[1]
+
+
+def _program(values, levels):
+    names = set(levels)
+    parsed = []
+    for name, source in values:
+        parsed.append((name, parse_expression(source, names, reductions=True)))
+        names.add(name)
+    return RowProgram(parsed, levels), parsed
+
+
+LAYER_NORM = [("mu", "mean(x)"), ("d", "x - mu"), ("r", "rsqrt(mean(d * d) + eps)"), ("y", "d * r * w + b")]
+LN_LEVELS = {"x": ELEMENT, "w": ELEMENT, "b": ELEMENT, "eps": UNIFORM}
+
+
+def test_a_reduction_of_a_value_that_reads_a_reduction_runs_a_stage_later():
+    program, _ = _program(LAYER_NORM, LN_LEVELS)
+    assert [(r.kind, r.stage) for r in program.reductions] == [("sum", 1), ("sum", 2)]
+    assert program.level("mu") == ROW and program.level("d") == ELEMENT and program.level("r") == ROW
+    assert program.last_stage == 2
+    # A long row: a pass per stage, each loading what its reductions read, then the outputs' pass.
+    first, second = stage_pass(program, 1, "B"), stage_pass(program, 2, "B")
+    assert first.loads == ("x",) and "mu = _r0 / _n" in first.after
+    assert "d = x - mu" in second.body and second.after[-1] == "r = tl.rsqrt(_r1 / _n + eps)"
+    final = output_pass(program, ["y"])
+    assert set(final.loads) == {"x", "w", "b"} and final.body[-1] == "y = d * r * w + b"
+
+
+def test_a_whole_row_is_computed_in_stage_order_with_masked_reductions():
+    program, _ = _program([("m", "max(x)"), ("e", "exp(x - m)"), ("y", "e / sum(e)")], {"x": ELEMENT})
+    lines = whole_row_lines(program)
+    assert lines.index('_r0 = _rows.max_along_rows(tl.where(mask, _a0, float("-inf")))') < lines.index("e = tl.exp(x - m)")
+    assert "_r1 = tl.sum(tl.where(mask, _a1, 0.0), axis=1, keep_dims=True)" in lines
+    assert lines[-1] == "y = e / _r1"
+
+
+def test_equal_reductions_are_computed_once():
+    program, _ = _program([("a", "sum(x * x) + 1.0"), ("b", "sqrt(sum(x * x))"), ("y", "x * a * b")],
+                          {"x": ELEMENT})
+    assert len(program.reductions) == 1
+
+
+def _evaluate(lines, env):
+    env = dict(env, torch=torch)
+    exec("\n".join(lines), {}, env)  # noqa: S102 - lines emitted from checked trees
+    return env
+
+
+ROWS, N = 4, 9
+
+
+def _inputs(levels, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    shapes = {ELEMENT: (ROWS, N), ROW: (ROWS, 1)}
+    values = {name: torch.randn(shapes[level], generator=generator, dtype=torch.float64)
+              for name, level in levels.items() if level != UNIFORM}
+    for name in ("w", "b"):  # weights: one value per column, the same for every row
+        if name in values:
+            values[name] = values[name][0]
+    return values
+
+
+@pytest.mark.parametrize("steps, body", [
+    ([("m", "max(x)"), ("e", "exp(x - m)")], [("y", "e / sum(e)")]),
+    ([("m", "max(x)"), ("lse", "m + log(sum(exp(x - m)))")], [("y", "x - lse")]),
+    ([("r", "rsqrt(mean(x * x) + eps)")], [("y", "x * r * w"), ("rstd", "r")]),
+    (LAYER_NORM[:3], [("y", "d * r * w + b"), ("mean", "mu"), ("rstd", "r")]),
+    ([("s", "x + 2.0 * b")], [("h", "s"), ("y", "s * rsqrt(mean(s * s) + eps) * w")]),
+    ([], [("y", "x - min(x) * (1.0 + x)"), ("peak", "max(x * w)")]),
+])
+def test_the_derived_backward_matches_autograd_of_the_same_math(steps, body):
+    levels = {"x": ELEMENT, "w": ELEMENT, "b": ELEMENT, "eps": UNIFORM}
+    names = set(levels)
+    parsed_steps = []
+    for name, source in steps:
+        parsed_steps.append((name, parse_expression(source, names, reductions=True)))
+        names.add(name)
+    parsed_body = [(name, parse_expression(source, names, reductions=True)) for name, source in body]
+    read = {n for _, e in parsed_steps + parsed_body for n in e.names}
+    wrt = [n for n in ("x", "w", "b") if n in read]
+    values = {n: v for n, v in _inputs(levels).items() if n in wrt}
+    eps = torch.tensor(1e-5, dtype=torch.float64)
+    leaves = {n: v.clone().requires_grad_() for n, v in values.items()}
+    forward = _evaluate(assignments(parsed_steps + parsed_body, "torch"), {**leaves, "eps": eps})
+    outputs = [forward[name] for name, _ in parsed_body]
+    seeds = [torch.randn(o.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(i))
+             for i, o in enumerate(outputs)]
+    want = torch.autograd.grad(outputs, [leaves[n] for n in wrt], seeds)
+    backward = differentiate(parsed_body, wrt, steps=parsed_steps, levels={n: levels[n] for n in wrt + ["eps"]})
+    env = {**values, "eps": eps, "_n": torch.tensor(float(N), dtype=torch.float64)}
+    env.update({backward.seeds[name]: seed for (name, _), seed in zip(parsed_body, seeds)})
+    got_env = _evaluate(backward.lines("torch"), env)
+    for name, expected in zip(wrt, want):
+        if name in backward.passed:
+            got = env[backward.seeds[backward.passed[name]]]
+        else:
+            got = got_env[backward.results[backward.aliases.get(name, name)]]
+        got = got.expand(ROWS, N).sum_to_size(expected.shape)
+        torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
+
+
+def test_max_splits_its_gradient_among_ties_as_amax_does():
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0]], dtype=torch.float64)
+    parsed = [("y", parse_expression("max(x)", {"x"}, reductions=True))]
+    backward = differentiate(parsed, ["x"], levels={"x": ELEMENT})
+    env = _evaluate(backward.lines("torch"), {"x": x, "_g_y": torch.ones(1, 1, dtype=torch.float64)})
+    assert env[backward.results["x"]].tolist() == [[0.0, 0.5, 0.5, 0.0]]
+
+
+def test_a_backward_is_a_row_program_whose_inner_sums_run_first():
+    parsed = [("m", parse_expression("max(x)", {"x"}, reductions=True))]
+    names = {"x", "m"}
+    parsed.append(("e", parse_expression("exp(x - m)", names, reductions=True)))
+    body = [("y", parse_expression("e / sum(e)", names | {"e"}, reductions=True))]
+    backward = differentiate(body, ["x"], steps=parsed, levels={"x": ELEMENT})
+    program = RowProgram(list(backward.steps), {"x": ELEMENT, "_g_y": ELEMENT})
+    # The softmax backward: sum(g * y) needs the row's sum of exp first, which needs its max; the
+    # gradient through the max (zero, up to rounding) sums what that gives.
+    assert [(r.kind, r.stage) for r in program.reductions] == [("max", 1), ("sum", 2), ("sum", 3), ("sum", 4),
+                                                               ("sum", 2)]
