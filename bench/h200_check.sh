@@ -58,6 +58,16 @@ step backward_compile:elementwise 560 python3 -m tilegen bench add fma_clamp rms
     --shapes 2^16,2^24,2^26 --backward --compile --out "$out/backward_compile/elementwise"
 step backward_compile:matmul 560 python3 -m tilegen bench matmul matmul_relu matmul_bias_gelu matmul_residual_scaled \
     --shapes 1024x1024x1024,4096x4096x4096 --backward --compile --out "$out/backward_compile/matmul"
+# Reductions (softmax, log_softmax, rms_norm, layer_norm, add_rms_norm), forward and training step,
+# against eager; the _compile steps add torch.compile (one compile per shape and dtype: REDUCE_SHAPES
+# picks the shapes, default the benchmark's).
+reductions="softmax log_softmax rms_norm layer_norm add_rms_norm"
+step reductions:forward 300 python3 -m tilegen bench $reductions --out "$out/reductions/forward"
+step reductions:backward 400 python3 -m tilegen bench $reductions --backward --out "$out/reductions/backward"
+step reductions:forward_compile 560 python3 -m tilegen bench $reductions ${REDUCE_SHAPES:+--shapes $REDUCE_SHAPES} \
+    --compile --out "$out/reductions/forward_compile"
+step reductions:backward_compile 560 python3 -m tilegen bench $reductions ${REDUCE_SHAPES:+--shapes $REDUCE_SHAPES} \
+    --backward --compile --out "$out/reductions/backward_compile"
 # matmul against cuBLAS again, each point the median of five turns (about 2 minutes; not a default step).
 step rounds 240 python3 -m tilegen bench matmul --rounds 5 --out "$out/matmul_rounds"
 # max-autotune compiles each shape afresh (about 16 s a shape): one op per step, each about 5 minutes.

@@ -498,6 +498,7 @@ def test_every_identifier_the_templates_use_is_reserved_from_specs(tmp_path):
     for item in load_specs([REPO / "specs", tmp_path], REPO):
         spec = item.spec
         names = {t.name for t in spec.inputs} | {t.name for t in spec.outputs} | {s.name for s in spec.scalars}
+        names |= {name for name, _ in spec.steps}
         # The backward's seeds and results are named after the values (_g_c, _d_a, _d_acc).
         values = names | {f"_{g}_{n}" for n in names | {"acc"} for g in "dg"}
         derived = {f"{n}_{suffix}" for n in values for suffix in ("ptr", "ptrs", "offsets", "out")}
