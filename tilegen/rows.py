@@ -177,7 +177,7 @@ def reduce_line(reduction: Reduction, value: str) -> str:
     """The line computing `reduction` from `value` (masked lanes already hold its identity)."""
     if reduction.kind == "sum":
         return f"{reduction.name} = tl.sum({value}, axis=1, keep_dims=True)"
-    return f"{reduction.name} = _rows.{reduction.kind}_along_rows({value})"
+    return f"{reduction.name} = _{reduction.kind}_along_rows({value})"
 
 
 def masked(reduction: Reduction, value: str) -> str:

@@ -49,7 +49,9 @@ def per_row_squeezed(spec: Spec) -> list[str]:
 def _scalar_test_value(scalar) -> str:
     if scalar.type == "int":
         return repr((scalar.default or 0) + 3)
-    return repr(round((scalar.default if scalar.default is not None else 0.0) * 0.5 + 0.75, 6))
+    # A multiple of 1/1024: exact in float32, as a kernel takes a float scalar (Triton's launch),
+    # so a float64 op meets its float64 oracle to the last bits.
+    return repr(round(((scalar.default if scalar.default is not None else 0.0) * 0.5 + 0.75) * 1024) / 1024)
 
 
 def _common(spec: Spec, header: str, package: str) -> dict:

@@ -288,42 +288,53 @@ class ReductionOp(Op):
 
     def run(self, inputs, outputs, scalars, lead, n, call=None, result=None):
         """Compute `outputs` (checked or allocated by the wrapper, in their own shapes) from
-        `inputs` and `scalars` over rows of leading shape `lead` and length `n`."""
+        `inputs` and `scalars` over rows of leading shape `lead` and length `n`. With `call`
+        (the wrapper's arguments) and `result` (what it returns), the compiled call path learns
+        the call."""
         rows = 1
         for size in lead:
             rows *= int(size)
         if rows == 0:
             return
-        views, write_back = [], []
+        # The kernel reads each tensor through its pointer and the strides of its view. A view
+        # starts where its tensor does, so the tensor itself is passed (the compiled call path then
+        # finds it among the call's arguments or results); a copy is passed as it is.
+        views, pointers, write_back, copied = [], [], [], False
         for index, tensor in enumerate((*inputs, *outputs)):
             role = self.roles[index]
             if role == "column":
                 views.append(tensor)
+                pointers.append(tensor)
                 continue
             shape = (rows, n) if role == "element" else (rows,)
             if index < len(inputs):
                 full = (*lead, n) if role == "element" else tuple(lead)
-                views.append(tensor.expand(full).reshape(shape))
-                continue
-            try:
-                views.append(tensor.view(shape))
-            except RuntimeError:  # an out= whose layout does not flatten: computed apart, then copied
-                fresh = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
-                views.append(fresh)
-                write_back.append((tensor, fresh))
+                view = tensor.expand(full).reshape(shape)
+            else:
+                try:
+                    view = tensor.view(shape)
+                except RuntimeError:  # an out= whose layout does not flatten: computed apart, then copied
+                    view = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
+                    write_back.append((tensor, view))
+            aliased = (view.numel() > 0 and view.data_ptr() == tensor.data_ptr()
+                       and view.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr())
+            copied = copied or not aliased
+            views.append(view)
+            pointers.append(tensor if aliased else view)
         key = (bucket(n), bucket(rows), inputs[0].element_size())
 
         def launch(config):
-            return self._launch(views, scalars, rows, n, config)
+            return self._launch(views, pointers, scalars, rows, n, config)
 
         traced = library.traced(views)
         config = self.configs.choose(key, device_facts(views[0].device), None if traced else launch)
         launched = launch(config)
         for tensor, fresh in write_back:
             tensor.copy_(fresh.view(tensor.shape))
-        self._learn(call if not write_back else None, launched, result)
+        # A call that read a copy is not learned: a repeat would read the first call's copy.
+        self._learn(None if copied else call, launched, result)
 
-    def _launch(self, views, scalars, rows, n, config):
+    def _launch(self, views, pointers, scalars, rows, n, config):
         block, per_program = config[self.block], config["ROWS"]
         strides = [int(s) for view in views for s in view.stride()]
         constexprs = {self.block: block, "ROWS": per_program, "ONE_TILE": block >= n,
@@ -331,5 +342,5 @@ class ReductionOp(Op):
                       "MATH_64": self.compute == tl.float64 or any(v.dtype == torch.float64 for v in views)}
         grid = (cdiv(rows, per_program),)
         varying = len(views) + len(scalars)
-        return self.kernel.launch(grid, (*views, *scalars, rows, n, *strides), varying, constexprs,
+        return self.kernel.launch(grid, (*pointers, *scalars, rows, n, *strides), varying, constexprs,
                                   config["num_warps"])

@@ -1,4 +1,5 @@
-"""Triton helpers that every reduction op's kernels call (as `_rows.<name>`).
+"""Triton helpers that every reduction op's kernels call (imported by name, `_<name>`: a kernel that
+torch.compile traces takes the jit functions it calls from its module's globals).
 
 tl.max and tl.min drop NaN (they combine with max-num semantics); PyTorch's amax/amin, and so
 the oracle, keep it: these reduce with NaN-propagating combines.
