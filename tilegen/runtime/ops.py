@@ -300,6 +300,7 @@ class ReductionOp(Op):
         # starts where its tensor does, so the tensor itself is passed (the compiled call path then
         # finds it among the call's arguments or results); a copy is passed as it is.
         views, pointers, write_back, copied = [], [], [], False
+        traced = library.traced((*inputs, *outputs))  # stand-ins have no data to compare
         for index, tensor in enumerate((*inputs, *outputs)):
             role = self.roles[index]
             if role == "column":
@@ -316,8 +317,8 @@ class ReductionOp(Op):
                 except RuntimeError:  # an out= whose layout does not flatten: computed apart, then copied
                     view = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
                     write_back.append((tensor, view))
-            aliased = (view.numel() > 0 and view.data_ptr() == tensor.data_ptr()
-                       and view.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr())
+            aliased = not traced and (view.numel() > 0 and view.data_ptr() == tensor.data_ptr() and
+                                      view.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr())
             copied = copied or not aliased
             views.append(view)
             pointers.append(tensor if aliased else view)
@@ -326,7 +327,6 @@ class ReductionOp(Op):
         def launch(config):
             return self._launch(views, pointers, scalars, rows, n, config)
 
-        traced = library.traced(views)
         config = self.configs.choose(key, device_facts(views[0].device), None if traced else launch)
         launched = launch(config)
         for tensor, fresh in write_back:
