@@ -13,8 +13,15 @@ _ADDRESS = {
     "element": "{n}_ptr + rows * stride_{n}_0 + cols * stride_{n}_1",
     "column": "{n}_ptr + cols * stride_{n}_0",
     "row": "{n}_ptr + rows * stride_{n}_0",
+    # A backward's gradient of a column input: each program sums its rows into its own row of a
+    # [programs, N] float32 buffer (a fixed order: no atomics), which the host sums after.
+    "column_sum": "{n}_ptr + pid * stride_{n}_0 + cols * stride_{n}_1",
 }
-_MASK = {"element": "mask", "column": "cols < row_length", "row": "row_mask"}
+_MASK = {"element": "mask", "column": "cols < row_length", "row": "row_mask", "column_sum": "cols < row_length"}
+
+
+def _column_sum(name: str) -> str:
+    return f"tl.sum(tl.where(mask, {name}, 0.0), axis=0, keep_dims=True)"
 
 
 def _load(name: str, role: str) -> str:
@@ -26,7 +33,7 @@ def _store(name: str, role: str) -> str:
 
 
 def _strides(name: str, role: str) -> list[str]:
-    return [f"stride_{name}_0", f"stride_{name}_1"] if role == "element" else [f"stride_{name}_0"]
+    return [f"stride_{name}_0", f"stride_{name}_1"] if role in ("element", "column_sum") else [f"stride_{name}_0"]
 
 
 def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: dict[str, str],
@@ -35,7 +42,8 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     tensors = {**inputs, **outputs}
     reads_row = [n for n, role in inputs.items() if role == "row"]
     along = {n: role for n, role in inputs.items() if role != "row"}
-    elements = [n for n, role in outputs.items() if role != "row"]
+    elements = [n for n, role in outputs.items() if role == "element"]
+    sums = [n for n, role in outputs.items() if role == "column_sum"]
     rows_out = [n for n, role in outputs.items() if role == "row"]
     arguments = [n for r in program.reductions for n in r.argument.names]
     whole_reads = program.inputs_read(program.assignments, arguments)
@@ -44,7 +52,12 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         step = stage_pass(program, stage, block)
         passes.append(dict(loads=[_load(n, along[n]) for n in step.loads], before=list(step.before),
                            body=list(step.body), after=list(step.after)))
-    final = output_pass(program, elements)
+    final = output_pass(program, elements + sums)
+    # A long row adds each block's column sums into the program's row of the buffer in turn.
+    accumulate = [f"{n}_sum_ptrs = {_ADDRESS['column_sum'].format(n=n)}" for n in sums]
+    for n in sums:
+        accumulate.append(f"tl.store({n}_sum_ptrs, tl.load({n}_sum_ptrs, mask=cols < row_length) + {_column_sum(n)}, "
+                          f"mask=cols < row_length)")
     return dict(
         name=name,
         pointer_params=", ".join(f"{n}_ptr" for n in tensors),
@@ -52,29 +65,37 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         stride_params=", ".join(s for n, role in tensors.items() for s in _strides(n, role)),
         block=block,
         row_loads=[_load(n, "row") for n in reads_row],
-        whole_loads=[_load(n, along[n]) for n in whole_reads],
+        # A row held whole: weights ([N]) are loaded once per program, before its rows.
+        column_loads=[_load(n, along[n]) for n in whole_reads if along[n] == "column"],
+        whole_loads=[_load(n, along[n]) for n in whole_reads if along[n] == "element"],
         whole_lines=whole_row_lines(program),
         element_stores=[_store(n, outputs[n]) for n in elements],
         row_stores=[_store(n, "row") for n in rows_out],
+        sums_before=[f"_c_{n} = tl.zeros([1, {block}], compute)" for n in sums],
+        sums_add=[f"_c_{n} += {_column_sum(n)}" for n in sums],
+        sums_store=[f"tl.store({_ADDRESS['column_sum'].format(n=n)}, _c_{n}, mask=cols < row_length)" for n in sums],
         first_lines=first_row_lines(program),
         passes=passes,
         output_loads=[_load(n, along[n]) for n in final.loads],
         output_lines=list(final.body),
+        output_sums=accumulate,
+        writes_along=bool(elements or sums),
     )
 
 
-def _space(spec: Spec) -> str:
+def _space(spec: Spec, backward: bool = False) -> str:
     tile = spec.tiles[0]
     fixed = dict(spec.configs.fixed)
     rows = [fixed["ROWS"]] if "ROWS" in fixed else []
+    longest = ", max_tile=rt.configs.MAX_BACKWARD_ROW_TILE" if backward else ""
     return (f"rt.ReductionSpace({tile.block!r}, {_fixed_or(spec, tile.block, tile.sizes)}, "
-            f"{_fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows})")
+            f"{_fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows}{longest})")
 
 
 def _backward(spec: Spec, roles: dict[str, str]) -> dict:
     """The gradients of every input, derived from the steps and outputs: one reduction kernel over
-    the saved inputs and the incoming gradients. A column input's gradient comes out per row
-    (float32), which the autograd formula sums over the rows."""
+    the saved inputs and the incoming gradients. A column input's gradient is summed over the
+    rows by the kernel's programs, each into a row of its own, then over those rows."""
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
     levels = spec.row_levels()
@@ -85,7 +106,7 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
     seed_levels = {backward.seeds[o]: ROW if roles[o] == "row" else ELEMENT for o in outputs}
     program = RowProgram(list(backward.steps), {**{n: levels[n] for n in saved}, **seed_levels,
                                                 **{s.name: levels[s.name] for s in spec.scalars}})
-    results = {backward.results[n]: ("row" if roles[n] == "row" else "element") for n in computed}
+    results = {backward.results[n]: {"row": "row", "column": "column_sum"}.get(roles[n], "element") for n in computed}
     scalars = [s.name for s in spec.scalars]
     name = f"{spec.op}_backward"
     sources = []
@@ -103,10 +124,9 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
     allocations = []
     for n in computed:
         result = backward.results[n]
-        # A column input's gradient is summed over the rows after: its rows are kept in float32
-        # at least.
+        # A column input's gradient is summed over the rows in float32 at least.
         dtype = f"torch.promote_types({like}.dtype, torch.float32)" if roles[n] == "column" else f"{like}.dtype"
-        shape = "_lead" if roles[n] == "row" else "(*_lead, _n)"
+        shape = {"row": "_lead", "column": "(_n,)"}.get(roles[n], "(*_lead, _n)")
         allocations.append(f"{result} = torch.empty({shape}, dtype={dtype}, device={like}.device)")
     return dict(
         name=name,
@@ -144,6 +164,7 @@ def reduction_context(spec: Spec, header: str) -> dict:
         block=tile.block,
         roles=_tuple(repr(roles[n]) for n in inputs + outputs),
         space=_space(spec),
+        backward_space=_space(spec, backward=True),
         compute_floor=spec.compute or "float32",
         checks=checks + prelude,
         outputs=outs,

@@ -183,8 +183,11 @@ class ElementwiseSpace:
         return ordered[0]
 
 
-# The longest row a reduction loads into one tile; longer rows loop over block-sized steps.
+# The longest row a reduction loads into one tile; longer rows loop over block-sized steps. A
+# backward keeps more values of the row live at once (inputs, incoming gradients, the forward's
+# values it recomputes): it loads whole rows up to a shorter length, past which they spill.
 MAX_ROW_TILE = 32768
+MAX_BACKWARD_ROW_TILE = 8192
 _ROWS_PER_PROGRAM = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -195,12 +198,13 @@ def reduction_warps(elements):
 
 class ReductionSpace:
     """Candidate configs for a reduction: a tile holding whole rows (its block the row length's
-    next power of two, up to MAX_ROW_TILE) with some rows per program, or, for a row longer than a
+    next power of two, up to `max_tile`) with some rows per program, or, for a row longer than a
     block, each of the spec's blocks looping along one row. The key is (N's bucket, the row
     count's bucket, element size)."""
 
-    def __init__(self, block, blocks, warps, rows=()):
+    def __init__(self, block, blocks, warps, rows=(), max_tile=MAX_ROW_TILE):
         self.block, self.blocks, self.warps, self.rows = block, list(blocks), list(warps), list(rows)
+        self.max_tile = max_tile
         self.names = (block,)
 
     def _rows_options(self, whole, count, explore):
@@ -226,7 +230,7 @@ class ReductionSpace:
         n, count = key[0], key[1]
         out = []
         whole = max(n, 16)
-        if whole <= MAX_ROW_TILE:
+        if whole <= self.max_tile:
             for rows in self._rows_options(whole, count, explore):
                 for w in self._warp_options(rows * whole, explore):
                     out.append({self.block: whole, "ROWS": rows, "num_warps": w})

@@ -252,15 +252,20 @@ class MatmulOp(Op):
 
 
 class ReductionOp(Op):
-    """An op over rows: each program reduces ROWS rows of the reduced axis (length N), loading a
-    row that fits its tile once (ONE_TILE: the config's block holds N) and passing over a longer
-    one in block-sized steps.
+    """An op over rows: each program reduces blocks of ROWS rows of the reduced axis (length N),
+    loading a row that fits its tile once (ONE_TILE: the config's block holds N) and passing over
+    a longer one in block-sized steps.
 
     `roles` gives each tensor (inputs, then outputs) its lie along the rows: "element" ([..., N]),
-    "column" ([N], the same for every row) or "row" ([...], one value per row). The kernel reads
-    element tensors as [R, N] through two strides, column and row tensors through one; `run`
-    makes those views (copies where leading axes do not merge into one row stride) and writes
-    results it could not view back into the outputs. `block` is the spec's block name."""
+    "column" ([N], the same for every row), "row" ([...], one value per row), or, for a
+    backward's output, "column_sum" ([N]: the sum over the rows, which each program adds up for
+    its rows in a float32 buffer row of its own, in a fixed order, and the host sums after). The
+    kernel reads element tensors as [R, N] through two strides, column and row tensors through
+    one; `run` makes those views (copies where leading axes do not merge into one row stride) and
+    writes results it could not view back into the outputs. `block` is the spec's block name."""
+
+    # Programs per multiprocessor where programs loop over rows to sum columns.
+    SUM_PROGRAMS_PER_SM = 2
 
     def __init__(self, name, kernel, configs, *, roles, block="BLOCK", compute=tl.float32, listed=True):
         super().__init__(name, configs, kernel, listed)
@@ -295,6 +300,9 @@ class ReductionOp(Op):
         for size in lead:
             rows *= int(size)
         if rows == 0:
+            for output, role in zip(outputs, self.roles[len(inputs):]):
+                if role == "column_sum":
+                    output.zero_()  # a sum over no rows
             return
         # The kernel reads each tensor through its pointer and the strides of its view. A view
         # starts where its tensor does, so the tensor itself is passed (the compiled call path then
@@ -303,7 +311,7 @@ class ReductionOp(Op):
         traced = library.traced((*inputs, *outputs))  # stand-ins have no data to compare
         for index, tensor in enumerate((*inputs, *outputs)):
             role = self.roles[index]
-            if role == "column":
+            if role in ("column", "column_sum"):  # (a column sum's buffer is made per launch)
                 views.append(tensor)
                 pointers.append(tensor)
                 continue
@@ -323,24 +331,36 @@ class ReductionOp(Op):
             views.append(view)
             pointers.append(tensor if aliased else view)
         key = (bucket(n), bucket(rows), inputs[0].element_size())
+        sums = [i for i, role in enumerate(self.roles) if role == "column_sum"]
 
         def launch(config):
-            return self._launch(views, pointers, scalars, rows, n, config)
+            return self._launch(views, pointers, scalars, rows, n, config, sums)
 
         config = self.configs.choose(key, device_facts(views[0].device), None if traced else launch)
-        launched = launch(config)
+        launched, buffers = launch(config)
+        for index, buffer in zip(sums, buffers):
+            torch.sum(buffer, 0, out=views[index])
         for tensor, fresh in write_back:
             tensor.copy_(fresh.view(tensor.shape))
-        # A call that read a copy is not learned: a repeat would read the first call's copy.
-        self._learn(None if copied else call, launched, result)
+        # Not learned: a call that read a copy (a repeat would read the first call's copy), or one
+        # whose column sums the host finishes (the compiled call path only launches).
+        self._learn(None if copied or sums else call, launched, result)
 
-    def _launch(self, views, pointers, scalars, rows, n, config):
+    def _launch(self, views, pointers, scalars, rows, n, config, sums=()):
         block, per_program = config[self.block], config["ROWS"]
+        blocks = cdiv(rows, per_program)
+        if sums:  # a few programs a multiprocessor, each summing its rows' columns
+            blocks = min(blocks, self.SUM_PROGRAMS_PER_SM * device_facts(views[0].device)[0])
+        views, pointers, buffers = list(views), list(pointers), []
+        for index in sums:
+            buffer = torch.zeros((blocks, n), dtype=views[index].dtype, device=views[index].device)
+            views[index] = pointers[index] = buffer
+            buffers.append(buffer)
         strides = [int(s) for view in views for s in view.stride()]
         constexprs = {self.block: block, "ROWS": per_program, "ONE_TILE": block >= n,
                       "INDEX_64": needs_int64(*views, extra=block * per_program),
                       "MATH_64": self.compute == tl.float64 or any(v.dtype == torch.float64 for v in views)}
-        grid = (cdiv(rows, per_program),)
         varying = len(views) + len(scalars)
-        return self.kernel.launch(grid, (*pointers, *scalars, rows, n, *strides), varying, constexprs,
-                                  config["num_warps"])
+        launched = self.kernel.launch((blocks,), (*pointers, *scalars, rows, n, *strides), varying, constexprs,
+                                      config["num_warps"])
+        return launched, buffers
