@@ -121,8 +121,9 @@ def test_a_reduction_of_a_value_that_reads_a_reduction_runs_a_stage_later():
 def test_a_whole_row_is_computed_in_stage_order_with_masked_reductions():
     program, _ = _program([("m", "max(x)"), ("e", "exp(x - m)"), ("y", "e / sum(e)")], {"x": ELEMENT})
     lines = whole_row_lines(program)
-    assert lines.index('_r0 = _max_along_rows(tl.where(mask, _a0, float("-inf")))') < lines.index("e = tl.exp(x - m)")
-    assert "_r1 = tl.sum(tl.where(mask, _a1, 0.0), axis=1, keep_dims=True)" in lines
+    assert lines.index('_m0 = tl.where(mask, _a0, float("-inf"))') < lines.index("_r0 = tl.max(_m0, axis=1, keep_dims=True)")
+    assert lines.index("_r0 = tl.max(_m0, axis=1, keep_dims=True)") < lines.index("e = tl.exp(x - m)")
+    assert "_r1 = tl.sum(_m1, axis=1, keep_dims=True)" in lines
     assert lines[-1] == "y = e / _r1"
 
 

@@ -37,7 +37,7 @@ def _strides(name: str, role: str) -> list[str]:
 
 
 def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: dict[str, str],
-               scalars: list[str], block: str) -> dict:
+               scalars: list[str], block: str, float_scalars: list[str] = ()) -> dict:
     """The pieces of one reduction kernel: `inputs` and `outputs` map names to roles."""
     tensors = {**inputs, **outputs}
     reads_row = [n for n, role in inputs.items() if role == "row"]
@@ -60,6 +60,10 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
                           f"mask=cols < row_length)")
     return dict(
         name=name,
+        # A float scalar arrives as float32 from Triton's launch, as float64 from a compiled graph's,
+        # as a Python float in the interpreter: the math takes it in its own dtype in every case
+        # (a loop's accumulators keep one type).
+        scalar_casts=[f"{n} = (tl.zeros([1, 1], compute) + {n}).to(compute)" for n in float_scalars],
         pointer_params=", ".join(f"{n}_ptr" for n in tensors),
         scalar_params=", ".join(scalars),
         stride_params=", ".join(s for n, role in tensors.items() for s in _strides(n, role)),
@@ -81,6 +85,10 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         output_sums=accumulate,
         writes_along=bool(elements or sums),
     )
+
+
+def _floats(spec: Spec) -> list[str]:
+    return [s.name for s in spec.scalars if s.type == "float"]
 
 
 def _space(spec: Spec, backward: bool = False) -> str:
@@ -130,7 +138,7 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
         allocations.append(f"{result} = torch.empty({shape}, dtype={dtype}, device={like}.device)")
     return dict(
         name=name,
-        kernel=row_kernel(name, program, kernel_inputs, results, scalars, spec.tiles[0].block),
+        kernel=row_kernel(name, program, kernel_inputs, results, scalars, spec.tiles[0].block, _floats(spec)),
         roles=_tuple(repr(r) for r in [*kernel_inputs.values(), *results.values()]),
         kernel_inputs=list(kernel_inputs),
         results=list(results),
@@ -160,7 +168,7 @@ def reduction_context(spec: Spec, header: str) -> dict:
     tile = spec.tiles[0]
     ctx.update(
         kernel=row_kernel(spec.op, program, {n: roles[n] for n in inputs}, {n: roles[n] for n in outputs},
-                          scalars, tile.block),
+                          scalars, tile.block, _floats(spec)),
         block=tile.block,
         roles=_tuple(repr(roles[n]) for n in inputs + outputs),
         space=_space(spec),

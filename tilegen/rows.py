@@ -173,11 +173,15 @@ def _lines(values: list[tuple[str, Expression]], prefix: str) -> list[str]:
     return assignments(values, "triton", temp_prefix=prefix)
 
 
-def reduce_line(reduction: Reduction, value: str) -> str:
-    """The line computing `reduction` from `value` (masked lanes already hold its identity)."""
+def reduce_lines(reduction: Reduction, value: str) -> list[str]:
+    """The lines computing `reduction` from `value`, a name (masked lanes hold its identity). tl.max
+    and tl.min drop NaN; amax and amin, and so the oracle, keep it: a row holding one gets NaN."""
+    name = reduction.name
     if reduction.kind == "sum":
-        return f"{reduction.name} = tl.sum({value}, axis=1, keep_dims=True)"
-    return f"{reduction.name} = _{reduction.kind}_along_rows({value})"
+        return [f"{name} = tl.sum({value}, axis=1, keep_dims=True)"]
+    return [f"{name} = tl.{reduction.kind}({value}, axis=1, keep_dims=True)",
+            f"{name} = tl.where(tl.max(({value} != {value}).to(tl.int32), axis=1, keep_dims=True) > 0, "
+            f"float(\"nan\"), {name})"]
 
 
 def masked(reduction: Reduction, value: str) -> str:
@@ -198,9 +202,10 @@ def whole_row_lines(program: RowProgram, prefix: str = "_w") -> list[str]:
     emit([(a.name, a.expression) for a in program.assignments if a.stage == 0])
     for stage in range(1, program.last_stage + 1):
         for reduction in program.stage_reductions(stage):
-            value = f"_a{reduction.name[2:]}"
+            value, kept = f"_a{reduction.name[2:]}", f"_m{reduction.name[2:]}"
             emit([(value, reduction.argument)])
-            lines.append(reduce_line(reduction, masked(reduction, value)))
+            lines.append(f"{kept} = {masked(reduction, value)}")
+            lines.extend(reduce_lines(reduction, kept))
         emit([(a.name, a.expression) for a in program.assignments if a.stage == stage])
     return lines
 
@@ -236,7 +241,7 @@ def stage_pass(program: RowProgram, stage: int, block: str, prefix: str = "_p") 
         else:
             pick = "maximum" if r.kind == "max" else "minimum"
             body.append(f"{acc} = tl.{pick}({acc}, {masked(r, value)}, propagate_nan=tl.PropagateNan.ALL)")
-        after.append(reduce_line(r, acc))
+        after.extend(reduce_lines(r, acc))
     after.extend(_lines([(a.name, a.expression) for a in program.row_assignments(stage)], f"{prefix}{stage}r_"))
     loads = program.inputs_read(values, [n for r in reductions for n in r.argument.names])
     return Pass(tuple(loads), tuple(before), tuple(body), tuple(after))

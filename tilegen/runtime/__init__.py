@@ -10,7 +10,6 @@ by tilegen needs only `pip install tilegen` to import.
 - launch: Triton's launch, split-K scratch
 - callpath, native: the compiled call path and the one mechanism that builds native code
 - ops: each kind's launch logic (ElementwiseOp, MatmulOp, ReductionOp)
-- rowmath: Triton helpers reduction kernels call
 - library: registration with torch.library, and how wrappers route traced calls
 - autograd: the autograd formula registered with each op, and the eager training path
 
@@ -25,7 +24,7 @@ from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace, ReductionSpac
 from .device import INTERPRET, cdiv, device_facts, on_device
 from .autograd import Gradients, call
 from .library import copy_out, refuse_functorch, refuse_out_with_grad, register, tracing, wants_grad
-from . import autograd, launch, layout, library, ops, rowmath  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
+from . import autograd, launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
 from .ops import ElementwiseOp, MatmulOp, ReductionOp, op_of
 from ..schema import RUNTIME_VERSION as VERSION, bucket, tile_of
 
