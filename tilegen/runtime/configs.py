@@ -224,7 +224,8 @@ class ReductionSpace:
         if self.warps:
             return self.warps
         w = reduction_warps(elements)
-        return sorted({max(1, w // 2), w, min(16, w * 2)}) if explore else [w]
+        # Tuning also tries 32 warps (a whole block of threads) for the longest rows.
+        return sorted({max(1, w // 2), w, min(32 if elements >= 16384 else 16, w * 2)}) if explore else [w]
 
     def candidates(self, facts, key, explore=False):
         n, count = key[0], key[1]
