@@ -1,6 +1,6 @@
 """Forward time of a reduction op under each of its candidate configs (explore: rows per program
-and warps varied), beside the config the heuristic picks, for long rows: whether a row of 16384
-or 32768 elements is better held whole or looped over in blocks.
+and warps varied), beside the config the heuristic picks: whether a row of 32768 elements is
+better held whole or looped over in blocks, and the warps for rows of 4096.
 
     PYTHONPATH=. python3 bench/probes/reduction_tiles.py softmax rms_norm   # on a GPU
 """
@@ -13,7 +13,7 @@ import triton.testing
 import generated
 import tilegen.runtime as rt
 
-SHAPES = [(512, 32768), (4096, 32768), (1024, 16384), (8192, 16384)]
+SHAPES = [(512, 32768), (4096, 32768), (32768, 4096)]
 DTYPES = [torch.float16, torch.float32]
 
 
@@ -25,7 +25,8 @@ def main(ops):
         for dtype in DTYPES:
             for rows, n in SHAPES:
                 x = torch.randn(rows, n, device="cuda", dtype=dtype)
-                extra = [torch.randn(n, device="cuda", dtype=dtype)] if name != "softmax" and name != "log_softmax" else []
+                weights = {"rms_norm": 1, "layer_norm": 2}.get(name, 0)
+                extra = [torch.randn(n, device="cuda", dtype=dtype) for _ in range(weights)]
                 key = (rt.bucket(n), rt.bucket(rows), x.element_size())
                 with chooser.recording() as picked:
                     op(x, *extra)
