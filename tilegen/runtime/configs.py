@@ -211,8 +211,8 @@ class ReductionSpace:
         if self.rows:
             return self.rows
         rows = self._default_rows(whole, count)
-        if explore:
-            return [r for r in _ROWS_PER_PROGRAM if rows // 4 <= r <= rows * 4 and r * whole <= 16384]
+        if explore:  # (one row per program always: a row longer than 16384 has no other)
+            return [r for r in _ROWS_PER_PROGRAM if rows // 4 <= r <= rows * 4 and r * whole <= max(16384, whole)]
         return sorted({1, rows})
 
     @staticmethod
