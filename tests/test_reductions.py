@@ -211,3 +211,64 @@ def test_a_backward_is_a_row_program_whose_inner_sums_run_first():
     # gradient through the max (zero, up to rounding) sums what that gives.
     assert [(r.kind, r.stage) for r in program.reductions] == [("max", 1), ("sum", 2), ("sum", 3), ("sum", 4),
                                                                ("sum", 2)]
+
+
+# ---- the runtime: configs and launch logic of every reduction op ---------------------------------
+
+FACTS = (132, 232448, "NVIDIA H200")
+
+
+def test_candidates_hold_whole_rows_up_to_the_longest_tile_and_loop_past_it():
+    from tilegen.runtime import ReductionSpace
+    from tilegen.runtime.configs import MAX_BACKWARD_ROW_TILE
+
+    space = ReductionSpace("BLOCK_N", [1024, 4096], [])
+    short = space.candidates(FACTS, (128, 1 << 20, 2))
+    assert {c["BLOCK_N"] for c in short} == {128} and max(c["ROWS"] for c in short) == 32
+    long = space.candidates(FACTS, (32768, 4096, 2))
+    assert {c["BLOCK_N"] for c in long} == {32768, 1024, 4096}
+    # Tuning explores a whole row of any length a tile holds, one row a program at least.
+    assert any(c["BLOCK_N"] == 32768 for c in space.candidates(FACTS, (32768, 4096, 2), explore=True))
+    assert {c["BLOCK_N"] for c in space.candidates(FACTS, (65536, 64, 2))} == {1024, 4096}
+    backward = ReductionSpace("BLOCK_N", [1024, 4096], [], max_tile=MAX_BACKWARD_ROW_TILE)
+    assert {c["BLOCK_N"] for c in backward.candidates(FACTS, (16384, 64, 2))} == {1024, 4096}
+    # The heuristic holds rows whole where it can, a few rows a program for short ones.
+    assert space.heuristic(short, FACTS, (128, 1 << 20, 2))["ROWS"] == 32
+    assert space.heuristic(long, FACTS, (32768, 4096, 2))["BLOCK_N"] == 32768
+    assert backward.heuristic(backward.candidates(FACTS, (16384, 64, 2)), FACTS, (16384, 64, 2))["BLOCK_N"] == 4096
+
+
+def test_rows_broadcast_and_a_bad_one_is_named():
+    from generated.layer_norm import _BACKWARD, _OP
+
+    x, w, b = torch.zeros(2, 3, 8), torch.zeros(8), torch.zeros(8)
+    assert _OP.shape("layer_norm", [("x", x), ("w", w), ("b", b)]) == ((2, 3), 8)
+    rows = torch.zeros(3)  # a per-row gradient broadcast over leading axes, as autograd may hand it
+    assert _BACKWARD.shape("layer_norm_backward", [("x", x), ("w", w), ("_g_y", x), ("_g_mean", rows),
+                                                   ("_g_rstd", rows)]) == ((2, 3), 8)
+    with pytest.raises(ValueError, match=r"layer_norm_backward: argument '_g_mean' has rows of shape \(4,\), which do not "
+                                         r"broadcast with \(2, 3\)"):
+        _BACKWARD.shape("layer_norm_backward", [("x", x), ("w", w), ("_g_y", x), ("_g_mean", torch.zeros(4)),
+                                                ("_g_rstd", rows)])
+
+
+def test_a_weights_gradient_over_no_rows_is_zero():
+    from generated import rms_norm
+
+    x = torch.zeros(0, 8, requires_grad=True)
+    w = torch.ones(8, requires_grad=True)
+    y, rstd = rms_norm(x, w)
+    (y.sum() + rstd.sum()).backward()
+    assert w.grad is not None and torch.equal(w.grad, torch.zeros(8)) and x.grad.shape == (0, 8)
+
+
+def test_rows_read_through_a_copy_or_written_through_one_give_the_same_result():
+    from generated import softmax
+
+    x = torch.randn(6, 4, 10, dtype=torch.float64)
+    want = torch.softmax(x, -1)
+    strided = x.transpose(0, 1)  # leading axes that do not merge into one row stride: read from a copy
+    torch.testing.assert_close(softmax(strided), want.transpose(0, 1))
+    out = torch.empty(4, 6, 10, dtype=torch.float64).transpose(0, 1)  # written through a copy
+    assert softmax(x, out=out) is out
+    torch.testing.assert_close(out, want)

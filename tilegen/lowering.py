@@ -34,7 +34,7 @@ def _dtype_groups(spec: Spec) -> list[dict]:
     return [groups[k] for k in sorted(groups)]
 
 
-def _input_checks(spec: Spec, ndims: dict[str, int | None]) -> list[str]:
+def input_checks(spec: Spec, ndims: dict[str, int | None]) -> list[str]:
     op = repr(spec.op).replace("'", '"')
     lines = []
     for tensor in spec.inputs:
@@ -89,7 +89,7 @@ def _arg_docs(spec: Spec) -> list[str]:
     return lines
 
 
-def _output_context(spec: Spec) -> tuple[list[dict], list[str], str]:
+def output_context(spec: Spec) -> tuple[list[dict], list[str], str]:
     """Per-output allocation info, the lines that unpack `out=`, and the return expression."""
     outputs, prelude = [], []
     single = len(spec.outputs) == 1
@@ -116,7 +116,7 @@ def _output_context(spec: Spec) -> tuple[list[dict], list[str], str]:
     return outputs, prelude, result
 
 
-def _common(spec: Spec, header: str) -> dict:
+def common_context(spec: Spec, header: str) -> dict:
     return dict(
         header=header,
         op=spec.op,
@@ -169,25 +169,40 @@ def _key_mask(spec: Spec) -> str:
     return repr(tuple(axis in spec.configs.key for axis in axes) + (True,))
 
 
-def _fixed_or(spec: Spec, name: str, candidates):
+def fixed_or(spec: Spec, name: str, candidates):
     fixed = dict(spec.configs.fixed)
     return [fixed[name]] if name in fixed else list(candidates)
 
 
-def _scalar_params(spec: Spec) -> list[str]:
+def scalar_params(spec: Spec) -> list[str]:
     return [f"{s.name}: {s.type}" for s in spec.scalars]
 
 
-def _tuple(items) -> str:
+def tuple_source(items) -> str:
     return "(" + "".join(f"{x}, " for x in items).rstrip(" ") + ")"
 
 
-def _gradients(op: str | None, inputs: list[str], saved: list[str], sources: list[str], outputs: int,
+def gradients_formula(op: str | None, inputs: list[str], saved: list[str], sources: list[str], outputs: int,
                saved_outputs: tuple = ()) -> str:
     """The rt.Gradients of an op whose tensor inputs are `inputs`: what its backward op (`op`)
     reads and where each input's gradient comes from."""
-    return (f"rt.Gradients({op or 'None'}, tensors={len(inputs)}, saved={_tuple(inputs.index(n) for n in saved)}, "
-            f"sources={_tuple(sources)}, outputs={outputs}, saved_outputs={_tuple(saved_outputs)})")
+    return (f"rt.Gradients({op or 'None'}, tensors={len(inputs)}, saved={tuple_source(inputs.index(n) for n in saved)}, "
+            f"sources={tuple_source(sources)}, outputs={outputs}, saved_outputs={tuple_source(saved_outputs)})")
+
+
+def gradient_sources(backward: Backward, inputs: list[str], outputs: list[str]) -> list[str]:
+    """Where each input's gradient comes from, as rt.Gradients takes it: nowhere (None), an
+    incoming gradient as it is, or a result of the backward op (one per computed gradient)."""
+    computed = backward.computed()
+    sources = []
+    for name in inputs:
+        if name in backward.zero:
+            sources.append("None")
+        elif name in backward.passed:
+            sources.append(f'("grad", {outputs.index(backward.passed[name])})')
+        else:
+            sources.append(f'("result", {computed.index(backward.aliases.get(name, name))})')
+    return sources
 
 
 def _elementwise_backward(spec: Spec) -> dict:
@@ -202,14 +217,7 @@ def _elementwise_backward(spec: Spec) -> dict:
     results = [backward.results[n] for n in computed]
     scalars = [s.name for s in spec.scalars]
     name = f"{spec.op}_backward"
-    sources = []
-    for input_name in inputs:
-        if input_name in backward.zero:
-            sources.append("None")
-        elif input_name in backward.passed:
-            sources.append(f'("grad", {outputs.index(backward.passed[input_name])})')
-        else:
-            sources.append(f'("result", {computed.index(backward.aliases.get(input_name, input_name))})')
+    sources = gradient_sources(backward, inputs, outputs)
     return dict(
         name=name,
         saved=saved,
@@ -218,11 +226,11 @@ def _elementwise_backward(spec: Spec) -> dict:
         pointer_params=", ".join(f"{n}_ptr" for n in saved + seeds + results),
         math_args=", ".join(saved + seeds + scalars),
         math_lines=backward.lines("triton"),
-        typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + seeds] + _scalar_params(spec)),
+        typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + seeds] + scalar_params(spec)),
         call_args=", ".join(saved + seeds + scalars),
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
         like=seeds[0],
-        gradients=_gradients(f"_{name}" if computed else None, inputs, saved, sources, len(outputs)),
+        gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs)),
     )
 
 
@@ -232,11 +240,11 @@ def elementwise_context(spec: Spec, header: str) -> dict:
     exact = policy == "never"
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
-    ctx = _common(spec, header)
-    blocks = _fixed_or(spec, tile.block, tile.sizes)
-    warps = _fixed_or(spec, "num_warps", spec.configs.num_warps)
-    outs, prelude, result = _output_context(spec)
-    checks = _input_checks(spec, {})
+    ctx = common_context(spec, header)
+    blocks = fixed_or(spec, tile.block, tile.sizes)
+    warps = fixed_or(spec, "num_warps", spec.configs.num_warps)
+    outs, prelude, result = output_context(spec)
+    checks = input_checks(spec, {})
     declared = [t for t in spec.inputs if t.shape is not None]
     if declared:
         # Shapes the spec declares: ranks, and one size per named axis, checked before broadcasting.
@@ -348,7 +356,7 @@ def _matmul_backward(spec: Spec) -> dict:
         call_args=", ".join(kernel_inputs + scalars),
         math_lines=backward.lines("triton"),
         typed_params=", ".join([f"{x}: torch.Tensor" for x in saved] + ["acc: torch.Tensor | None"]
-                               + [f"{x}: torch.Tensor" for x in seeds] + _scalar_params(spec)),
+                               + [f"{x}: torch.Tensor" for x in seeds] + scalar_params(spec)),
         sizes=f"{m}, {k} = {a}.shape\n    {n} = {b}.shape[1]",
         allocations=allocations,
         expansions=expansions,
@@ -356,18 +364,18 @@ def _matmul_backward(spec: Spec) -> dict:
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
         # The op itself recomputes the accumulator where the backward reads it; its training
         # variant (the one eager calls that record autograd take) keeps it instead.
-        gradients=_gradients(f"_{name}", inputs, saved, sources, len(outputs), (None,)),
-        training_gradients=_gradients(f"_{name}", inputs, saved, sources, len(outputs), (len(outputs),)),
-        placeholders=_tuple(_PLACEHOLDERS[sc.type] for sc in spec.scalars),
+        gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (None,)),
+        training_gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (len(outputs),)),
+        placeholders=tuple_source(_PLACEHOLDERS[sc.type] for sc in spec.scalars),
     )
 
 
 def matmul_context(spec: Spec, header: str) -> dict:
     parts = spec.matmul_parts()
     a, b, m, n, k, extras = parts.a, parts.b, parts.m, parts.n, parts.k, list(parts.extras)
-    ctx = _common(spec, header)
+    ctx = common_context(spec, header)
     ndims = {t.name: len(t.shape) for t in spec.inputs}
-    checks = _input_checks(spec, ndims)
+    checks = input_checks(spec, ndims)
     for operand in (a, b):  # the interpreter's bfloat16 dot is wrong: refuse it
         checks.append(f'rt.check_interpretable("{spec.op}", "{operand.public}", {operand.name}, matmul=True)')
     size_source = {m: f"{a.name}.shape[0]", n: f"{b.name}.shape[1]", k: f"{a.name}.shape[1]"}
@@ -383,7 +391,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
     for axis, tile, policy in zip((m, n, k), (bm, bn, bk), policies):
         if policy == "never":
             after.append(f'rt.check_divisible("{spec.op}", "{axis}", {axis}, {min(tile.sizes)}, "{tile.block}")')
-    outs, prelude, result = _output_context(spec)
+    outs, prelude, result = output_context(spec)
     tensor_names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
     stride_names = [f"stride_{t.name}_{d}" for t in list(spec.inputs) + list(spec.outputs) for d in range(len(t.shape))]
     # Sizes and strides arrive as a quotient and a power-of-two constexpr factor (see the kernel).
@@ -392,9 +400,9 @@ def matmul_context(spec: Spec, header: str) -> dict:
     def space(exact):
         return (
             f"rt.MatmulSpace(({bm.block!r}, {bn.block!r}, {bk.block!r}), "
-            f"{_fixed_or(spec, bm.block, bm.sizes)}, {_fixed_or(spec, bn.block, bn.sizes)}, "
-            f"{_fixed_or(spec, bk.block, bk.sizes)}, {_fixed_or(spec, 'num_warps', spec.configs.num_warps)}, "
-            f"{_fixed_or(spec, 'num_stages', spec.configs.num_stages)}, "
+            f"{fixed_or(spec, bm.block, bm.sizes)}, {fixed_or(spec, bn.block, bn.sizes)}, "
+            f"{fixed_or(spec, bk.block, bk.sizes)}, {fixed_or(spec, 'num_warps', spec.configs.num_warps)}, "
+            f"{fixed_or(spec, 'num_stages', spec.configs.num_stages)}, "
             f"exact=({', '.join(str(e) for e in exact)}), splits={spec.split_k}, launch={spec.launch!r})"
         )
     ctx.update(
@@ -428,7 +436,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         launch=spec.launch,
         mask_policies=repr(tuple(policies)),
         output_index=len(spec.inputs),
-        ranks=_tuple(len(t.shape) for t in list(spec.inputs) + list(spec.outputs)),
+        ranks=tuple_source(len(t.shape) for t in list(spec.inputs) + list(spec.outputs)),
         backward=_matmul_backward(spec),
     )
     return ctx

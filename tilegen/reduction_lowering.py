@@ -4,7 +4,8 @@ stores, the wrapper's checks, and the backward derived from its math (itself a r
 from __future__ import annotations
 
 from .derivatives import differentiate
-from .lowering import _common, _fixed_or, _gradients, _input_checks, _output_context, _scalar_params, _tuple
+from .lowering import (common_context, fixed_or, gradient_sources, gradients_formula, input_checks, output_context,
+                       scalar_params, tuple_source)
 from .rows import ELEMENT, ROW, RowProgram, first_row_lines, output_pass, stage_pass, whole_row_lines
 from .spec import Spec
 
@@ -96,8 +97,8 @@ def _space(spec: Spec, backward: bool = False) -> str:
     fixed = dict(spec.configs.fixed)
     rows = [fixed["ROWS"]] if "ROWS" in fixed else []
     longest = ", max_tile=rt.configs.MAX_BACKWARD_ROW_TILE" if backward else ""
-    return (f"rt.ReductionSpace({tile.block!r}, {_fixed_or(spec, tile.block, tile.sizes)}, "
-            f"{_fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows}{longest})")
+    return (f"rt.ReductionSpace({tile.block!r}, {fixed_or(spec, tile.block, tile.sizes)}, "
+            f"{fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows}{longest})")
 
 
 def _backward(spec: Spec, roles: dict[str, str]) -> dict:
@@ -117,14 +118,7 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
     results = {backward.results[n]: {"row": "row", "column": "column_sum"}.get(roles[n], "element") for n in computed}
     scalars = [s.name for s in spec.scalars]
     name = f"{spec.op}_backward"
-    sources = []
-    for input_name in inputs:
-        if input_name in backward.zero:
-            sources.append("None")
-        elif input_name in backward.passed:
-            sources.append(f'("grad", {outputs.index(backward.passed[input_name])})')
-        else:
-            sources.append(f'("result", {computed.index(backward.aliases.get(input_name, input_name))})')
+    sources = gradient_sources(backward, inputs, outputs)
     kernel_inputs = {**{n: roles[n] for n in saved}, **{backward.seeds[o]: roles[o] for o in outputs}}
     # Gradients are made in the dtype of the first incoming gradient along the rows (autograd
     # casts each to its input's dtype where that differs).
@@ -139,15 +133,15 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
     return dict(
         name=name,
         kernel=row_kernel(name, program, kernel_inputs, results, scalars, spec.tiles[0].block, _floats(spec)),
-        roles=_tuple(repr(r) for r in [*kernel_inputs.values(), *results.values()]),
+        roles=tuple_source(repr(r) for r in [*kernel_inputs.values(), *results.values()]),
         kernel_inputs=list(kernel_inputs),
         results=list(results),
         named_inputs="[" + ", ".join(f'("{n}", {n})' for n in kernel_inputs) + "]",
-        typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + seeds] + _scalar_params(spec)),
+        typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + seeds] + scalar_params(spec)),
         call_args=", ".join(saved + seeds + scalars),
         allocations=allocations,
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
-        gradients=_gradients(f"_{name}" if computed else None, inputs, saved, sources, len(outputs)),
+        gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs)),
     )
 
 
@@ -157,9 +151,9 @@ def reduction_context(spec: Spec, header: str) -> dict:
     outputs = [t.name for t in spec.outputs]
     scalars = [s.name for s in spec.scalars]
     program = RowProgram(list(spec.steps) + list(spec.body), spec.row_levels())
-    ctx = _common(spec, header)
-    outs, prelude, result = _output_context(spec)
-    checks = _input_checks(spec, {})
+    ctx = common_context(spec, header)
+    outs, prelude, result = output_context(spec)
+    checks = input_checks(spec, {})
     entries = ", ".join(f'("{t.public}", {t.name}, {tuple(t.shape)!r})' for t in spec.inputs)
     checks.append(f'rt.check_axes("{spec.op}", [{entries}])')
     checks.append(f"_lead, _n = _OP.shape(\"{spec.op}\", {ctx['input_pairs']})")
@@ -170,7 +164,7 @@ def reduction_context(spec: Spec, header: str) -> dict:
         kernel=row_kernel(spec.op, program, {n: roles[n] for n in inputs}, {n: roles[n] for n in outputs},
                           scalars, tile.block, _floats(spec)),
         block=tile.block,
-        roles=_tuple(repr(roles[n]) for n in inputs + outputs),
+        roles=tuple_source(repr(roles[n]) for n in inputs + outputs),
         space=_space(spec),
         backward_space=_space(spec, backward=True),
         compute_floor=spec.compute or "float32",

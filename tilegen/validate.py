@@ -752,29 +752,16 @@ class _Validator:
         if value is None or kind is None:
             return ()
         entries = self.mapping("reference", value) or {}
-        if kind == "reduction":
-            out = []
-            for name, source in entries.items():
-                key = f"reference.{name}"
-                if name not in outputs:
-                    self.error(key, f"{_show(name)} is not an output", f"outputs: {_listing(outputs) or 'none'}")
-                    continue
-                try:
-                    out.append((name, parse_expression(source, set(inputs) | set(scalars), reductions=True,
-                                                       oracles=True)))
-                except ExpressionError as exc:
-                    for problem in exc.all():
-                        self.error(key, problem.message, problem.allowed)
-            return tuple(out)
         return self.expressions("reference", entries, outputs, kind, inputs, scalars, required=False)
 
     def expressions(self, section, entries, outputs, kind, inputs, scalars, required):
         """Check output -> expression entries; the names they may read depend on the kind.
 
         Elementwise: every input and scalar. Matmul: `acc`, the scalars, and the epilogue inputs
-        (not the operands, which only the accumulator reads).
+        (not the operands, which only the accumulator reads). A reduction's reference: every input
+        and scalar, with the row reductions and PyTorch's row ops (its compute: reduction_body).
         """
-        if kind == "elementwise":
+        if kind in ("elementwise", "reduction"):
             tensors = set(inputs)
         else:
             tensors = (set(inputs) - set(self._operands(inputs, outputs))) | {"acc"}
@@ -786,7 +773,7 @@ class _Validator:
                 self.error(key, f"{_show(name)} is not an output", f"outputs: {_listing(outputs) or 'none'}")
                 continue
             try:
-                expression = parse_expression(source, names)
+                expression = parse_expression(source, names, reductions=kind == "reduction", oracles=kind == "reduction")
             except ExpressionError as exc:
                 for problem in exc.all():
                     self.error(key, problem.message, problem.allowed)
