@@ -90,6 +90,13 @@ def test_spec_entries_that_are_not_files_are_reported(cli, project):
     assert "specs/pipe.yaml: not a regular file (spec files are plain YAML files)" in result.output
 
 
+@pytest.mark.parametrize("kind", ["elementwise", "matmul", "reduction"])
+def test_new_writes_a_spec_of_each_kind_that_checks(cli, project, kind):
+    assert cli("new", f"my_{kind}", "--kind", kind).exit_code == 0
+    assert cli("check", "specs/").exit_code == 0
+    assert f"kind: {kind}" in (project / "specs" / f"my_{kind}.yaml").read_text()
+
+
 def test_new_points_to_the_projects_own_reference(cli, project):
     assert cli("new", "my_op", "--kind", "matmul").exit_code == 0
     text = (project / "specs" / "my_op.yaml").read_text()

@@ -272,3 +272,54 @@ def test_rows_read_through_a_copy_or_written_through_one_give_the_same_result():
     out = torch.empty(4, 6, 10, dtype=torch.float64).transpose(0, 1)  # written through a copy
     assert softmax(x, out=out) is out
     torch.testing.assert_close(out, want)
+
+
+# ---- a variant in YAML alone: the scaffold's scale-then-softmax, and Gemma's RMSNorm -------------
+
+GEMMA = RMS_NORM.replace("op: rms", "op: gemma_rms").replace("y: x * r * w", "y: x * r * (1.0 + w)")
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory):
+    import importlib
+    import sys
+
+    from click.testing import CliRunner
+
+    from tilegen.cli import main
+
+    root = tmp_path_factory.mktemp("variants")
+    specs = root / "specs"
+    specs.mkdir()
+    runner = CliRunner()
+    assert runner.invoke(main, ["new", "scaled_softmax", "--kind", "reduction", "--specs", str(specs)]).exit_code == 0
+    (specs / "gemma_rms.yaml").write_text(GEMMA)
+    result = runner.invoke(main, ["build", str(specs), "-o", str(root / "variant_ops")])
+    assert result.exit_code == 0, result.output
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module("variant_ops")
+    finally:
+        sys.path.remove(str(root))
+
+
+def test_variants_written_in_yaml_compute_and_differentiate_as_pytorch(variants):
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 3, 37, dtype=torch.float64, generator=generator).to(device)
+    w = torch.randn(37, dtype=torch.float64, generator=generator).to(device)
+    cases = [(lambda x, w: variants.scaled_softmax(x, scale=0.5), lambda x, w: torch.softmax(x * 0.5, -1),
+              torch.float32),  # (the scaffold takes half and single precision)
+             (lambda x, w: variants.gemma_rms(x, w, eps=1e-5)[0],
+              lambda x, w: torch.nn.functional.rms_norm(x, (37,), 1.0 + w, 1e-5), torch.float64)]
+    for op, oracle, dtype in cases:
+        leaves = [t.to(dtype).requires_grad_() for t in (x, w)]
+        exact = [t.detach().double().requires_grad_() for t in leaves]
+        got, want = op(*leaves), oracle(*exact)
+        torch.testing.assert_close(got, want.to(dtype))
+        seed = torch.randn(want.shape, dtype=torch.float64, generator=generator).to(device)
+        for g, e in zip(torch.autograd.grad(got, leaves, seed.to(dtype), allow_unused=True),
+                        torch.autograd.grad(want, exact, seed, allow_unused=True)):
+            assert (g is None) == (e is None)
+            if e is not None:
+                torch.testing.assert_close(g, e.to(dtype))

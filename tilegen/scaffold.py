@@ -7,7 +7,7 @@ import re
 
 from .build import BuildError
 
-SCAFFOLD_KINDS = ("elementwise", "matmul")
+SCAFFOLD_KINDS = ("elementwise", "matmul", "reduction")
 
 _ELEMENTWISE = """\
 # {name}: describe the op in one line below; every key is explained in docs/spec.md.
@@ -56,7 +56,31 @@ epilogue:
 """
 
 
+_REDUCTION = """\
+# {name}: describe the op in one line below; every key is explained in docs/spec.md.
+op: {name}
+kind: reduction
+doc: y = softmax(x * scale) over the last axis, computed in float32.
+inputs:
+  x: {{dtype: [float16, bfloat16, float32], shape: [..., N]}}   # rows of N; N is reduced
+outputs:
+  y: {{dtype: x, shape: [..., N]}}
+scalars:
+  scale: {{type: float, default: 1.0}}
+steps:                              # named values, in order; sum, mean, max, min reduce a row
+  s: x * scale
+  m: max(s)
+  e: exp(s - m)
+compute:
+  y: e / sum(e)
+tiles:
+  N: {{block: BLOCK_N, sizes: [1024, 2048, 4096]}}   # the blocks a row too long for one tile loops in
+"""
+
+_TEMPLATES = {"elementwise": _ELEMENTWISE, "matmul": _MATMUL, "reduction": _REDUCTION}
+
+
 def scaffold_spec(name: str, kind: str) -> str:
     if not re.match(r"^[a-z][a-z0-9_]{0,62}$", name) or keyword.iskeyword(name):
         raise BuildError(f"{name!r} is not a valid op name (lowercase letters, digits and _, not a keyword)")
-    return (_ELEMENTWISE if kind == "elementwise" else _MATMUL).format(name=name)
+    return _TEMPLATES[kind].format(name=name)
