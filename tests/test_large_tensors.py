@@ -34,3 +34,19 @@ def test_matmul_offsets_past_int32():
     want = torch.relu(a @ b)
     for rows in (slice(0, 64), slice(m // 2, m // 2 + 64), slice(m - 64, m)):
         torch.testing.assert_close(c[rows], want[rows], atol=2e-2, rtol=2e-2)
+
+
+def test_reduction_rows_past_int32():
+    from generated import rms_norm, softmax
+
+    rows, n = 2**31 // 4096 + 3, 4096  # 2^31 + 12288 elements: row offsets overflow int32
+    x = torch.randn(rows, n, device="cuda", dtype=torch.float16)
+    w = torch.randn(n, device="cuda", dtype=torch.float16)
+    y, _ = rms_norm(x, w, eps=1e-6)
+    for part in (slice(0, 64), slice(rows - 64, rows)):
+        want = torch.nn.functional.rms_norm(x[part].float(), (n,), w.float(), 1e-6)
+        torch.testing.assert_close(y[part].float(), want, atol=2e-2, rtol=2e-2)
+    # Elements of a row 2^19 apart (a transposed input): offsets along the row pass 2^31 too.
+    t = torch.randn(n, 2**19, device="cuda", dtype=torch.float16).t()
+    got = softmax(t)
+    torch.testing.assert_close(got[:64].float(), torch.softmax(t[:64].float(), -1), atol=1e-3, rtol=1e-3)

@@ -323,3 +323,20 @@ def test_variants_written_in_yaml_compute_and_differentiate_as_pytorch(variants)
             assert (g is None) == (e is None)
             if e is not None:
                 torch.testing.assert_close(g, e.to(dtype))
+
+
+def test_elements_too_far_apart_for_32_bit_offsets_are_read_from_a_copy(monkeypatch):
+    # Offsets along a row are 32-bit in the kernel: a row whose elements lie further apart than
+    # that reaches (here: made small) is read from a contiguous copy, and written through one.
+    from generated import rms_norm, softmax
+    from tilegen.runtime import layout
+
+    monkeypatch.setattr(layout, "INT32_LIMIT", 1000)
+    x = torch.randn(64, 40, dtype=torch.float64).t()  # [40, 64]: elements of a row 40 apart
+    w = torch.randn(64, 3, dtype=torch.float64)[:, 0]  # a weight with stride 3
+    torch.testing.assert_close(softmax(x), torch.softmax(x, -1))
+    y, _ = rms_norm(x, w, eps=1e-5)
+    torch.testing.assert_close(y, torch.nn.functional.rms_norm(x, (64,), w, 1e-5))
+    out = torch.empty(64, 40, dtype=torch.float64).t()
+    softmax(x, out=out)
+    torch.testing.assert_close(out, torch.softmax(x, -1))

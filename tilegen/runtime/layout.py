@@ -32,6 +32,12 @@ def needs_int64(*tensors, extra=0):
     return False
 
 
+def offsets_along_fit(stride, length):
+    """Whether `length` elements `stride` apart stay within 32-bit offsets: a reduction kernel
+    computes offsets along a row in 32 bits (its row offsets go to 64 bits where needs_int64)."""
+    return abs(stride) * max(length - 1, 0) <= INT32_LIMIT
+
+
 def collapse(shape, strides_per_tensor):
     """Merge dims that are contiguous in every tensor; drop size-1 dims.
 

@@ -14,7 +14,7 @@ from .callpath import CallPath
 from .configs import ConfigChooser
 from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
-from .layout import (MAX_STRIDED_RANK, collapse, described, k_rows_load_wide, needs_int64, pad_after_first,
+from .layout import (MAX_STRIDED_RANK, collapse, described, k_rows_load_wide, needs_int64, offsets_along_fit, pad_after_first,
                      size_factor, stride_factor, tma_loads_fit)
 from ..schema import bucket
 
@@ -311,17 +311,27 @@ class ReductionOp(Op):
         traced = library.traced((*inputs, *outputs))  # stand-ins have no data to compare
         for index, tensor in enumerate((*inputs, *outputs)):
             role = self.roles[index]
-            if role in ("column", "column_sum"):  # (a column sum's buffer is made per launch)
+            if role == "column_sum":  # (its buffer is made per launch)
                 views.append(tensor)
                 pointers.append(tensor)
+                continue
+            if role == "column":
+                view = tensor if traced or offsets_along_fit(tensor.stride(0), n) else tensor.contiguous()
+                copied = copied or view is not tensor
+                views.append(view)
+                pointers.append(view)
                 continue
             shape = (rows, n) if role == "element" else (rows,)
             if index < len(inputs):
                 full = (*lead, n) if role == "element" else tuple(lead)
                 view = tensor.expand(full).reshape(shape)
+                if role == "element" and not traced and not offsets_along_fit(view.stride(1), n):
+                    view = view.contiguous()  # elements too far apart for the kernel's offsets
             else:
                 try:
                     view = tensor.view(shape)
+                    if role == "element" and not traced and not offsets_along_fit(view.stride(1), n):
+                        raise RuntimeError("elements too far apart for the kernel's offsets")
                 except RuntimeError:  # an out= whose layout does not flatten: computed apart, then copied
                     view = torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
                     write_back.append((tensor, view))
