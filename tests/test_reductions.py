@@ -69,6 +69,9 @@ def test_the_spec_validates_to_steps_and_roles(tmp_path):
     ("  x: {dtype: [float32, float64], shape: [..., N]}", "  x: {dtype: [float32, float64]}", "inputs.x",
      "missing required key 'shape'"),
     ("r: rsqrt(mean(x * x) + eps)", "r: rsqrt(mean(x * x) + eps)\n  rows: x + 1", None, "rows_"),
+    ("tiles:", "masks: {N: never}\ntiles:", "masks", "masks the ends of its rows itself"),
+    ("tiles:", "schedule: {order: grouped}\ntiles:", "schedule", "matmul kinds only"),
+    ("tiles:", "dtypes: {accumulate: float32}\ntiles:", "dtypes.accumulate", "only matmul kinds accumulate"),
 ])
 def test_bad_reduction_specs_get_one_line_each(tmp_path, old, new, key, words):
     assert old in RMS_NORM
@@ -277,6 +280,26 @@ def test_rows_read_through_a_copy_or_written_through_one_give_the_same_result():
 # ---- a variant in YAML alone: the scaffold's scale-then-softmax, and Gemma's RMSNorm -------------
 
 GEMMA = RMS_NORM.replace("op: rms", "op: gemma_rms").replace("y: x * r * w", "y: x * r * (1.0 + w)")
+# A per-row input ([...]): a temperature for each row.
+TEMPERED = """\
+op: tempered_softmax
+kind: reduction
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  t: {dtype: x, shape: [...]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+  lse: {dtype: x, shape: [...]}
+steps:
+  s: x / t
+  m: max(s)
+  e: exp(s - m)
+compute:
+  y: e / sum(e)
+  lse: m + log(sum(e))
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -294,6 +317,7 @@ def variants(tmp_path_factory):
     runner = CliRunner()
     assert runner.invoke(main, ["new", "scaled_softmax", "--kind", "reduction", "--specs", str(specs)]).exit_code == 0
     (specs / "gemma_rms.yaml").write_text(GEMMA)
+    (specs / "tempered_softmax.yaml").write_text(TEMPERED)
     result = runner.invoke(main, ["build", str(specs), "-o", str(root / "variant_ops")])
     assert result.exit_code == 0, result.output
     sys.path.insert(0, str(root))
@@ -340,3 +364,37 @@ def test_elements_too_far_apart_for_32_bit_offsets_are_read_from_a_copy(monkeypa
     out = torch.empty(64, 40, dtype=torch.float64).t()
     softmax(x, out=out)
     torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
+def test_a_per_row_input_broadcasts_over_the_rows_and_gets_its_gradient(variants):
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 3, 100, dtype=torch.float64, generator=generator).to(device).requires_grad_()
+    t = (torch.rand(3, dtype=torch.float64, generator=generator) + 0.5).to(device).requires_grad_()
+    y, lse = variants.tempered_softmax(x, t)  # t [3] broadcasts over the rows' leading axes [4, 3]
+    assert y.shape == (4, 3, 100) and lse.shape == (4, 3)
+    scaled = x / t[:, None]
+    torch.testing.assert_close(y, torch.softmax(scaled, -1))
+    torch.testing.assert_close(lse, torch.logsumexp(scaled, -1))
+    seeds = (torch.randn_like(y), torch.randn_like(lse))
+    got = torch.autograd.grad((y, lse), (x, t), seeds)
+    want = torch.autograd.grad((torch.softmax(scaled, -1), torch.logsumexp(scaled, -1)), (x, t), seeds)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    # A row longer than the block it loops in (forced: one of the spec's blocks), forward and backward.
+    import importlib
+
+    module = importlib.import_module(f"{variants.__name__}.tempered_softmax")
+    long = torch.randn(2, 300, dtype=torch.float64, generator=generator).to(device).requires_grad_()
+    temperature = torch.tensor([0.7, 1.3], dtype=torch.float64).to(device).requires_grad_()
+    looped = {"BLOCK_N": 64, "ROWS": 1, "num_warps": 2}
+    with module._OP.configs.forcing(looped), module._BACKWARD.configs.forcing(looped):
+        y, lse = variants.tempered_softmax(long, temperature)
+        got = torch.autograd.grad((y, lse), (long, temperature), (torch.ones_like(y), torch.ones_like(lse)))
+    scaled = long / temperature[:, None]
+    want_y, want_lse = torch.softmax(scaled, -1), torch.logsumexp(scaled, -1)
+    torch.testing.assert_close(y, want_y)
+    torch.testing.assert_close(lse, want_lse)
+    want = torch.autograd.grad((want_y, want_lse), (long, temperature), (torch.ones_like(y), torch.ones_like(lse)))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)

@@ -400,6 +400,9 @@ class _Validator:
         return tuple(tiles)
 
     def masks(self, tiles) -> tuple[tuple[str, str], ...]:
+        if getattr(self, "kind", None) == "reduction" and "masks" in self.data:
+            self.error("masks", "a reduction masks the ends of its rows itself", "leave masks out")
+            return tuple((t.axis, "auto") for t in tiles)
         value = self.data.get("masks", {})
         entries = self.mapping("masks", value) or {}
         axes = [t.axis for t in tiles]
