@@ -5,7 +5,7 @@ from __future__ import annotations
 from .dtypes import DTYPES
 from .expressions import assignments
 from .spec import Spec
-from .testgen import _dtype_exprs, _positive_domain, _scalar_test_value, per_row_squeezed, row_shape_exprs
+from .testgen import _dtype_exprs, _positive_domain, _scalar_test_value, rows_shaped, row_shape_exprs
 
 # The matmul shape set every benchmark and the tables start from, as (M, N, K).
 MATMUL_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
@@ -25,7 +25,7 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
     expressions = spec.output_expressions()
     scalars = frozenset(s.name for s in spec.scalars)
     torch_lines = assignments(list(spec.steps) + [(t.name, expressions[t.name]) for t in spec.outputs], "eager",
-                              scalars) + per_row_squeezed(spec)
+                              scalars) + rows_shaped(spec)
     names = [t.name for t in spec.outputs]
     ctx = dict(
         header=header, package=package, op=spec.op, kind=spec.kind,

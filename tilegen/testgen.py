@@ -30,20 +30,34 @@ def _oracle(spec: Spec) -> tuple[list[str], str]:
     expressions = spec.output_expressions()
     # A reduction's steps come first: its outputs read them (where its reference does not say otherwise).
     lines = assignments(list(spec.steps) + [(t.name, expressions[t.name]) for t in spec.outputs], "torch")
-    lines += per_row_squeezed(spec)
+    lines += rows_shaped(spec)
     names = [t.name for t in spec.outputs]
     # A result that does not depend on any tensor (a constant) still needs the output's shape.
     result = names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)"
     return lines, result
 
 
-def per_row_squeezed(spec: Spec) -> list[str]:
-    """Lines that drop the row axis PyTorch's reductions keep (keepdim) from a reduction's
-    outputs of one value per row, so that they have the op's shape [...]."""
+def rows_shaped(spec: Spec) -> list[str]:
+    """Lines that give a reduction's outputs, computed by PyTorch, the op's shapes: the rows'
+    shape ([..., N]) where an output reads no rows (only a weight [N], say), and for an output of
+    one value per row that shape less the reduced axis PyTorch's reductions keep (keepdim)."""
     if spec.kind != "reduction":
         return []
     roles = spec.row_roles()
-    return [f"{t.name} = {t.name}.squeeze(-1)" for t in spec.outputs if roles[t.name] == "row"]
+    rows = {t.name for t in spec.inputs if roles[t.name] != "column"}
+    reads = {}  # each step's and output's names, steps read through
+    for name, expression in list(spec.steps) + list(spec.output_expressions().items()):
+        reads[name] = set().union(*({n} | reads.get(n, set()) for n in expression.names))
+    lines = []
+    for t in spec.outputs:
+        if not reads[t.name] & rows:
+            if not lines:
+                shapes = [f"{t.name}.shape" if roles[t.name] == "element" else f"(*{t.name}.shape, 1)"
+                          for t in spec.inputs if t.name in rows]
+                lines.append(f"_rows = torch.broadcast_shapes({', '.join(shapes)})")
+            lines.append(f"{t.name} = {t.name}.expand(_rows if {t.name}.dim() == len(_rows) else (*_rows[:-1], 1))")
+    lines += [f"{t.name} = {t.name}.squeeze(-1)" for t in spec.outputs if roles[t.name] == "row"]
+    return lines
 
 
 def _scalar_test_value(scalar) -> str:
