@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .expressions import Expression
+from .rows import ELEMENT, ROW, UNIFORM
 
 
 @dataclass(frozen=True)
@@ -142,8 +143,6 @@ class Spec:
 
     def row_levels(self) -> dict[str, int]:
         """A reduction's inputs and scalars by level (rows.py)."""
-        from .rows import ELEMENT, ROW, UNIFORM
-
         roles = self.row_roles()
         return {**{t.name: ROW if roles[t.name] == "row" else ELEMENT for t in self.inputs},
                 **{s.name: UNIFORM for s in self.scalars}}

@@ -61,6 +61,12 @@ class _Validator:
         self.data: dict = doc.data  # type: ignore[assignment]
         self.errors = errors
         self.count = len(errors.errors)
+        # What later sections read of earlier ones: the kind, the axes `tiles` names (valid or
+        # not), a reduction's steps with errors of their own and the levels of the others.
+        self.kind: str | None = None
+        self.named_axes: set = set()
+        self.broken_steps: set = set()
+        self.step_levels: dict | None = None
 
     def error(self, key: str, message: str, allowed: str = "") -> None:
         self.errors.add(self.doc.path, self.doc.line(key), key, message, allowed)
@@ -400,7 +406,7 @@ class _Validator:
         return tuple(tiles)
 
     def masks(self, tiles) -> tuple[tuple[str, str], ...]:
-        if getattr(self, "kind", None) == "reduction" and "masks" in self.data:
+        if self.kind == "reduction" and "masks" in self.data:
             self.error("masks", "a reduction masks the ends of its rows itself", "leave masks out")
             return tuple((t.axis, "auto") for t in tiles)
         value = self.data.get("masks", {})
@@ -410,7 +416,7 @@ class _Validator:
         for axis, policy in entries.items():
             key = f"masks.{axis}"
             if axis not in axes:
-                if axis not in getattr(self, "named_axes", ()):
+                if axis not in self.named_axes:
                     self.error(key, f"{_show(axis)} is not a tiled axis", f"tiled axes: {_listing(axes) or 'none'}")
                 continue
             policy = self.choice(key, policy, MASK_POLICIES)
@@ -481,7 +487,7 @@ class _Validator:
         key: tuple[str, ...] = ()
         if "key" in entries:
             raw = entries["key"]
-            named = getattr(self, "named_axes", set())
+            named = self.named_axes
             if not isinstance(raw, list) or not raw or any(a not in axes and a not in named for a in raw):
                 self.error("configs.key", f"{_show(raw)} is not a list of tiled axes", f"from: {_listing(axes)}")
             elif any(a not in axes for a in raw):
@@ -523,13 +529,13 @@ class _Validator:
                 if type(value) is not int or not 1 <= value <= 8:
                     self.error(key, f"{_show(value)} is not allowed", "an integer from 1 to 8")
                     continue
-            elif name == "ROWS" and getattr(self, "kind", None) == "reduction":
+            elif name == "ROWS" and self.kind == "reduction":
                 if type(value) is not int or value not in (1, 2, 4, 8, 16, 32, 64):
                     self.error(key, f"{_show(value)} is not allowed", "rows per program: 1, 2, 4, ... 64")
                     continue
             else:
                 self.unknown_key(key, name, list(sizes) + ["num_warps", "num_stages"]
-                                 + (["ROWS"] if getattr(self, "kind", None) == "reduction" else []))
+                                 + (["ROWS"] if self.kind == "reduction" else []))
                 continue
             out[name] = value
         for block in sizes:
@@ -608,7 +614,7 @@ class _Validator:
         """A reduction's tensors lie along its rows: [..., N] (the rows), [N] (the same for every
         row, a weight) or [...] (one value per row, a saved statistic); outputs are rows or one
         value per row; at least one input is rows."""
-        tiled = list(getattr(self, "named_axes", ()))
+        tiled = list(self.named_axes)
         if len(tiled) != 1:
             return  # the tiles' own error
         axis = tiled[0]
@@ -645,7 +651,6 @@ class _Validator:
         out: dict[str, Expression] = {}
         # Steps with errors of their own: expressions that read them are not checked further
         # (no follow-on errors), but they may read them.
-        self.broken_steps = set()
         for index, (name, source) in enumerate(entries.items()):
             key = f"steps.{name}"
             if not self.value_name(key, name, taken):
@@ -679,7 +684,7 @@ class _Validator:
         return None if ahead else expression
 
     def levels_of(self, inputs: dict, scalars: dict, steps: dict) -> dict[str, int]:
-        axis = next(iter(getattr(self, "named_axes", ())), None)
+        axis = next(iter(self.named_axes), None)
         levels = {name: ROW if shape == ("...",) else ELEMENT for name, shape in inputs.items()}
         levels.update({name: UNIFORM for name in scalars})
         # Without an input of rows (its own error) every level is moot.
@@ -700,8 +705,7 @@ class _Validator:
             self.error("", "missing required key 'compute'", "output name -> expression")
             return ()
         entries = self.mapping("compute", value) or {}
-        self.broken_steps = getattr(self, "broken_steps", set())
-        levels = getattr(self, "step_levels", None) or self.levels_of(inputs, scalars, {})
+        levels = self.step_levels or self.levels_of(inputs, scalars, {})
         names = set(inputs) | set(scalars) | set(steps) | self.broken_steps
         out = []
         for name, source in entries.items():
