@@ -17,6 +17,8 @@
 #   OUT=/tmp/check STEPS="compile:matmul_relu" bash bench/h200_check.sh  # about 5 minutes (one op)
 #   OUT=/tmp/check STEPS="host" BEFORE=.before bash bench/h200_check.sh  # host time, two trees
 #   OUT=/tmp/check STEPS="backward" bash bench/h200_check.sh        # forward+backward, peak memory
+#   OUT=/tmp/check STEPS="reductions:forward reductions:backward" bash bench/h200_check.sh  # about 6 minutes
+#   OUT=/tmp/check STEPS="reductions:forward_compile" REDUCE_SHAPES=16384x1024,32768x4096 bash bench/h200_check.sh
 #
 # ARCHIVE=FILE packs everything into one .tar.gz at FILE when the steps are done (and removes
 # the folder), for machines that hand back only a few files:
