@@ -538,3 +538,32 @@ def _running(pid):
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled call path launches on a GPU only")
+@pytest.mark.parametrize("op", ["softmax", "layer_norm"])
+def test_a_reductions_repeat_calls_are_served_compiled_and_stay_right(op):
+    import torch.nn.functional as F
+
+    import generated as ops
+    from generated.tests import _support as s
+
+    if callpath.load(wait=True) is None:
+        pytest.skip(f"no compiled call path here: {callpath.UNAVAILABLE}")
+    table_of = lambda: rt.op_of(f"generated.{op}").call_path.table  # noqa: E731
+    oracles = {"softmax": lambda x: torch.softmax(x, -1),
+               "layer_norm": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)}
+    for shape in [(3, 70, 1000), (8, 32768)]:  # several rows a program; one row a program, held whole
+        def inputs(seed):
+            x = s.random(shape, torch.float16, seed)
+            extra = [s.random(shape[-1:], torch.float16, seed + i + 1) for i in range(2)] if op == "layer_norm" else []
+            return [x, *extra]
+
+        getattr(ops, op)(*inputs(0))  # the Python path serves it, and the table learns it
+        hits = table_of().hits
+        for seed in (10, 20):
+            args = inputs(seed)
+            got = getattr(ops, op)(*args)
+            got = got[0] if isinstance(got, tuple) else got
+            torch.testing.assert_close(got.float(), oracles[op](*[t.float() for t in args]), atol=2e-2, rtol=2e-2)
+        assert table_of().hits - hits == 2, (op, shape)
