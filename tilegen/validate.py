@@ -670,11 +670,8 @@ class _Validator:
     def reduction_expression(self, key: str, source, readable: set, defined: set) -> Expression | None:
         """Parse one expression of a reduction; a name of a step defined later (or the step itself)
         is an error of its own."""
-        try:
-            expression = parse_expression(source, readable, reductions=True)
-        except ExpressionError as exc:
-            for problem in exc.all():
-                self.error(key, problem.message, problem.allowed)
+        expression = self.parsed(key, source, readable, reductions=True)
+        if expression is None:
             return None
         step = key.split(".", 1)[1] if key.startswith("steps.") else None
         ahead = [n for n in expression.names if n not in defined]
@@ -708,11 +705,7 @@ class _Validator:
         levels = self.step_levels or self.levels_of(inputs, scalars, {})
         names = set(inputs) | set(scalars) | set(steps) | self.broken_steps
         out = []
-        for name, source in entries.items():
-            key = f"compute.{name}"
-            if name not in outputs:
-                self.error(key, f"{_show(name)} is not an output", f"outputs: {_listing(outputs) or 'none'}")
-                continue
+        for key, name, source in self.output_entries("compute", entries, outputs, required=True):
             expression = self.reduction_expression(key, source, names, names)
             if expression is None or set(expression.names) & self.broken_steps:
                 continue
@@ -729,9 +722,6 @@ class _Validator:
                 continue
             if not problems:
                 out.append((name, expression))
-        for name in outputs:
-            if name not in entries:
-                self.error("compute", f"no expression for output {name!r}")
         return tuple(out)
 
     def body(self, kind, inputs: dict, outputs: dict, scalars: dict, steps: dict) -> tuple[tuple[str, Expression], ...]:
@@ -774,26 +764,39 @@ class _Validator:
             tensors = (set(inputs) - set(self._operands(inputs, outputs))) | {"acc"}
         names = tensors | set(scalars)
         out = []
-        for name, source in entries.items():
-            key = f"{section}.{name}"
-            if name not in outputs:
-                self.error(key, f"{_show(name)} is not an output", f"outputs: {_listing(outputs) or 'none'}")
-                continue
-            try:
-                expression = parse_expression(source, names, reductions=kind == "reduction", oracles=kind == "reduction")
-            except ExpressionError as exc:
-                for problem in exc.all():
-                    self.error(key, problem.message, problem.allowed)
+        for key, name, source in self.output_entries(section, entries, outputs, required):
+            expression = self.parsed(key, source, names, reductions=kind == "reduction", oracles=kind == "reduction")
+            if expression is None:
                 continue
             if not set(expression.names) & tensors:
                 self.error(key, "the expression reads no tensor", f"use at least one of: {_listing(sorted(tensors))}")
                 continue
             out.append((name, expression))
+        return tuple(out)
+
+    def parsed(self, key: str, source, names: set, **language) -> Expression | None:
+        """`source` parsed and checked (parse_expression's `language` options), or None with each
+        of its problems logged under `key`."""
+        try:
+            return parse_expression(source, names, **language)
+        except ExpressionError as exc:
+            for problem in exc.all():
+                self.error(key, problem.message, problem.allowed)
+            return None
+
+    def output_entries(self, section: str, entries: dict, outputs: dict, required: bool):
+        """(key, output, expression source) of each entry of `section` that names an output; an entry
+        that names none is an error, and so, where `required`, is an output with no entry."""
+        for name, source in entries.items():
+            key = f"{section}.{name}"
+            if name not in outputs:
+                self.error(key, f"{_show(name)} is not an output", f"outputs: {_listing(outputs) or 'none'}")
+                continue
+            yield key, name, source
         if required:
             for name in outputs:
                 if name not in entries:
                     self.error(section, f"no expression for output {name!r}")
-        return tuple(out)
 
     @staticmethod
     def _operands(inputs: dict, outputs: dict) -> list[str]:
