@@ -567,3 +567,31 @@ def test_a_reductions_repeat_calls_are_served_compiled_and_stay_right(op):
             got = got[0] if isinstance(got, tuple) else got
             torch.testing.assert_close(got.float(), oracles[op](*[t.float() for t in args]), atol=2e-2, rtol=2e-2)
         assert table_of().hits - hits == 2, (op, shape)
+
+
+def test_a_norms_backward_is_one_launch_served_compiled_the_same_every_run():
+    import torch.nn.functional as F
+
+    from generated import rms_norm
+    from generated.rms_norm import _BACKWARD
+
+    if callpath.load(wait=True) is None:
+        pytest.skip(f"no compiled call path here: {callpath.UNAVAILABLE}")
+    x = torch.randn(300, 1000, device="cuda", dtype=torch.float16, requires_grad=True)
+    w = torch.randn(1000, device="cuda", dtype=torch.float16, requires_grad=True)
+    seed = torch.randn(300, 1000, device="cuda", dtype=torch.float16)
+
+    def step():
+        y, _ = rms_norm(x, w, eps=1e-6)
+        return torch.autograd.grad(y, (x, w), seed)
+
+    first = step()  # the Python path serves the backward, and its call path learns it
+    hits = _BACKWARD.call_path.table.hits
+    again = [step() for _ in range(3)]
+    assert _BACKWARD.call_path.table.hits - hits == 3
+    # The weight's gradient is added up in program order by the last program: the same bits every run.
+    assert all(torch.equal(g[1], first[1]) and torch.equal(g[0], first[0]) for g in again)
+    x0, w0 = (t.detach().double().requires_grad_() for t in (x, w))
+    want = torch.autograd.grad(F.rms_norm(x0, (1000,), w0, 1e-6), (x0, w0), seed.double())
+    for g, e in zip(first, want):
+        torch.testing.assert_close(g.double(), e, atol=5e-2, rtol=2e-2)

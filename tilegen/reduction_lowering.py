@@ -14,10 +14,15 @@ _ADDRESS = {
     "element": "{n}_ptr + rows * stride_{n}_0 + cols * stride_{n}_1",
     "column": "{n}_ptr + cols * stride_{n}_0",
     "row": "{n}_ptr + rows * stride_{n}_0",
-    # A backward's gradient of a column input: each program sums its rows into its own row of a
-    # [programs, N] float32 buffer (a fixed order: no atomics), which the host sums after.
-    "column_sum": "{n}_ptr + pid * stride_{n}_0 + cols * stride_{n}_1",
+    # A backward's gradient of a column input ([N]): each program sums its rows into its own row of
+    # a float32 workspace, and the last program to finish adds those rows up in order (below).
+    "column_sum": "{n}_ptr + cols * stride_{n}_0",
 }
+
+
+def _partial(index: int, program: str = "pid") -> str:
+    """The row of the workspace where `program` sums its rows of the `index`-th column sum."""
+    return f"partial_ptr + ({index} * tl.num_programs(0) + {program}) * row_length + cols"
 _MASK = {"element": "mask", "column": "cols < row_length", "row": "row_mask", "column_sum": "cols < row_length"}
 
 
@@ -34,7 +39,7 @@ def _store(name: str, role: str) -> str:
 
 
 def _strides(name: str, role: str) -> list[str]:
-    return [f"stride_{name}_0", f"stride_{name}_1"] if role in ("element", "column_sum") else [f"stride_{name}_0"]
+    return [f"stride_{name}_0", f"stride_{name}_1"] if role == "element" else [f"stride_{name}_0"]
 
 
 def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: dict[str, str],
@@ -54,11 +59,21 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         passes.append(dict(loads=[_load(n, along[n]) for n in step.loads], before=list(step.before),
                            body=list(step.body), after=list(step.after)))
     final = output_pass(program, elements + sums)
-    # A long row adds each block's column sums into the program's row of the buffer in turn.
-    accumulate = [f"{n}_sum_ptrs = {_ADDRESS['column_sum'].format(n=n)}" for n in sums]
-    for n in sums:
-        accumulate.append(f"tl.store({n}_sum_ptrs, tl.load({n}_sum_ptrs, mask=cols < row_length) + {_column_sum(n)}, "
-                          f"mask=cols < row_length)")
+    # A long row adds each block's column sums into the program's row of the workspace in turn
+    # (zeroed first: the workspace is reused from launch to launch).
+    accumulate, zero = [], []
+    for index, n in enumerate(sums):
+        accumulate.append(f"tl.store({_partial(index)}, tl.load({_partial(index)}, mask=cols < row_length) + "
+                          f"{_column_sum(n)}, mask=cols < row_length)")
+        zero.append(f"tl.store({_partial(index)}, tl.zeros([1, {block}], compute), mask=cols < row_length)")
+    # The last program to arrive adds the programs' rows up, in program order (the same sum whichever
+    # finishes last), and leaves the arrival counter at zero for the next launch.
+    finish = []
+    for index, n in enumerate(sums):
+        finish.append(dict(total=f"_t_{n}", add=f"_t_{n} += tl.load({_partial(index, 'other')}, mask=cols < row_length, "
+                                                f"other=0.0, cache_modifier=\".cg\")",
+                           store=f"tl.store({_ADDRESS['column_sum'].format(n=n)}, _t_{n}.to({n}_ptr.dtype.element_ty), "
+                                 f"mask=cols < row_length)"))
     return dict(
         name=name,
         # A float scalar arrives as float32 from Triton's launch, as float64 from a compiled graph's,
@@ -78,7 +93,9 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         row_stores=[_store(n, "row") for n in rows_out],
         sums_before=[f"_c_{n} = tl.zeros([1, {block}], compute)" for n in sums],
         sums_add=[f"_c_{n} += {_column_sum(n)}" for n in sums],
-        sums_store=[f"tl.store({_ADDRESS['column_sum'].format(n=n)}, _c_{n}, mask=cols < row_length)" for n in sums],
+        sums_store=[f"tl.store({_partial(index)}, _c_{n}, mask=cols < row_length)" for index, n in enumerate(sums)],
+        sums_zero=zero,
+        sums_finish=finish,
         first_lines=first_row_lines(program),
         passes=passes,
         output_loads=[_load(n, along[n]) for n in final.loads],

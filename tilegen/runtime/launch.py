@@ -56,9 +56,9 @@ class Kernel:
 _SPLIT_K_WORKSPACES = {}
 
 
-def split_k_workspace(device, partials, tiles, fresh=False):
-    """(float32 room for `partials` partial sums, zeroed int32 arrival counters, one per output
-    tile) for a split-K launch.
+def split_k_workspace(device, partials, tiles, fresh=False, dtype=torch.float32):
+    """(`dtype` room for `partials` partial sums (float32 unless said), zeroed int32 arrival
+    counters, one per output tile) for a split-K launch, or a reduction's column sums.
 
     Within a launch each partial sum is written before it is read, and split-K kernels leave
     every counter at zero when they finish, so one workspace serves every launch on a stream
@@ -70,14 +70,14 @@ def split_k_workspace(device, partials, tiles, fresh=False):
     graph keeps it; so is a traced launch's (`fresh`), which the traced graph allocates.
     """
     if device.type != "cuda" or torch.cuda.is_current_stream_capturing() or fresh:
-        return (torch.empty(partials, dtype=torch.float32, device=device),
+        return (torch.empty(partials, dtype=dtype, device=device),
                 torch.zeros(tiles, dtype=torch.int32, device=device))
-    key = (device.index, triton.runtime.driver.active.get_current_stream(device.index))
+    key = (device.index, triton.runtime.driver.active.get_current_stream(device.index), dtype)
     held = _SPLIT_K_WORKSPACES.get(key)
     if held is None or held[0].numel() < partials or held[1].numel() < tiles:
         sums, counters = held or (None, None)
         if sums is None or sums.numel() < partials:
-            sums = torch.empty(partials, dtype=torch.float32, device=device)
+            sums = torch.empty(partials, dtype=dtype, device=device)
         if counters is None or counters.numel() < tiles:
             counters = torch.zeros(max(tiles, 1024), dtype=torch.int32, device=device)
         held = _SPLIT_K_WORKSPACES[key] = sums, counters

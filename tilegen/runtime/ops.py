@@ -259,7 +259,8 @@ class ReductionOp(Op):
     `roles` gives each tensor (inputs, then outputs) its lie along the rows: "element" ([..., N]),
     "column" ([N], the same for every row), "row" ([...], one value per row), or, for a
     backward's output, "column_sum" ([N]: the sum over the rows, which each program adds up for
-    its rows in a float32 buffer row of its own, in a fixed order, and the host sums after). The
+    its rows in a workspace row of its own, and the last program to finish adds up in program
+    order: one launch, the same sum every run; the workspace is split-K's, per stream). The
     kernel reads element tensors as [R, N] through two strides, column and row tensors through
     one; `run` makes those views (copies where leading axes do not merge into one row stride) and
     writes results it could not view back into the outputs. `block` is the spec's block name."""
@@ -347,30 +348,25 @@ class ReductionOp(Op):
             return self._launch(views, pointers, scalars, rows, n, config, sums)
 
         config = self.configs.choose(key, device_facts(views[0].device), None if traced else launch)
-        launched, buffers = launch(config)
-        for index, buffer in zip(sums, buffers):
-            torch.sum(buffer, 0, out=views[index])
+        launched = launch(config)
         for tensor, fresh in write_back:
             tensor.copy_(fresh.view(tensor.shape))
-        # Not learned: a call that read a copy (a repeat would read the first call's copy), or one
-        # whose column sums the host finishes (the compiled call path only launches).
-        self._learn(None if copied or sums else call, launched, result)
+        # A call that read a copy is not learned: a repeat would read the first call's copy.
+        self._learn(None if copied else call, launched, result)
 
     def _launch(self, views, pointers, scalars, rows, n, config, sums=()):
         block, per_program = config[self.block], config["ROWS"]
         blocks = cdiv(rows, per_program)
-        if sums:  # a few programs a multiprocessor, each summing its rows' columns
+        head = ()
+        if sums:  # a few programs a multiprocessor, each summing its rows' columns into a workspace row
             blocks = min(blocks, self.SUM_PROGRAMS_PER_SM * device_facts(views[0].device)[0])
-        views, pointers, buffers = list(views), list(pointers), []
-        for index in sums:
-            buffer = torch.zeros((blocks, n), dtype=views[index].dtype, device=views[index].device)
-            views[index] = pointers[index] = buffer
-            buffers.append(buffer)
+            wide = torch.float64 if any(views[i].dtype == torch.float64 for i in sums) else torch.float32
+            traced = library.traced(views)
+            head = split_k_workspace(views[0].device, len(sums) * blocks * n, 1, fresh=traced, dtype=wide)
         strides = [int(s) for view in views for s in view.stride()]
         constexprs = {self.block: block, "ROWS": per_program, "ONE_TILE": block >= n,
                       "INDEX_64": needs_int64(*views, extra=block * per_program),
                       "MATH_64": self.compute == tl.float64 or any(v.dtype == torch.float64 for v in views)}
-        varying = len(views) + len(scalars)
-        launched = self.kernel.launch((blocks,), (*pointers, *scalars, rows, n, *strides), varying, constexprs,
-                                      config["num_warps"])
-        return launched, buffers
+        varying = len(head) + len(views) + len(scalars)
+        return self.kernel.launch((blocks,), (*head, *pointers, *scalars, rows, n, *strides), varying, constexprs,
+                                  config["num_warps"])
