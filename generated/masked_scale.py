@@ -39,19 +39,19 @@ _TABLE = {
 
 
 @triton.jit
-def _masked_scale_math(x, keep, scale, MATH_64: tl.constexpr):
+def _masked_scale_math(x, keep, scale_, MATH_64: tl.constexpr):
     # Inputs are upcast once on load; the math runs in float64 where MATH_64 says, else float32.
     # (A flag rather than a dtype constexpr: a traced launch passes plain values.)
     compute = tl.float64 if MATH_64 else tl.float32
     x = x.to(compute)
-    y = tl.where(keep, x * scale, 0.0)
+    y = tl.where(keep, x * scale_, 0.0)
     return y
 
 
 @triton.jit
 def _masked_scale_kernel(
     x_ptr, keep_ptr, y_ptr,  # pointers: inputs, then outputs
-    scale,  # scalars
+    scale_,  # scalars
     numel,
     BLOCK: tl.constexpr,
     EVEN: tl.constexpr,  # numel % BLOCK == 0: no tail tile, so no mask
@@ -68,14 +68,14 @@ def _masked_scale_kernel(
         mask = offsets < numel
     x = tl.load(x_ptr + offsets, mask=mask)
     keep = tl.load(keep_ptr + offsets, mask=mask)
-    y = _masked_scale_math(x, keep, scale, MATH_64)
+    y = _masked_scale_math(x, keep, scale_, MATH_64)
     tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _masked_scale_strided_kernel(
     x_ptr, keep_ptr, y_ptr,  # pointers: inputs, then outputs
-    scale,  # scalars
+    scale_,  # scalars
     numel,
     size_1, size_2, size_3,  # the collapsed logical shape (size_0 is implied by numel)
     stride_x_0, stride_x_1, stride_x_2, stride_x_3,
@@ -103,7 +103,7 @@ def _masked_scale_strided_kernel(
     i_0 = rest // size_1
     x = tl.load(x_ptr + i_0 * stride_x_0 + i_1 * stride_x_1 + i_2 * stride_x_2 + i_3 * stride_x_3, mask=mask)
     keep = tl.load(keep_ptr + i_0 * stride_keep_0 + i_1 * stride_keep_1 + i_2 * stride_keep_2 + i_3 * stride_keep_3, mask=mask)
-    y = _masked_scale_math(x, keep, scale, MATH_64)
+    y = _masked_scale_math(x, keep, scale_, MATH_64)
     y_offsets = i_0 * stride_y_0 + i_1 * stride_y_1 + i_2 * stride_y_2 + i_3 * stride_y_3
     tl.store(y_ptr + y_offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -137,31 +137,31 @@ def masked_scale(x, keep, *, scale=2.0, out=None):
     return _route(x, keep, scale, out)
 
 
-def _route(x, keep, scale, out):
+def _route(x, keep, scale_, out):
     """A call the compiled call path did not serve: autograd and tracing reach the registered op,
     the rest _compute."""
     rt.refuse_functorch("masked_scale", x=x, keep=keep)  # (the call path serves no such call)
     if rt.tracing((x, keep,)) or rt.wants_grad((x, keep,)):
         # torch.compile, export, make_fx, fake tensors and autograd: they see the registered op.
         rt.refuse_out_with_grad("masked_scale", out, x=x, keep=keep)
-        result = rt.call(_masked_scale, x, keep, scale)
+        result = rt.call(_masked_scale, x, keep, scale_)
         return result if out is None else rt.copy_out(out, result)
-    return _compute(x, keep, scale, out)
+    return _compute(x, keep, scale_, out)
 
 
 @triton.jit
-def _masked_scale_backward_math(keep, _g_y, scale, MATH_64: tl.constexpr):
+def _masked_scale_backward_math(keep, _g_y, scale_, MATH_64: tl.constexpr):
     # The gradients, derived from the spec's math: the same precision as the forward's.
     compute = tl.float64 if MATH_64 else tl.float32
     _g_y = _g_y.to(compute)
-    _d_x = tl.where(keep, _g_y, 0.0) * scale
+    _d_x = tl.where(keep, _g_y, 0.0) * scale_
     return _d_x
 
 
 @triton.jit
 def _masked_scale_backward_kernel(
     keep_ptr, _g_y_ptr, _d_x_ptr,  # pointers: inputs, then outputs
-    scale,  # scalars
+    scale_,  # scalars
     numel,
     BLOCK: tl.constexpr,
     EVEN: tl.constexpr,  # numel % BLOCK == 0: no tail tile, so no mask
@@ -178,14 +178,14 @@ def _masked_scale_backward_kernel(
         mask = offsets < numel
     keep = tl.load(keep_ptr + offsets, mask=mask)
     _g_y = tl.load(_g_y_ptr + offsets, mask=mask)
-    _d_x = _masked_scale_backward_math(keep, _g_y, scale, MATH_64)
+    _d_x = _masked_scale_backward_math(keep, _g_y, scale_, MATH_64)
     tl.store(_d_x_ptr + offsets, _d_x.to(_d_x_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _masked_scale_backward_strided_kernel(
     keep_ptr, _g_y_ptr, _d_x_ptr,  # pointers: inputs, then outputs
-    scale,  # scalars
+    scale_,  # scalars
     numel,
     size_1, size_2, size_3,  # the collapsed logical shape (size_0 is implied by numel)
     stride_keep_0, stride_keep_1, stride_keep_2, stride_keep_3,
@@ -213,7 +213,7 @@ def _masked_scale_backward_strided_kernel(
     i_0 = rest // size_1
     keep = tl.load(keep_ptr + i_0 * stride_keep_0 + i_1 * stride_keep_1 + i_2 * stride_keep_2 + i_3 * stride_keep_3, mask=mask)
     _g_y = tl.load(_g_y_ptr + i_0 * stride__g_y_0 + i_1 * stride__g_y_1 + i_2 * stride__g_y_2 + i_3 * stride__g_y_3, mask=mask)
-    _d_x = _masked_scale_backward_math(keep, _g_y, scale, MATH_64)
+    _d_x = _masked_scale_backward_math(keep, _g_y, scale_, MATH_64)
     _d_x_offsets = i_0 * stride__d_x_0 + i_1 * stride__d_x_1 + i_2 * stride__d_x_2 + i_3 * stride__d_x_3
     tl.store(_d_x_ptr + _d_x_offsets, _d_x.to(_d_x_ptr.dtype.element_ty), mask=mask)
 
@@ -226,41 +226,41 @@ _BACKWARD = rt.ElementwiseOp(
 
 
 @rt.register("generated::masked_scale_backward")
-def _masked_scale_backward(keep: torch.Tensor, _g_y: torch.Tensor, scale: float) -> tuple[torch.Tensor]:
+def _masked_scale_backward(keep: torch.Tensor, _g_y: torch.Tensor, scale_: float) -> tuple[torch.Tensor]:
     """torch.ops.generated.masked_scale_backward: the gradients of masked_scale's inputs, from the inputs
     they read and the gradients of its outputs, in one pass (in the outputs' shape: the autograd
     formula sums a broadcast input's gradient over its broadcast axes)."""
     keep = keep.expand(_g_y.shape)
-    _served = _BACKWARD.fast(keep, _g_y, scale)  # a repeat call: the compiled call path
+    _served = _BACKWARD.fast(keep, _g_y, scale_)  # a repeat call: the compiled call path
     if _served is not None:
         return _served
     _d_x = torch.empty(_g_y.shape, dtype=_g_y.dtype, device=_g_y.device)
-    _BACKWARD.run((keep, _g_y,), (_d_x,), (scale,),
-                  call=(keep, _g_y, scale,), result=(_d_x,))
+    _BACKWARD.run((keep, _g_y,), (_d_x,), (scale_,),
+                  call=(keep, _g_y, scale_,), result=(_d_x,))
     return _d_x,
 
 
 @rt.register("generated::masked_scale", rt.Gradients(_masked_scale_backward, tensors=2, saved=(1,), sources=(("result", 0), None,), outputs=1, saved_outputs=()))
-def _masked_scale(x: torch.Tensor, keep: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+def _masked_scale(x: torch.Tensor, keep: torch.Tensor, scale_: float = 2.0) -> torch.Tensor:
     """torch.ops.generated.masked_scale: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""
     # Compiled graphs call the op itself: their repeat calls take the compiled call path too.
-    _served = _OP.fast(x, keep, scale)
+    _served = _OP.fast(x, keep, scale_)
     if _served is not None:
         return _served
-    return _compute(x, keep, scale, None)
+    return _compute(x, keep, scale_, None)
 
 
-def _compute(x, keep, scale, out):
+def _compute(x, keep, scale_, out):
     """Check, allocate, launch: an eager call the compiled call path did not serve, or one with out=."""
     rt.check_tensor("masked_scale", "x", x, _X_DTYPES)
     rt.check_tensor("masked_scale", "keep", keep, _KEEP_DTYPES)
     rt.check_same_device("masked_scale", [("x", x), ("keep", keep)])
-    rt.check_scalar("masked_scale", "scale", scale, "float")
-    _call = (x, keep, scale,) if out is None else None
+    rt.check_scalar("masked_scale", "scale", scale_, "float")
+    _call = (x, keep, scale_,) if out is None else None
     _broadcast = rt.broadcast_shape("masked_scale", [("x", x), ("keep", keep)])
     if _broadcast is not None:
         x, keep = x.expand(_broadcast), keep.expand(_broadcast)
     y = rt.prepare_out("masked_scale", out, x.shape, x.dtype, x.device, [("x", x), ("keep", keep)], name="out")
-    _OP.run((x, keep,), (y,), (scale,), call=_call, result=y)
+    _OP.run((x, keep,), (y,), (scale_,), call=_call, result=y)
     return y

@@ -47,8 +47,8 @@ def run_tilegen(inputs):
 def run_torch(inputs):
     """The eager PyTorch equivalent, in the inputs' own dtype."""
     x, keep = inputs
-    scale = SCALARS["scale"]
-    y = torch.where(keep, x * scale, 0.0)
+    scale_ = SCALARS["scale"]
+    y = torch.where(keep, x * scale_, 0.0)
     return y
 
 
