@@ -12,7 +12,7 @@ import keyword
 import re
 
 from .categories import FLOAT, CategoryError, Kind, can_hold, category_of
-from .dtypes import ACCUMULATE_DTYPES, DTYPES, MATMUL_DTYPES, PRECISIONS, REDUCTION_DTYPES, category
+from .dtypes import ACCUMULATE_DTYPES, DTYPES, FLOAT_DTYPES, MATMUL_DTYPES, PRECISIONS, REDUCTION_DTYPES, category
 from .errors import ErrorLog
 from .expressions import Expression, ExpressionError, parse_expression
 from .rows import ELEMENT, LEVEL_NAMES, ROW, UNIFORM, level_of
@@ -138,9 +138,11 @@ class _Validator:
         if not isinstance(name, str) or not VALUE_NAME.match(name):
             self.error(key, f"{_show(name)} is not a valid name", f"must match {VALUE_NAME.pattern}")
             return False
-        if keyword.iskeyword(name) or name in LANGUAGE_NAMES or name in DTYPES:
+        # (The float dtypes' names only: values named int32, int64 or bool were accepted before those
+        # were dtypes, and stay accepted; `dtype: bool` means the dtype.)
+        if keyword.iskeyword(name) or name in LANGUAGE_NAMES or name in FLOAT_DTYPES:
             what = "a Python keyword" if keyword.iskeyword(name) else \
-                "a dtype" if name in DTYPES else "the wrapper's output keyword" if name == "out" else \
+                "a dtype" if name in FLOAT_DTYPES else "the wrapper's output keyword" if name == "out" else \
                 "the accumulator in epilogues"
             self.error(key, f"name {name!r} is reserved: it is {what}", "choose another name")
             return False
