@@ -69,6 +69,7 @@ class _Validator:
         self.named_axes: set = set()
         self.broken_steps: set = set()
         self.step_levels: dict | None = None
+        self.dtypes: dict = {}  # each tensor's accepted dtypes, once resolved
 
     def error(self, key: str, message: str, allowed: str = "") -> None:
         self.errors.add(self.doc.path, self.doc.line(key), key, message, allowed)
@@ -811,7 +812,7 @@ class _Validator:
                         steps: dict | None = None) -> bool:
         """Whether the expression's math is defined for its arguments' kinds of number (bool,
         int, float) and `output` can hold its result; if not, say so once."""
-        dtypes = getattr(self, "dtypes", {})
+        dtypes = self.dtypes
         names = {name: Kind(category(found[0][0]), False) for name, found in dtypes.items()}
         names["acc"] = Kind(FLOAT, False)
         names.update({name: Kind(FLOAT if s.type == "float" else "int", True) for name, s in scalars.items()})
