@@ -40,6 +40,7 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
         torch_lines=torch_lines,
         result=names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)",
         positive=_positive_domain(spec),
+        differentiable=bool(spec.float_inputs()),
     )
     if spec.kind == "matmul":
         parts = spec.matmul_parts()

@@ -20,8 +20,19 @@ DTYPES: dict[str, DType] = {
         DType("bfloat16", "torch.bfloat16", "tl.bfloat16", 2),
         DType("float32", "torch.float32", "tl.float32", 4),
         DType("float64", "torch.float64", "tl.float64", 8),
+        DType("int32", "torch.int32", "tl.int32", 4),
+        DType("int64", "torch.int64", "tl.int64", 8),
+        DType("bool", "torch.bool", "tl.int1", 1),
     )
 }
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+# Reductions compute in float (their statistics are float whatever the input).
+REDUCTION_DTYPES = FLOAT_DTYPES
+
+
+def category(dtype: str) -> str:
+    """"float", "int" or "bool": what PyTorch's type promotion tells apart between kinds of dtype."""
+    return "bool" if dtype == "bool" else "int" if dtype.startswith("int") else "float"
 
 # Matmul inputs go through tl.dot, which has no float64 path on tensor cores.
 MATMUL_DTYPES = ("float16", "bfloat16", "float32")

@@ -13,6 +13,8 @@ import copy
 from dataclasses import dataclass
 from typing import Callable
 
+from .categories import INT, category_of
+
 MAX_EXPRESSION_CHARS = 2000
 MAX_NODES = 400
 MAX_DEPTH = 40
@@ -153,7 +155,8 @@ def parse_expression(source: object, names: set[str], reductions: bool = False, 
     functions = {**FUNCTIONS, **(REDUCTIONS if reductions else {}), **(ORACLES if oracles else {})}
     checker = _Checker(names, functions)
     try:
-        checker.check(tree.body, depth=0, in_condition=False)
+        # A comparison may be a whole expression (a bool output's; the validator checks the output).
+        checker.check(tree.body, depth=0, in_condition=True)
     except ExpressionError as exc:  # a problem that stops the check, after those noted before it
         raise ExpressionError(exc.message, exc.allowed, tuple(checker.problems)) from None
     if checker.problems:
@@ -217,7 +220,8 @@ class _Checker:
             return
         if isinstance(node, ast.Compare):
             if not in_condition:
-                raise ExpressionError("a comparison may only be the first argument of where()")
+                raise ExpressionError("a comparison may only be the first argument of where(), or a bool "
+                                      "output's whole expression")
             if len(node.ops) != 1 or type(node.ops[0]) not in _COMPARE:
                 raise ExpressionError("use one comparison (a > b), not a chain")
             self.check(node.left, depth + 1, False)
@@ -270,12 +274,14 @@ def reductions_in(expression: "Expression") -> list[str]:
 
 
 def assignments(outputs: list[tuple[str, "Expression"]], target: str,
-                scalars: frozenset[str] = frozenset(), temp_prefix: str = "_t") -> list[str]:
+                scalars: frozenset[str] = frozenset(), temp_prefix: str = "_t", kinds: dict | None = None) -> list[str]:
     """The lines that compute each output (`name = code`) for `target` ("triton", "torch" for the
     float64 oracle, "eager" for the benchmark). A subexpression that the emitted code would
     write more than once (the argument of relu, silu or gelu, the base of a power) is bound once
     to a temporary `<temp_prefix><i>` (spec names cannot start with an underscore), shared by every output
-    that computes it; so the emitted size grows with the expression's, never exponentially."""
+    that computes it; so the emitted size grows with the expression's, never exponentially.
+    `kinds` (name -> categories.Kind) gives the kinds of number the names hold where some are not
+    float: Triton code then spells relu for integers as it is for them."""
     temps: dict[str, str] = {}
     lines: list[str] = []
 
@@ -287,7 +293,7 @@ def assignments(outputs: list[tuple[str, "Expression"]], target: str,
         return name
 
     for name, expression in outputs:
-        code = _Emitter(target, scalars, bind).emit(expression.tree.body)
+        code = _Emitter(target, scalars, bind, kinds).emit(expression.tree.body)
         lines.append(f"{name} = {tidy(code)}")
     return lines
 
@@ -301,10 +307,14 @@ class _Emitter:
     operand the emitted code would repeat is bound to a temporary first (see assignments)."""
 
     def __init__(self, target: str, scalars: frozenset[str] = frozenset(),
-                 bind: Callable[[str], str] | None = None):
+                 bind: Callable[[str], str] | None = None, kinds: dict | None = None):
         self.target = target
         self.scalars = scalars
         self.bind = bind
+        self.kinds = kinds
+
+    def _is_integer(self, node: ast.AST) -> bool:
+        return self.kinds is not None and category_of(node, self.kinds) == INT
 
     def _operand(self, node: ast.AST, repeated: bool) -> str:
         """`node` emitted, or the temporary bound to it where the code repeats it."""
@@ -339,6 +349,8 @@ class _Emitter:
             spec = _EVERY_FUNCTION[node.func.id]
             if self.target == "triton":
                 assert node.func.id in FUNCTIONS, f"{node.func.id}() reaches Triton as a call"
+                if node.func.id == "relu" and self._is_integer(node.args[0]):
+                    return f"tl.maximum({self.emit(node.args[0])}, 0)"  # no NaN to keep, and an int 0
                 return spec.triton.format(*(self._operand(arg, repeated=_repeats(spec.triton) and index == 0)
                                             for index, arg in enumerate(node.args)))
             name = node.func.id

@@ -196,7 +196,7 @@ def gradient_sources(backward: Backward, inputs: list[str], outputs: list[str]) 
     computed = backward.computed()
     sources = []
     for name in inputs:
-        if name in backward.zero:
+        if name not in backward.results or name in backward.zero:  # (no gradient asked: not float)
             sources.append("None")
         elif name in backward.passed:
             sources.append(f'("grad", {outputs.index(backward.passed[name])})')
@@ -210,7 +210,8 @@ def _elementwise_backward(spec: Spec) -> dict:
     an incoming gradient as it is, from the inputs it reads and the incoming gradients."""
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
-    backward = differentiate(list(spec.body), inputs)
+    floats = spec.float_inputs()  # int and bool inputs carry no gradient
+    backward = differentiate(list(spec.body), floats)
     computed = backward.computed()
     saved = [n for n in inputs if n in backward.reads] if computed else []
     seeds = [backward.seeds[o] for o in outputs]
@@ -226,6 +227,8 @@ def _elementwise_backward(spec: Spec) -> dict:
         pointer_params=", ".join(f"{n}_ptr" for n in saved + seeds + results),
         math_args=", ".join(saved + seeds + scalars),
         math_lines=backward.lines("triton"),
+        # Float values are upcast to the math's precision on load; int and bool ones stay as they are.
+        upcast=[n for n in saved if n in floats] + seeds,
         typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + seeds] + scalar_params(spec)),
         call_args=", ".join(saved + seeds + scalars),
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
@@ -262,12 +265,14 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         checks.append(f'rt.check_divisible("{spec.op}", "{tile.axis}", {inputs[0]}.numel(), '
                       f'{min(blocks)}, "{tile.block}")')
     scalars = [s.name for s in spec.scalars]
-    math_lines = assignments(list(spec.body), "triton")
+    math_lines = assignments(list(spec.body), "triton", kinds=spec.number_kinds())
     ctx.update(
         block=tile.block,
         mask=policy,
         space=f"rt.ElementwiseSpace({tile.block!r}, {blocks}, {warps}, exact={exact})",
         input_names=inputs,
+        # Float inputs are upcast to the math's precision on load; int and bool ones stay as they are.
+        upcast=spec.float_inputs(),
         output_names=outputs,
         tensor_names=inputs + outputs,
         pointer_params=", ".join(f"{n}_ptr" for n in inputs + outputs),

@@ -25,7 +25,7 @@ TEMPLATE_NAMES = frozenset({
     "pytest", "scalars", "inputs", "dtype", "shape", "got", "want", "layout", "seed",
     "num_pid_in_group", "num_pid_m", "num_pid_n", "num_tiles", "num_programs", "offs_am", "offs_bn", "offs_k",
     "offs_m", "offs_n", "pid_m", "pid_n", "tilegen",
-    "rows", "cols", "row_mask", "row_block", "start", "n_rows", "row_length",
+    "rows", "cols", "row_mask", "row_block", "start", "n_rows", "row_length", "scale",
 })
 # Python builtins the generated package calls.
 BUILTIN_NAMES = frozenset({"dict", "enumerate", "float", "int", "isinstance", "len", "list", "max", "min", "range",

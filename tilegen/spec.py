@@ -133,6 +133,20 @@ class Spec:
         units = [pick(self.tile(axis).sizes) if self.mask(axis) == "never" else 1 for axis in axes]
         return tuple(-(-size // unit) * unit for size, unit in zip(shape, units))
 
+    def number_kinds(self) -> dict:
+        """The kind of number each input and scalar holds (categories.Kind), for the emitters."""
+        from .categories import FLOAT, INT, Kind
+        from .dtypes import category
+
+        return {**{t.name: Kind(category(t.dtypes[0]), False) for t in self.inputs},
+                **{s.name: Kind(FLOAT if s.type == "float" else INT, True) for s in self.scalars}}
+
+    def float_inputs(self) -> list[str]:
+        """The inputs that hold float values: those the math upcasts, and those with gradients."""
+        from .dtypes import category
+
+        return [t.name for t in self.inputs if category(t.dtypes[0]) == "float"]
+
     def row_roles(self) -> dict[str, str]:
         """A reduction's tensors (inputs, then outputs) by how they lie along its rows:
         "element" ([..., N]: one value per element), "column" ([N]: the same for every row) or

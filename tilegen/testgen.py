@@ -88,7 +88,9 @@ def _common(spec: Spec, header: str, package: str) -> dict:
         as_tuple_got="(got,)" if len(spec.outputs) == 1 else "got",
         as_tuple_want="(want,)" if len(spec.outputs) == 1 else "want",
         scalars=[dict(name=s.name, label=s.public, type=s.type,
-                      default=repr(s.default) if s.default is not None else _scalar_test_value(s))
+                      default=repr(s.default) if s.default is not None else _scalar_test_value(s),
+                      # An int scalar stays int in the oracle, as in the kernel (int math stays int).
+                      oracle_dtype="torch.float64" if s.type == "float" else "torch.int64")
                  for s in scalars],
         scalar_values=", ".join(f'"{s.public}": {_scalar_test_value(s)}' for s in scalars),
         follower=followers[0].name if followers else "",

@@ -11,6 +11,7 @@ memory: torch.cuda.max_memory_allocated during one step, above what was allocate
 from __future__ import annotations
 
 import statistics
+import sys
 
 from .measure import BenchError, as_tuple, dtype_name, shape_label
 
@@ -23,12 +24,16 @@ def leaves(inputs):
 
 
 def step_function(forward, inputs, seeds):
-    """One training step: forward on `inputs` (leaves that require grad), then the gradients of
-    every input for output gradients `seeds`."""
+    """One training step: forward on `inputs` (float ones: leaves that require grad), then the
+    gradients of every float input for the float outputs' gradients `seeds` (int and bool
+    values carry none)."""
     import torch
 
+    floats = [t for t in inputs if t.is_floating_point()]
+
     def step():
-        return torch.autograd.grad(as_tuple(forward(inputs)), inputs, seeds)
+        outputs = [o for o in as_tuple(forward(inputs)) if o.is_floating_point()]
+        return torch.autograd.grad(outputs, floats, seeds)
     return step
 
 
@@ -77,12 +82,15 @@ def bench_module(module, shapes, compile_too, progress, measure, make_row):
     import torch
 
     rows = []
+    if not getattr(module, "DIFFERENTIABLE", True):
+        print(f"{module.OP}: no input holds floats, so no training step to time", file=sys.stderr, flush=True)
+        return rows
     for dtype in module.DTYPES:
         name = dtype_name(dtype)
         for shape in shapes or module.SHAPES:
             label = f"{module.OP}{SUFFIX} {name} {shape_label(shape)}"
             inputs = leaves(module.make_inputs(shape, dtype))
-            outputs = as_tuple(module.run_torch(inputs))
+            outputs = [o for o in as_tuple(module.run_torch(inputs)) if o.is_floating_point()]
             generator = torch.Generator(device="cuda").manual_seed(7)
             seeds = [torch.randn(o.shape, device="cuda", generator=generator, dtype=torch.float32).to(o.dtype)
                      for o in outputs]

@@ -6,11 +6,13 @@ so that one run tells the author everything that is wrong with the file.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import keyword
 import re
 
-from .dtypes import ACCUMULATE_DTYPES, DTYPES, MATMUL_DTYPES, PRECISIONS
+from .categories import FLOAT, CategoryError, Kind, can_hold, category_of
+from .dtypes import ACCUMULATE_DTYPES, DTYPES, FLOAT_DTYPES, MATMUL_DTYPES, PRECISIONS, REDUCTION_DTYPES, category
 from .errors import ErrorLog
 from .expressions import Expression, ExpressionError, parse_expression
 from .rows import ELEMENT, LEVEL_NAMES, ROW, UNIFORM, level_of
@@ -67,6 +69,7 @@ class _Validator:
         self.named_axes: set = set()
         self.broken_steps: set = set()
         self.step_levels: dict | None = None
+        self.dtypes: dict = {}  # each tensor's accepted dtypes, once resolved
 
     def error(self, key: str, message: str, allowed: str = "") -> None:
         self.errors.add(self.doc.path, self.doc.line(key), key, message, allowed)
@@ -136,9 +139,11 @@ class _Validator:
         if not isinstance(name, str) or not VALUE_NAME.match(name):
             self.error(key, f"{_show(name)} is not a valid name", f"must match {VALUE_NAME.pattern}")
             return False
-        if keyword.iskeyword(name) or name in LANGUAGE_NAMES or name in DTYPES:
+        # (The float dtypes' names only: values named int32, int64 or bool were accepted before those
+        # were dtypes, and stay accepted; `dtype: bool` means the dtype.)
+        if keyword.iskeyword(name) or name in LANGUAGE_NAMES or name in FLOAT_DTYPES:
             what = "a Python keyword" if keyword.iskeyword(name) else \
-                "a dtype" if name in DTYPES else "the wrapper's output keyword" if name == "out" else \
+                "a dtype" if name in FLOAT_DTYPES else "the wrapper's output keyword" if name == "out" else \
                 "the accumulator in epilogues"
             self.error(key, f"name {name!r} is reserved: it is {what}", "choose another name")
             return False
@@ -162,7 +167,7 @@ class _Validator:
         inputs = self.tensors("inputs", taken, kind, required=True)
         outputs = self.tensors("outputs", taken, kind, required=True)
         scalars = self.scalars(taken)
-        dtypes = self.resolve_dtypes(inputs, outputs, kind)
+        dtypes = self.dtypes = self.resolve_dtypes(inputs, outputs, kind)
         tiles = self.tiles(kind, inputs, outputs)
         masks = self.masks(tiles)
         policy = self.dtype_policy(kind)
@@ -312,7 +317,7 @@ class _Validator:
         for section, names in (("inputs", inputs), ("outputs", outputs)):
             for name in names:
                 raw[name] = (section, self.data[section][name].get("dtype"))
-        allowed_dtypes = MATMUL_DTYPES if kind == "matmul" else tuple(DTYPES)
+        allowed_dtypes = {"matmul": MATMUL_DTYPES, "reduction": REDUCTION_DTYPES}.get(kind, tuple(DTYPES))
         resolved: dict[str, tuple] = {}
 
         def resolve(name: str, trail: tuple[str, ...]):
@@ -336,7 +341,11 @@ class _Validator:
                 if not value:
                     self.error(key, "the dtype list is empty", f"one or more of: {_listing(allowed_dtypes)}")
                 if listed and len(listed) == len(value):
-                    if section == "outputs" and len(listed) > 1:
+                    kinds = sorted({category(d) for d in listed})
+                    if len(kinds) > 1:  # one kind of number per tensor: the kernel's math depends on it
+                        self.error(key, f"the dtype list mixes {' and '.join(kinds)} dtypes",
+                                   "dtypes of one kind: float ones, int ones, or bool")
+                    elif section == "outputs" and len(listed) > 1:
                         self.error(key, "an output needs one dtype or the name of an input",
                                    "for example dtype: a")
                     else:
@@ -720,7 +729,7 @@ class _Validator:
                 self.error(key, f"output {name!r} has one value per row (shape [...]) but its expression "
                            f"{LEVEL_NAMES[ELEMENT]}", "reduce it (sum, mean, max, min), or give the output the rows' shape")
                 continue
-            if not problems:
+            if not problems and self.categories_hold(key, name, expression, scalars, steps):
                 out.append((name, expression))
         return tuple(out)
 
@@ -771,7 +780,8 @@ class _Validator:
             if not set(expression.names) & tensors:
                 self.error(key, "the expression reads no tensor", f"use at least one of: {_listing(sorted(tensors))}")
                 continue
-            out.append((name, expression))
+            if self.categories_hold(key, name, expression, scalars):
+                out.append((name, expression))
         return tuple(out)
 
     def parsed(self, key: str, source, names: set, **language) -> Expression | None:
@@ -797,6 +807,33 @@ class _Validator:
             for name in outputs:
                 if name not in entries:
                     self.error(section, f"no expression for output {name!r}")
+
+    def categories_hold(self, key: str, output: str, expression: Expression, scalars: dict,
+                        steps: dict | None = None) -> bool:
+        """Whether the expression's math is defined for its arguments' kinds of number (bool,
+        int, float) and `output` can hold its result; if not, say so once."""
+        dtypes = self.dtypes
+        names = {name: Kind(category(found[0][0]), False) for name, found in dtypes.items()}
+        names["acc"] = Kind(FLOAT, False)
+        names.update({name: Kind(FLOAT if s.type == "float" else "int", True) for name, s in scalars.items()})
+        names.update({name: Kind(FLOAT, False) for name in steps or {}})  # a reduction's steps: float math
+        if output not in dtypes or any(n not in names for n in expression.names):
+            return True  # an unresolved dtype: its own error
+        try:
+            result = category_of(expression.tree.body, names)
+        except CategoryError as exc:
+            self.error(key, exc.message, exc.allowed)
+            return False
+        held = category(dtypes[output][0][0])
+        if isinstance(expression.tree.body, ast.Compare) and held != "bool":
+            self.error(key, f"a comparison gives bool values, but output {output!r} holds {held} values",
+                       "a comparison as the first argument of where(), or a bool output's whole expression")
+            return False
+        if not can_hold(held, result):
+            self.error(key, f"output {output!r} holds {held} values but its expression gives {result} values",
+                       f"an output of a dtype that holds {result} values, or other math")
+            return False
+        return True
 
     @staticmethod
     def _operands(inputs: dict, outputs: dict) -> list[str]:

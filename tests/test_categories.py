@@ -1,0 +1,109 @@
+"""Integer and bool values in elementwise specs: PyTorch's promotion by kind of number, the math
+that is not defined for a kind (one error naming it), and what an output can hold."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from tilegen.categories import BOOL, FLOAT, INT, CategoryError, Kind, can_hold, category_of
+from tilegen.errors import ErrorLog
+from tilegen.expressions import assignments, parse_expression
+from tilegen.validate import validate_document
+from tilegen.yaml_source import load_document
+
+NAMES = {"i": Kind(INT, False), "j": Kind(INT, False), "f": Kind(FLOAT, False), "m": Kind(BOOL, False),
+         "k": Kind(INT, True), "alpha": Kind(FLOAT, True)}
+
+
+def _category(source):
+    return category_of(parse_expression(source, set(NAMES)).tree.body, NAMES)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("i + j", INT), ("i * 3", INT), ("i + k", INT), ("i * 0.5", FLOAT), ("i * alpha", FLOAT), ("i + f", FLOAT),
+    ("i / j", FLOAT), ("i ** 2", INT), ("-i", INT), ("abs(i - j)", INT), ("maximum(i, k)", INT), ("relu(i)", INT),
+    ("where(m, i, j)", INT), ("where(m, i, f)", FLOAT), ("where(i > 0, i, 0)", INT), ("i > j", BOOL),
+    ("where(m, 1, 0)", INT), ("exp(f) * i", FLOAT),
+])
+def test_kinds_promote_as_in_pytorch(source, expected):
+    assert _category(source) == expected
+
+
+@pytest.mark.parametrize("source, words", [
+    ("exp(i)", "exp() of an int value"), ("sqrt(i + j)", "sqrt() of an int value"), ("gelu(m)", "gelu() of a bool"),
+    ("where(f, i, j)", "the condition of where() is float"), ("where(i, i, j)", "the condition of where() is int"),
+    ("m + m", "+ of two bool values"), ("-m", "negation of a bool value"), ("abs(m)", "abs() of a bool value"),
+    ("m ** 2", "** of a bool value"),
+])
+def test_math_not_defined_for_a_kind_is_one_error_naming_it(source, words):
+    with pytest.raises(CategoryError, match=words.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")
+                       .replace("+", r"\+")):
+        _category(source)
+
+
+def test_outputs_hold_their_kind_and_the_kinds_below_it():
+    assert can_hold(FLOAT, INT) and can_hold(FLOAT, BOOL) and can_hold(INT, BOOL) and can_hold(BOOL, BOOL)
+    assert not can_hold(INT, FLOAT) and not can_hold(BOOL, INT)
+
+
+def test_relu_of_an_integer_keeps_integers_in_triton():
+    expression = parse_expression("relu(i - j) + relu(f)", set(NAMES))
+    line, = assignments([("y", expression)], "triton", kinds=NAMES)
+    assert line.startswith("y = tl.maximum(i - j, 0) + tl.where(")
+
+
+SPEC = """\
+op: int_op
+kind: elementwise
+inputs:
+  a: {dtype: [int32, int64]}
+  b: {dtype: a}
+  x: {dtype: [float32]}
+outputs:
+  y: {dtype: a}
+compute:
+  y: a + b
+tiles:
+  N: {block: BLOCK, sizes: [1024]}
+"""
+
+
+def _validate(tmp_path, text):
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    errors = ErrorLog()
+    doc = load_document(path, errors, "specs/spec.yaml")
+    return validate_document(doc, errors), errors.lines()
+
+
+@pytest.mark.parametrize("old, new, key, words", [
+    ("y: a + b", "y: a * x", "compute.y", "output 'y' holds int values but its expression gives float values"),
+    ("y: a + b", "y: exp(a)", "compute.y", "exp() of an int value"),
+    ("y: a + b", "y: a > b", "compute.y", "a comparison gives bool values, but output 'y' holds int values"),
+    ("a: {dtype: [int32, int64]}", "a: {dtype: [int32, float32]}", "inputs.a.dtype", "mixes float and int dtypes"),
+    ("kind: elementwise", "kind: reduction", "inputs.a.dtype.0", "unknown or unsupported dtype 'int32'"),
+])
+def test_bad_integer_specs_get_one_line(tmp_path, old, new, key, words):
+    assert old in SPEC
+    text = SPEC.replace(old, new)
+    if new == "kind: reduction":
+        text = text.replace("  a: {dtype: [int32, int64]}", "  a: {dtype: [int32, int64], shape: [..., N]}")
+    spec, errors = _validate(tmp_path, text)
+    assert spec is None
+    assert any(f": {key}: " in e and words in e for e in errors), errors
+
+
+@pytest.mark.parametrize("new", ["y: a * 2 + b", "y: relu(a - b)", "y: where(x > 0, a, b)"])
+def test_integer_math_into_an_integer_output_is_accepted(tmp_path, new):
+    spec, errors = _validate(tmp_path, SPEC.replace("y: a + b", new))
+    assert errors == [] and spec is not None
+
+
+def test_a_bool_output_takes_a_comparison_and_a_float_one_an_int_result(tmp_path):
+    text = SPEC.replace("  y: {dtype: a}", "  y: {dtype: [bool]}\n  z: {dtype: x}").replace(
+        "  y: a + b", "  y: a > b\n  z: a + b")
+    spec, errors = _validate(tmp_path, text)
+    assert errors == [] and spec is not None
+    assert isinstance(dict(spec.body)["y"].tree.body, ast.Compare)
