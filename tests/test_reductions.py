@@ -13,6 +13,9 @@ from tilegen.rows import ELEMENT, ROW, UNIFORM, RowProgram, output_pass, stage_p
 from tilegen.validate import validate_document
 from tilegen.yaml_source import load_document
 
+# Kernels run on the GPU where there is one, else in Triton's interpreter on CPU tensors.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
 RMS_NORM = """\
 op: rms
 kind: reduction
@@ -258,21 +261,21 @@ def test_rows_broadcast_and_a_bad_one_is_named():
 def test_a_weights_gradient_over_no_rows_is_zero():
     from generated import rms_norm
 
-    x = torch.zeros(0, 8, requires_grad=True)
-    w = torch.ones(8, requires_grad=True)
+    x = torch.zeros(0, 8, device=DEVICE, requires_grad=True)
+    w = torch.ones(8, device=DEVICE, requires_grad=True)
     y, rstd = rms_norm(x, w)
     (y.sum() + rstd.sum()).backward()
-    assert w.grad is not None and torch.equal(w.grad, torch.zeros(8)) and x.grad.shape == (0, 8)
+    assert w.grad is not None and torch.equal(w.grad, torch.zeros(8, device=DEVICE)) and x.grad.shape == (0, 8)
 
 
 def test_rows_read_through_a_copy_or_written_through_one_give_the_same_result():
     from generated import softmax
 
-    x = torch.randn(6, 4, 10, dtype=torch.float64)
+    x = torch.randn(6, 4, 10, dtype=torch.float64, device=DEVICE)
     want = torch.softmax(x, -1)
     strided = x.transpose(0, 1)  # leading axes that do not merge into one row stride: read from a copy
     torch.testing.assert_close(softmax(strided), want.transpose(0, 1))
-    out = torch.empty(4, 6, 10, dtype=torch.float64).transpose(0, 1)  # written through a copy
+    out = torch.empty(4, 6, 10, dtype=torch.float64, device=DEVICE).transpose(0, 1)  # written through a copy
     assert softmax(x, out=out) is out
     torch.testing.assert_close(out, want)
 
@@ -328,10 +331,9 @@ def variants(tmp_path_factory):
 
 
 def test_variants_written_in_yaml_compute_and_differentiate_as_pytorch(variants):
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(5, 3, 37, dtype=torch.float64, generator=generator).to(device)
-    w = torch.randn(37, dtype=torch.float64, generator=generator).to(device)
+    x = torch.randn(5, 3, 37, dtype=torch.float64, generator=generator).to(DEVICE)
+    w = torch.randn(37, dtype=torch.float64, generator=generator).to(DEVICE)
     cases = [(lambda x, w: variants.scaled_softmax(x, scale=0.5), lambda x, w: torch.softmax(x * 0.5, -1),
               torch.float32),  # (the scaffold takes half and single precision)
              (lambda x, w: variants.gemma_rms(x, w, eps=1e-5)[0],
@@ -341,7 +343,7 @@ def test_variants_written_in_yaml_compute_and_differentiate_as_pytorch(variants)
         exact = [t.detach().double().requires_grad_() for t in leaves]
         got, want = op(*leaves), oracle(*exact)
         torch.testing.assert_close(got, want.to(dtype))
-        seed = torch.randn(want.shape, dtype=torch.float64, generator=generator).to(device)
+        seed = torch.randn(want.shape, dtype=torch.float64, generator=generator).to(DEVICE)
         for g, e in zip(torch.autograd.grad(got, leaves, seed.to(dtype), allow_unused=True),
                         torch.autograd.grad(want, exact, seed, allow_unused=True)):
             assert (g is None) == (e is None)
@@ -356,21 +358,20 @@ def test_elements_too_far_apart_for_32_bit_offsets_are_read_from_a_copy(monkeypa
     from tilegen.runtime import layout
 
     monkeypatch.setattr(layout, "INT32_LIMIT", 1000)
-    x = torch.randn(64, 40, dtype=torch.float64).t()  # [40, 64]: elements of a row 40 apart
-    w = torch.randn(64, 3, dtype=torch.float64)[:, 0]  # a weight with stride 3
+    x = torch.randn(64, 40, dtype=torch.float64, device=DEVICE).t()  # [40, 64]: elements of a row 40 apart
+    w = torch.randn(64, 3, dtype=torch.float64, device=DEVICE)[:, 0]  # a weight with stride 3
     torch.testing.assert_close(softmax(x), torch.softmax(x, -1))
     y, _ = rms_norm(x, w, eps=1e-5)
     torch.testing.assert_close(y, torch.nn.functional.rms_norm(x, (64,), w, 1e-5))
-    out = torch.empty(64, 40, dtype=torch.float64).t()
+    out = torch.empty(64, 40, dtype=torch.float64, device=DEVICE).t()
     softmax(x, out=out)
     torch.testing.assert_close(out, torch.softmax(x, -1))
 
 
 def test_a_per_row_input_broadcasts_over_the_rows_and_gets_its_gradient(variants):
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     generator = torch.Generator().manual_seed(1)
-    x = torch.randn(4, 3, 100, dtype=torch.float64, generator=generator).to(device).requires_grad_()
-    t = (torch.rand(3, dtype=torch.float64, generator=generator) + 0.5).to(device).requires_grad_()
+    x = torch.randn(4, 3, 100, dtype=torch.float64, generator=generator).to(DEVICE).requires_grad_()
+    t = (torch.rand(3, dtype=torch.float64, generator=generator) + 0.5).to(DEVICE).requires_grad_()
     y, lse = variants.tempered_softmax(x, t)  # t [3] broadcasts over the rows' leading axes [4, 3]
     assert y.shape == (4, 3, 100) and lse.shape == (4, 3)
     scaled = x / t[:, None]
@@ -385,8 +386,8 @@ def test_a_per_row_input_broadcasts_over_the_rows_and_gets_its_gradient(variants
     import importlib
 
     module = importlib.import_module(f"{variants.__name__}.tempered_softmax")
-    long = torch.randn(2, 300, dtype=torch.float64, generator=generator).to(device).requires_grad_()
-    temperature = torch.tensor([0.7, 1.3], dtype=torch.float64).to(device).requires_grad_()
+    long = torch.randn(2, 300, dtype=torch.float64, generator=generator).to(DEVICE).requires_grad_()
+    temperature = torch.tensor([0.7, 1.3], dtype=torch.float64).to(DEVICE).requires_grad_()
     looped = {"BLOCK_N": 64, "ROWS": 1, "num_warps": 2}
     with module._OP.configs.forcing(looped), module._BACKWARD.configs.forcing(looped):
         y, lse = variants.tempered_softmax(long, temperature)
