@@ -461,7 +461,7 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
     report = Report(environment(), measure_limits(dtypes or ["float16"]), command=command, rounds=rounds,
                     timer=timer)
     providers = ["tilegen", "torch"] + (["torch.compile"] if compile_too else [])
-    total = sum(len(m.DTYPES) * len(parse_shapes(shapes_text, m.KIND) or m.SHAPES) for m in modules)
+    total = sum(len(m.DTYPES) * len(parse_shapes(shapes_text, m.KIND, getattr(m, "BATCHED", False)) or m.SHAPES) for m in modules)
     done = [0]
 
     def progress(label):
@@ -469,7 +469,7 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
         print(f"[{done[0]:>3}/{total}] {label}", file=sys.stderr, flush=True)
 
     for module in modules:
-        shapes = parse_shapes(shapes_text, module.KIND)
+        shapes = parse_shapes(shapes_text, module.KIND, getattr(module, "BATCHED", False))
         if backward:
             from . import training_bench
 

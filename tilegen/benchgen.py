@@ -10,6 +10,10 @@ from .testgen import _dtype_exprs, _positive_domain, _scalar_test_value, rows_sh
 # The matmul shape set every benchmark and the tables start from, as (M, N, K).
 MATMUL_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
                  (16, 4096, 4096), (128, 4096, 4096), (4096, 11008, 4096), (1025, 769, 513)]
+# A batched matmul's shape set, as (B, M, N, K): small batches of small matrices, attention's two
+# products (scores Q @ K^T and the weighted sum P @ V at head size 128), and square batches.
+BATCHED_MATMUL_SHAPES = [(64, 128, 128, 64), (256, 64, 64, 64), (32, 2048, 2048, 128), (32, 2048, 128, 2048),
+                         (8, 1024, 1024, 1024), (4, 4096, 4096, 4096)]
 ELEMENTWISE_SHAPES = [(1 << p,) for p in range(12, 29, 2)]
 # The last axis of the default shapes of elementwise ops whose inputs broadcast along it.
 HIDDEN = 4096
@@ -28,7 +32,7 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
                               scalars) + rows_shaped(spec)
     names = [t.name for t in spec.outputs]
     ctx = dict(
-        header=header, package=package, op=spec.op, kind=spec.kind,
+        header=header, package=package, op=spec.op, kind=spec.kind, batched=False,
         dtypes_literal=", ".join(DTYPES[d].torch for d in dtypes),
         input_names=[t.name for t in spec.inputs],
         input_dtype_exprs=_dtype_exprs(spec, spec.inputs),
@@ -48,8 +52,13 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
         # Sizes round up only as far as the wrapper requires (the smallest block of a masks: never
         # axis), so every op is timed on the kind's shape set, 128x4096x4096 included.
         shapes = [spec.fit_to_blocks((m, n, k), s, min) for s in MATMUL_SHAPES + list(spec.bench_shapes)]
-        shape_of = {m: "mm", n: "nn", k: "kk"}
-        ctx.update(a=a.name, b=b.name, small_shape=spec.fit_to_blocks((m, n, k), (64, 64, 64), min),
+        small = spec.fit_to_blocks((m, n, k), (64, 64, 64), min)
+        if parts.is_batched:  # (B, M, N, K); the batch leads every tensor with "..."
+            shapes = [s[:1] + spec.fit_to_blocks((m, n, k), s[1:], min)
+                      for s in BATCHED_MATMUL_SHAPES + list(spec.bench_shapes)]
+            small = (4,) + small
+        shape_of = {m: "mm", n: "nn", k: "kk", "...": "bb"}
+        ctx.update(a=a.name, b=b.name, small_shape=small, batched=parts.is_batched,
                    input_shape_exprs=[_tuple_source([shape_of[x] for x in t.shape]) for t in spec.inputs])
     elif spec.kind == "reduction":
         shapes = REDUCTION_SHAPES + list(spec.bench_shapes)

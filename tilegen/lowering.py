@@ -12,7 +12,7 @@ from .dtypes import DTYPES
 from .escaping import docstring_text
 from .derivatives import Backward, differentiate
 from .expressions import assignments
-from .spec import Spec, TensorSpec
+from .spec import Spec, TensorSpec, fixed_axes
 from .schema import RUNTIME_VERSION
 from .tables import load_table, render_table, table_for_spec
 
@@ -34,14 +34,14 @@ def _dtype_groups(spec: Spec) -> list[dict]:
     return [groups[k] for k in sorted(groups)]
 
 
-def input_checks(spec: Spec, ndims: dict[str, int | None]) -> list[str]:
+def input_checks(spec: Spec, ndims: dict[str, int | None], min_ndims: dict[str, int] | None = None) -> list[str]:
     op = repr(spec.op).replace("'", '"')
     lines = []
     for tensor in spec.inputs:
         # An input's dtype source is itself (its own list) or the input it follows.
         source = tensor.dtype_source
-        ndim = ndims.get(tensor.name)
-        suffix = f", ndim={ndim}" if ndim is not None else ""
+        ndim, least = ndims.get(tensor.name), (min_ndims or {}).get(tensor.name)
+        suffix = f", ndim={ndim}" if ndim is not None else f", min_ndim={least}" if least is not None else ""
         lines.append(f'rt.check_tensor({op}, "{tensor.public}", {tensor.name}, {_dtype_constant(source)}{suffix})')
         if source != tensor.name:
             lines.append(f'rt.check_same_dtype({op}, "{tensor.public}", {tensor.name}, '
@@ -300,7 +300,8 @@ def _matmul_backward(spec: Spec) -> dict:
     a, b, m, n, k = parts.a.name, parts.b.name, parts.m, parts.n, parts.k
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
-    extras = {t.name: t.shape for t in parts.extras}
+    extras = {t.name: parts.matrix(t) for t in parts.extras}
+    batched = parts.is_batched
     backward = differentiate(list(spec.body), ["acc", *extras])
     computed = backward.computed()
     reads_acc = "acc" in backward.reads
@@ -320,12 +321,16 @@ def _matmul_backward(spec: Spec) -> dict:
     # Gradients are made in the dtype of the first incoming gradient (the output's); autograd
     # casts each to its input's dtype where that differs. Sums of [N] and [M] ones run in float32.
     like = seeds[0]
+    # Gradients at the output have its shape ([..., M, N] where batched); autograd (rt.Gradients)
+    # sums each over the axes its input was broadcast along.
+    shape = f"{like}.shape" if batched else f"({m}, {n})"
     allocations = []
     for name in computed:
-        dtype = f"{like}.dtype" if name == "acc" or extras[name] == (m, n) else "torch.float32"
-        allocations.append(f"{backward.results[name]} = torch.empty(({m}, {n}), dtype={dtype}, device={like}.device)")
-    expansions = [f"{x} = {x}.expand({m}, {n})" if extras[x] == (n,) else f"{x} = {x}[:, None].expand({m}, {n})"
-                  for x in kernel_inputs if x in extras and extras[x] != (m, n)]
+        full = name == "acc" or (extras[name] == (m, n) and (not batched or name in parts.batched))
+        dtype = f"{like}.dtype" if full else "torch.float32"
+        allocations.append(f"{backward.results[name]} = torch.empty({shape}, dtype={dtype}, device={like}.device)")
+    expansions = [f"{x} = {x}[:, None].expand({shape})" if extras[x] == (m,) else f"{x} = {x}.expand({shape})"
+                  for x in kernel_inputs if x in extras and (batched or extras[x] != (m, n))]
     results, sources = [], []
     for name in inputs:
         if name in extras and name in backward.passed and extras[name] == (m, n):
@@ -333,7 +338,11 @@ def _matmul_backward(spec: Spec) -> dict:
             # not alias its input).
             sources.append(f'("grad", {outputs.index(backward.passed[name])})')
             continue
-        if name == a and flows:
+        if name == a and flows and batched:  # summed over the batch axes a broadcast along
+            results.append(f"_OP.gradient({value('acc')}, {b}.mT, {a}.shape)")
+        elif name == b and flows and batched:
+            results.append(f"_OP.gradient({a}.mT, {value('acc')}, {b}.shape)")
+        elif name == a and flows:
             results.append(f"_OP.product({value('acc')}, {b}.t())")
         elif name == b and flows:
             results.append(f"_OP.product({a}.t(), {value('acc')})")
@@ -342,7 +351,8 @@ def _matmul_backward(spec: Spec) -> dict:
                 # A gradient shared with another name is copied: an op's results may not alias.
                 results.append(value(name) + (".clone()" if name in backward.aliases else ""))
             else:
-                axis = 0 if extras[name] == (n,) else 1
+                # (Batched, autograd then sums the batch axes.)
+                axis = -2 if extras[name] == (n,) else -1
                 results.append(f"{value(name)}.sum({axis}).to({like}.dtype)")
         else:
             sources.append("None")
@@ -362,7 +372,7 @@ def _matmul_backward(spec: Spec) -> dict:
         math_lines=backward.lines("triton"),
         typed_params=", ".join([f"{x}: torch.Tensor" for x in saved] + ["acc: torch.Tensor | None"]
                                + [f"{x}: torch.Tensor" for x in seeds] + scalar_params(spec)),
-        sizes=f"{m}, {k} = {a}.shape\n    {n} = {b}.shape[1]",
+        sizes=f"{m}, {k} = {a}.shape[-2:]\n    {n} = {b}.shape[-1]" if batched else f"{m}, {k} = {a}.shape\n    {n} = {b}.shape[1]",
         allocations=allocations,
         expansions=expansions,
         results=results,
@@ -379,17 +389,31 @@ def matmul_context(spec: Spec, header: str) -> dict:
     parts = spec.matmul_parts()
     a, b, m, n, k, extras = parts.a, parts.b, parts.m, parts.n, parts.k, list(parts.extras)
     ctx = common_context(spec, header)
-    ndims = {t.name: len(t.shape) for t in spec.inputs}
-    checks = input_checks(spec, ndims)
+    batched = parts.is_batched
+    # A tensor with batch axes has at least its matrix dims; one without, exactly them.
+    ndims = {t.name: len(parts.matrix(t)) for t in spec.inputs if t.name not in parts.batched}
+    min_ndims = {t.name: len(parts.matrix(t)) for t in spec.inputs if t.name in parts.batched}
+    checks = input_checks(spec, ndims, min_ndims)
     for operand in (a, b):  # the interpreter's bfloat16 dot is wrong: refuse it
         checks.append(f'rt.check_interpretable("{spec.op}", "{operand.public}", {operand.name}, matmul=True)')
-    size_source = {m: f"{a.name}.shape[0]", n: f"{b.name}.shape[1]", k: f"{a.name}.shape[1]"}
-    checks.append(f'rt.check_dim("{spec.op}", "{b.public}", {b.name}, 0, {size_source[k]}, "{k}")')
+
+    def dim(tensor, index):  # a matrix axis's dim, counted from the end where batch axes may lead
+        return index - len(parts.matrix(tensor)) if tensor.name in parts.batched else index
+
+    size_source = {m: f"{a.name}.shape[{dim(a, 0)}]", n: f"{b.name}.shape[{dim(b, 1)}]",
+                   k: f"{a.name}.shape[{dim(a, 1)}]"}
+    checks.append(f'rt.check_dim("{spec.op}", "{b.public}", {b.name}, {dim(b, 0)}, {size_source[k]}, "{k}")')
     for extra in extras:
-        for dim, axis in enumerate(extra.shape):
-            checks.append(f'rt.check_dim("{spec.op}", "{extra.public}", {extra.name}, {dim}, {size_source[axis]}, '
-                          f'"{axis}")')
-    after = [f"{m}, {k} = {a.name}.shape", f"{n} = {b.name}.shape[1]"]
+        for index, axis in enumerate(parts.matrix(extra)):
+            checks.append(f'rt.check_dim("{spec.op}", "{extra.public}", {extra.name}, {dim(extra, index)}, '
+                          f'{size_source[axis]}, "{axis}")')
+    if batched:
+        after = [f"{m}, {k} = {a.name}.shape[-2:]", f"{n} = {b.name}.shape[-1]"]
+        named = [t for t in spec.inputs if t.name in parts.batched]
+        after.append(f'_batch = rt.batch_shape("{spec.op}", ({_named_pairs(named)},), '
+                     f'{tuple_source(len(parts.matrix(t)) for t in named)})')
+    else:
+        after = [f"{m}, {k} = {a.name}.shape", f"{n} = {b.name}.shape[1]"]
     tiles = {t.axis: t for t in spec.tiles}
     bm, bn, bk = tiles[m], tiles[n], tiles[k]
     policies = [spec.mask(m), spec.mask(n), spec.mask(k)]
@@ -398,7 +422,9 @@ def matmul_context(spec: Spec, header: str) -> dict:
             after.append(f'rt.check_divisible("{spec.op}", "{axis}", {axis}, {min(tile.sizes)}, "{tile.block}")')
     outs, prelude, result = output_context(spec)
     tensor_names = [t.name for t in spec.inputs] + [t.name for t in spec.outputs]
-    stride_names = [f"stride_{t.name}_{d}" for t in list(spec.inputs) + list(spec.outputs) for d in range(len(t.shape))]
+    stride_names = [f"stride_{t.name}_{d}" for t in list(spec.inputs) + list(spec.outputs)
+                    for d in range(len(parts.matrix(t)))]
+    batched_tensors = [name for name in tensor_names if name in parts.batched]
     # Sizes and strides arrive as a quotient and a power-of-two constexpr factor (see the kernel).
     factored_names = ["M", "N", "K", *stride_names]
     acc_dtype = DTYPES[spec.accumulate].triton
@@ -422,10 +448,19 @@ def matmul_context(spec: Spec, header: str) -> dict:
         factor_params=", ".join(f"{name.upper()}_FACTOR: tl.constexpr" for name in factored_names),
         factor_names=", ".join(f'"{name.upper()}_FACTOR"' for name in factored_names),
         tile_args=_wrapped_args(["partial_ptr", "count_ptr", "saved_ptr", *(f"{name}_ptr" for name in tensor_names),
-                             *(s.name for s in spec.scalars), "M", "N", "K", *stride_names,
+                             *(s.name for s in spec.scalars),
+                             *(["BATCHES", *(f"stride_{name}_batch" for name in batched_tensors)] if batched else []),
+                             "M", "N", "K", *stride_names,
                              *(f"{name.upper()}_FACTOR" for name in factored_names),
                              bm.block, bn.block, bk.block, "GROUP_M", "SPLIT_K", "MASK_M", "MASK_N", "MASK_K",
-                             "PEEL_K", "USE_TMA", "INDEX_64", "EPILOGUE", "SAVE_ACC"]),
+                             "PEEL_K", "USE_TMA", "INDEX_64", "EPILOGUE", "SAVE_ACC",
+                             *(["BATCHED"] if batched else [])]),
+        batched=batched,
+        batched_tensors=batched_tensors,
+        batch_stride_params=", ".join(f"stride_{name}_batch" for name in batched_tensors),
+        batched_indices=tuple_source(tensor_names.index(name) for name in batched_tensors),
+        along_rows=tuple_source(str(parts.matrix(t)[:1] == (m,)) for t in list(spec.inputs) + list(spec.outputs)),
+        out_shape=f"(*_batch, {m}, {n})" if batched else f"({m}, {n})",
         acc_dtype=acc_dtype,
         dot_options=_dot_options(spec),
         extras=[_extra_load(t, m, n) for t in extras],
@@ -441,7 +476,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         launch=spec.launch,
         mask_policies=repr(tuple(policies)),
         output_index=len(spec.inputs),
-        ranks=tuple_source(len(t.shape) for t in list(spec.inputs) + list(spec.outputs)),
+        ranks=tuple_source(len(parts.matrix(t)) for t in list(spec.inputs) + list(spec.outputs)),
         backward=_matmul_backward(spec),
     )
     return ctx
@@ -458,11 +493,11 @@ def _dot_options(spec: Spec) -> str:
 
 
 def _extra_load(tensor: TensorSpec, m: str, n: str) -> dict:
-    name = tensor.name
-    if tensor.shape == (m, n):
+    name, shape = tensor.name, fixed_axes(tensor.shape)
+    if shape == (m, n):
         pointer = f"{name}_ptr + offs_m[:, None] * stride_{name}_0 + offs_n[None, :] * stride_{name}_1"
         return dict(name=name, pointer=pointer, mask="mask", broadcast="")
-    if tensor.shape == (n,):
+    if shape == (n,):
         return dict(name=name, pointer=f"{name}_ptr + offs_n * stride_{name}_0",
                     mask="offs_n < N if MASK_N else None", broadcast="[None, :]")
     return dict(name=name, pointer=f"{name}_ptr + offs_m * stride_{name}_0",

@@ -31,15 +31,17 @@ def parse_size(text: str) -> int:
     return base ** int(power) if power else base
 
 
-def parse_shapes(text: str | None, kind: str) -> list[tuple[int, ...]] | None:
-    """'1024x1024x1024,16x4096x4096' -> [(1024, 1024, 1024), (16, 4096, 4096)]; matmul shapes are MxNxK."""
+def parse_shapes(text: str | None, kind: str, batched: bool = False) -> list[tuple[int, ...]] | None:
+    """'1024x1024x1024,16x4096x4096' -> [(1024, 1024, 1024), (16, 4096, 4096)]; matmul shapes are MxNxK,
+    a batched matmul's BxMxNxK."""
     if not text:
         return None
     shapes = []
     for item in text.split(","):
         dims = tuple(parse_size(part) for part in item.strip().lower().split("x"))
-        if kind == "matmul" and len(dims) != 3:
-            raise BenchError(f"--shapes: {item!r} is not MxNxK (matmul ops need three sizes)")
+        if kind == "matmul" and len(dims) != 3 + batched:
+            form = "BxMxNxK (batched matmul ops need four sizes)" if batched else "MxNxK (matmul ops need three sizes)"
+            raise BenchError(f"--shapes: {item!r} is not {form}")
         if any(d <= 0 for d in dims):
             raise BenchError(f"--shapes: {item!r} has an empty dimension")
         shapes.append(dims)

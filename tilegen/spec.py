@@ -162,11 +162,13 @@ class Spec:
                 **{s.name: UNIFORM for s in self.scalars}}
 
     def matmul_parts(self) -> "MatmulParts":
-        """A matmul's operands, its M, N, K axis symbols, and its epilogue inputs."""
-        out_axes = set(self.outputs[0].shape)
-        a, b = (t for t in self.inputs if set(t.shape) - out_axes)
-        return MatmulParts(a, b, a.shape[0], b.shape[1], a.shape[1],
-                           tuple(t for t in self.inputs if t not in (a, b)))
+        """A matmul's operands, its M, N, K axis symbols, its epilogue inputs, and which tensors
+        lead with batch axes ("...")."""
+        out_axes = set(fixed_axes(self.outputs[0].shape))
+        a, b = (t for t in self.inputs if set(fixed_axes(t.shape)) - out_axes)
+        (m, k), n = fixed_axes(a.shape), fixed_axes(b.shape)[1]
+        return MatmulParts(a, b, m, n, k, tuple(t for t in self.inputs if t not in (a, b)),
+                           frozenset(t.name for t in self.inputs + self.outputs if t.shape[:1] == ("...",)))
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,15 @@ class MatmulParts:
     n: str
     k: str
     extras: tuple[TensorSpec, ...]
+    batched: frozenset[str] = frozenset()  # the tensors with batch axes ("..." first)
+
+    @property
+    def is_batched(self) -> bool:
+        return bool(self.batched)
+
+    def matrix(self, tensor: TensorSpec) -> tuple[str, ...]:
+        """`tensor`'s axes without its batch axes: [M, K], [K, N], [M, N], [N] or [M]."""
+        return fixed_axes(tensor.shape)
 
 
 def fixed_axes(shape: tuple[str, ...]) -> tuple[str, ...]:

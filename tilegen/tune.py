@@ -332,7 +332,7 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
     try:
         for module in modules:
             op = op_of(f"{Path(package).name}.{module.OP}")
-            shapes = parse_shapes(shapes_text, module.KIND)
+            shapes = parse_shapes(shapes_text, module.KIND, getattr(module, "BATCHED", False))
             found = tune_module(module, op, shapes, lambda line: print(line, file=sys.stderr, flush=True),
                                 dtypes or (), compiler)
             # Tables store block fields under the kind's names; the op's spec may name them otherwise.

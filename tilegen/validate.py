@@ -177,8 +177,10 @@ class _Validator:
         steps = self.steps(kind, inputs, scalars, taken)
         body = self.body(kind, inputs, outputs, scalars, steps)
         reference = self.reference(kind, inputs, outputs, scalars)
-        test_shapes = self.shape_list("test", kind)
-        bench_shapes = self.shape_list("bench", kind)
+        # A batched matmul's shapes lead with the batch: [B, M, N, K].
+        batched = kind == "matmul" and any(shape and shape[:1] == ("...",) for shape in inputs.values())
+        test_shapes = self.shape_list("test", kind, batched)
+        bench_shapes = self.shape_list("bench", kind, batched)
         if self.failed or op is None or kind is None:
             return None
         # Generated code writes each value as its identifier; the spec's names stay as labels.
@@ -248,7 +250,7 @@ class _Validator:
                 continue
             shape = None
             if "shape" in entry:
-                shape = self.axes(f"{key}.shape", entry["shape"], leading=kind in ("elementwise", "reduction"))
+                shape = self.axes(f"{key}.shape", entry["shape"], leading=kind in KINDS)
             elif kind == "matmul":
                 self.error(key, "missing required key 'shape'", "a list of axis symbols such as [M, K]")
             elif kind == "reduction":
@@ -267,8 +269,7 @@ class _Validator:
                 axes.append(axis)
                 continue
             if axis == "...":
-                where = "the first item" if leading else "an elementwise op's first item"
-                self.error(f"{key}.{index}", f"'...' (any leading axes) may only come as {where}",
+                self.error(f"{key}.{index}", "'...' (any leading axes) may only come as the first item",
                            "[..., N], [M, N] or [N]")
                 return None
             if not isinstance(axis, str) or not AXIS_NAME.match(axis):
@@ -562,38 +563,58 @@ class _Validator:
             return None
         if kind != "matmul" or not outputs or not inputs:
             return None
-        for name, shape in outputs.items():
-            if shape is not None and len(shape) != 2:
-                self.error(f"outputs.{name}.shape", f"a matmul output is 2-D, got {list(shape)}", "[M, N]")
-        out_shapes = {s for s in outputs.values() if s is not None}
-        if len(out_shapes) != 1:
-            self.error("outputs", "matmul outputs must share one shape", "[M, N]")
+        return self.matmul_shapes(inputs, outputs)
+
+    def matmul_shapes(self, inputs: dict, outputs: dict):
+        """[..., M, K] @ [..., K, N] -> [..., M, N]: a leading "..." stands for batch axes, which
+        broadcast as torch.matmul's do (an operand may have none); epilogue inputs are indexed by
+        output axes, with or without the batch axes."""
+        declared = {name: fixed_axes(shape) for name, shape in outputs.items() if shape is not None}
+        for name, shape in declared.items():
+            if len(shape) != 2:
+                self.error(f"outputs.{name}.shape", f"a matmul output is [M, N] or [..., M, N] (batched), "
+                           f"got {list(outputs[name])}", "[M, N] or [..., M, N]")
+        if len(set(declared.values())) != 1 or len({s[:1] == ("...",) for s in outputs.values()}) != 1:
+            self.error("outputs", "matmul outputs must share one shape", "[M, N] or [..., M, N]")
             return None
-        (m, n), = out_shapes if len(next(iter(out_shapes))) == 2 else (("", ""),)
+        (m, n), = set(declared.values()) if len(next(iter(declared.values()))) == 2 else (("", ""),)
         if not m:
             return None
-        operands = [name for name, s in inputs.items() if s is not None and (set(s) - {m, n})]
+        out_batched = next(iter(outputs.values()))[:1] == ("...",)
+        matrix = {name: fixed_axes(s) for name, s in inputs.items() if s is not None}
+        operands = [name for name, axes in matrix.items() if set(axes) - {m, n}]
         if len(operands) != 2:
             self.error("inputs", f"a matmul needs exactly two operands over a reduction axis, found "
                        f"{len(operands)}", "a: [M, K] and b: [K, N]; other inputs use only output axes")
             return None
-        a, b = (inputs[name] for name in operands)
+        a, b = (matrix[name] for name in operands)
         reduction = set(a) - {m, n}
         k = next(iter(reduction))
         if len(a) != 2 or len(b) != 2 or a != (m, k) or b != (k, n):
             self.error(f"inputs.{operands[1]}.shape",
-                       f"operands {operands[0]}{list(a)} and {operands[1]}{list(b)} do not agree",
-                       f"{operands[0]}: [{m}, {k}] and {operands[1]}: [{k}, {n}]")
+                       f"operands {operands[0]}{list(inputs[operands[0]])} and {operands[1]}"
+                       f"{list(inputs[operands[1]])} do not agree",
+                       f"{operands[0]}: [{m}, {k}] and {operands[1]}: [{k}, {n}] (either may lead with ...)")
             return None
+        batched = [name for name, shape in inputs.items() if shape is not None and shape[:1] == ("...",)]
+        if batched and not out_batched:
+            self.error(f"inputs.{batched[0]}.shape", f"input {batched[0]!r} has batch axes (...) but the "
+                       "output has none", f"outputs: [..., {m}, {n}]")
+        elif out_batched and not any(name in batched for name in operands):
+            self.error(f"outputs.{next(iter(outputs))}.shape", "a batched output needs a batched operand",
+                       f"{operands[0]}: [..., {m}, {k}]")
         b_dtype = self.data["inputs"][operands[1]].get("dtype")
         a_dtype = self.data["inputs"][operands[0]].get("dtype")
         if b_dtype != operands[0] and b_dtype != a_dtype:
             self.error(f"inputs.{operands[1]}.dtype", "the second operand must have the first's dtype",
                        f"dtype: {operands[0]}")
-        for name, shape in inputs.items():
+        for name, shape in matrix.items():
             if name not in operands and shape not in ((m,), (n,), (m, n)):
                 self.error(f"inputs.{name}.shape", f"an epilogue input must be indexed by output axes, "
-                           f"got {list(shape or ())}", f"[{n}], [{m}] or [{m}, {n}]")
+                           f"got {list(inputs[name] or ())}", f"[{n}], [{m}], [{m}, {n}] or [..., {m}, {n}]")
+            elif name not in operands and name in batched and shape != (m, n):
+                self.error(f"inputs.{name}.shape", "an epilogue input with batch axes has the output's "
+                           f"matrix axes, got {list(inputs[name])}", f"[..., {m}, {n}], or [{n}] for every batch")
         return m, n, k
 
     def elementwise_shapes(self, inputs: dict, outputs: dict) -> None:
@@ -840,7 +861,7 @@ class _Validator:
         out_axes = {axis for s in outputs.values() if s for axis in s}
         return [name for name, s in inputs.items() if s is not None and set(s) - out_axes]
 
-    def shape_list(self, section: str, kind) -> tuple[tuple[int, ...], ...]:
+    def shape_list(self, section: str, kind, batched=False) -> tuple[tuple[int, ...], ...]:
         value = self.data.get(section)
         if value is None:
             return ()
@@ -852,9 +873,11 @@ class _Validator:
         shapes = []
         for index, shape in enumerate(raw):
             key = f"{section}.shapes.{index}"
-            rank_ok = isinstance(shape, list) and (len(shape) == 3 if kind == "matmul" else 1 <= len(shape) <= 8)
+            matmul_rank = 4 if batched else 3
+            rank_ok = isinstance(shape, list) and (len(shape) == matmul_rank if kind == "matmul" else 1 <= len(shape) <= 8)
             if not rank_ok or any(type(d) is not int or not 0 <= d <= MAX_DIM for d in shape):
-                want = "[M, N, K]" if kind == "matmul" else "a list of 1 to 8 sizes"
+                want = ("[B, M, N, K] (a batch of B)" if batched else "[M, N, K]") if kind == "matmul" \
+                    else "a list of 1 to 8 sizes"
                 self.error(key, f"{_show(shape)} is not a shape", f"{want}, each 0 to {MAX_DIM}")
                 continue
             shapes.append(tuple(shape))
@@ -864,7 +887,7 @@ class _Validator:
 def _matmul_axes(inputs: dict, outputs: dict) -> tuple[str, ...] | None:
     axes: list[str] = []
     for shape in list(outputs.values()) + list(inputs.values()):
-        for axis in shape or ():
+        for axis in fixed_axes(shape or ()):
             if axis not in axes:
                 axes.append(axis)
     return tuple(axes) if len(axes) == 3 else None

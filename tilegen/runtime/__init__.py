@@ -9,6 +9,7 @@ by tilegen needs only `pip install tilegen` to import.
 - configs: candidate configs, heuristics, tuned-table lookup, the ConfigChooser
 - launch: Triton's launch, split-K scratch
 - callpath, native: the compiled call path and the one mechanism that builds native code
+- batch: a batched matmul's batch axes (broadcasting, one stride per tensor)
 - ops: each kind's launch logic (ElementwiseOp, MatmulOp, ReductionOp)
 - library: registration with torch.library, and how wrappers route traced calls
 - autograd: the autograd formula registered with each op, and the eager training path
@@ -20,6 +21,7 @@ refused with one error that says to rebuild.
 
 from .checks import (broadcast_shape, check_axes, check_dim, check_divisible, check_interpretable, check_same_device, check_same_dtype,
                      check_scalar, check_tensor, prepare_out, split_out)
+from .batch import batch_shape
 from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace, ReductionSpace
 from .device import INTERPRET, cdiv, device_facts, on_device
 from .autograd import Gradients, call
@@ -43,7 +45,7 @@ def require(version, module):
 
 
 __all__ = [
-    "VERSION", "RuntimeVersionError", "require", "INTERPRET", "cdiv", "device_facts", "on_device",
+    "VERSION", "RuntimeVersionError", "require", "INTERPRET", "cdiv", "device_facts", "on_device", "batch_shape",
     "broadcast_shape", "check_axes", "check_dim", "check_divisible", "check_interpretable", "check_same_device", "check_same_dtype",
     "check_scalar", "check_tensor", "prepare_out", "split_out",
     "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ReductionSpace", "ElementwiseOp", "MatmulOp", "ReductionOp",

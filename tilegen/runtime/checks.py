@@ -10,8 +10,9 @@ def dtype_names(dtypes):
     return ", ".join(str(d).replace("torch.", "") for d in dtypes)
 
 
-def check_tensor(op, name, value, dtypes, ndim=None):
-    """`value` is a dense tensor of one of `dtypes` (and `ndim` dims), where kernels run."""
+def check_tensor(op, name, value, dtypes, ndim=None, min_ndim=None):
+    """`value` is a dense tensor of one of `dtypes` (and `ndim` dims, or at least `min_ndim`:
+    a batched matmul's matrix dims, after any batch axes), where kernels run."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{op}: argument '{name}' must be a torch.Tensor, got {type(value).__name__}")
     if value.layout != torch.strided or value.is_nested:
@@ -22,6 +23,9 @@ def check_tensor(op, name, value, dtypes, ndim=None):
                         f"expected {dtype_names(dtypes)}")
     if ndim is not None and value.dim() != ndim:
         raise ValueError(f"{op}: argument '{name}' must be {ndim}-D, got shape {tuple(value.shape)}")
+    if min_ndim is not None and value.dim() < min_ndim:
+        raise ValueError(f"{op}: argument '{name}' must have at least {min_ndim} dims (any batch axes, then "
+                         f"{min_ndim} matrix dims), got shape {tuple(value.shape)}")
     check_device(op, name, value)
 
 

@@ -103,7 +103,10 @@ class ConfigChooser:
         else:
             cache_key = key
             if self.key_mask is not None:
-                cache_key = tuple(part if keep else None for part, keep in zip(key, self.key_mask))
+                # The mask covers the sizes and the element size; a batch count (a batched
+                # matmul's key, before the element size) always tells configs apart.
+                keep = self.key_mask[:-1] + (True,) * (len(key) - len(self.key_mask) + 1)
+                cache_key = tuple(part if kept else None for part, kept in zip(key, keep))
             config = self.cache.get(cache_key)
             if config is None:
                 config = self.cache[cache_key] = self._pick(key, facts, launch)
@@ -133,12 +136,13 @@ def nearest_entry(entries, key, fitting):
 
     Keys end with the element size; entries whose tiles are not among `fitting` (a masks: never
     axis, a smaller candidate list) are passed over, and so are entries more than TABLE_REACH
-    doublings away in total.
+    doublings away in total, and those of another form (a batched matmul's keys hold a batch
+    count: they and plain matmuls' keys never stand in for each other).
     """
     tiles = [tile_of(c) for c in fitting]
     ranked = sorted(
         (sum(abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(entry_key[:-1], key[:-1])), i)
-        for i, entry_key in enumerate(entries) if entry_key[-1] == key[-1]
+        for i, entry_key in enumerate(entries) if entry_key[-1] == key[-1] and len(entry_key) == len(key)
     )
     configs = list(entries.values())
     for distance, i in ranked:
@@ -255,7 +259,9 @@ class ReductionSpace:
 class MatmulSpace:
     """Tile candidates for a matmul, pruned to those that fit the shape and shared memory.
 
-    The key is (M, N, K, itemsize); `exact` flags the axes with masks: never, whose blocks must
+    The key is (M, N, K, itemsize), or (M, N, K, matrices, itemsize) for a batch of matrices
+    launched at once (a batched matmul whose batch does not fold into M: every matrix's tiles
+    count toward filling the machine); `exact` flags the axes with masks: never, whose blocks must
     divide the size. Tiles much taller or wider than the output only waste work, and a split of
     K is only worth a second pass over partial sums where the tiles alone fill at most two waves
     and each slice still has a few K steps to pipeline. (Bucketed keys overstate a shape by up
@@ -289,7 +295,8 @@ class MatmulSpace:
 
     def candidates(self, facts, key, explore=False):
         sms, shared = facts[0], facts[1]
-        m, n, k, itemsize = key
+        m, n, k, *batch, itemsize = key
+        matrices = batch[0] if batch else 1
         bm_sizes, bn_sizes, bk_sizes = self.sizes
         exact = self.exact
         name_m, name_n, name_k = self.names
@@ -302,7 +309,7 @@ class MatmulSpace:
                     continue
                 if bn > max(64, n) and bn != min(bn_sizes):
                     continue
-                tiles = cdiv(m, bm) * cdiv(n, bn)
+                tiles = cdiv(m, bm) * cdiv(n, bn) * matrices
                 for bk in bk_sizes:
                     if exact[2] and k % bk:
                         continue
@@ -329,12 +336,13 @@ class MatmulSpace:
         """Big tiles for throughput, shrunk until the grid covers the machine; BK by element size.
         Where even the smallest tiles leave multiprocessors idle, split K until they are busy."""
         sms = facts[0]
-        m, n, k, itemsize = key
+        m, n, k, *batch, itemsize = key
+        matrices = batch[0] if batch else 1
         want_bk = 64 if itemsize <= 2 else 32
         name_m, name_n, name_k = self.names
 
         def score(c):
-            tiles = cdiv(m, c[name_m]) * cdiv(n, c[name_n])
+            tiles = cdiv(m, c[name_m]) * cdiv(n, c[name_n]) * matrices
             waste = (cdiv(m, c[name_m]) * c[name_m] * cdiv(n, c[name_n]) * c[name_n]) / max(m * n, 1)
             fills = tiles >= sms
             area = c[name_m] * c[name_n]
@@ -343,7 +351,7 @@ class MatmulSpace:
 
         unsplit = [c for c in fitting if c.get("SPLIT_K", 1) == 1] or fitting
         best = max(unsplit, key=score)
-        tiles = cdiv(m, best[name_m]) * cdiv(n, best[name_n])
+        tiles = cdiv(m, best[name_m]) * cdiv(n, best[name_n]) * matrices
         splits = [c for c in fitting if all(c[f] == best[f] for f in best if f != "SPLIT_K")
                   and tiles * c.get("SPLIT_K", 1) <= sms]
         return max(splits, key=lambda c: c.get("SPLIT_K", 1)) if splits else best

@@ -10,6 +10,7 @@ import torch
 import triton.language as tl
 
 from . import library
+from .batch import batch_shape, folded, matrices
 from .callpath import CallPath
 from .configs import ConfigChooser
 from .device import cdiv, device_facts
@@ -134,7 +135,7 @@ class MatmulOp(Op):
 
     def __init__(self, name, kernel, configs, *, factors, blocks=("BM", "BN", "BK"), masks=("auto",) * 3,
                  group_m=8, launch="auto", operands=(0, 1), output=2, ranks=None, placeholders=(),
-                 products=None, listed=True):
+                 products=None, listed=True, along_rows=None, batched=()):
         super().__init__(name, configs, kernel, listed)
         self.kernel = Kernel(kernel)
         self.factor_names = tuple(factors)
@@ -142,63 +143,120 @@ class MatmulOp(Op):
         self.schedule, self.operands = launch, operands
         self.output, self.placeholders = output, tuple(placeholders)
         self.ranks = None if ranks is None else tuple(ranks)
+        # A batched op ([..., M, K] @ [..., K, N]): which tensors the kernel steps through the
+        # batch (the spec's "..." ones, a batch stride each), and which lie along M (they fold
+        # into M with the batch where their layout allows).
+        self.batched = tuple(batched)
+        self.along_rows = None if along_rows is None else tuple(along_rows)
         self.products = products if products is not None else configs
         # Training calls and the backward's products have compiled call paths of their own.
         self.training_path, self.product_path = CallPath(), CallPath()
         for chooser in {id(configs): configs, id(self.products): self.products}.values():
             chooser.on_change.extend((self.training_path.forget, self.product_path.forget))
 
-    def run(self, tensors, scalars, M, N, K, call=None, result=None, saved=None):
+    def run(self, tensors, scalars, M, N, K, call=None, result=None, saved=None, batch=()):
         """Compute the outputs (the last of `tensors`, checked or allocated by the wrapper).
         With `call` and `result`, the compiled call path learns the call. With `saved` (a
-        contiguous [M, N] tensor), the kernel also stores the accumulator there, before the
+        contiguous [..., M, N] tensor), the kernel also stores the accumulator there, before the
         epilogue: what the backward of a training call reads (such calls are learned by a call
-        path of their own: their signature is the op's, their result holds `saved` too)."""
-        self._run(tensors, scalars, M, N, K, self.masks, self.configs, call, result, saved=saved)
+        path of their own: their signature is the op's, their result holds `saved` too).
+        `batch`: a batched op's batch shape (the tensors' batch axes broadcast to it)."""
+        self._run(tensors, scalars, M, N, K, self.masks, self.configs, call, result, saved=saved, batch=batch)
 
     def fast_training(self, *args):
         """A training call (the op and its accumulator) with a learned signature, else None."""
         return self.training_path.call(*args)
 
     def product(self, x, y):
-        """x @ y (any strides, x's dtype), with this op's kernel, tables and heuristics, its
-        epilogue off: the products of the backward (dA = dZ @ B^T, dB = A^T @ dZ, a recomputed
-        A @ B). Repeat calls take the compiled call path."""
+        """x @ y (any strides, x's dtype; for a batched op, [..., M, K] @ [..., K, N] with batch
+        axes broadcast), with this op's kernel, tables and heuristics, its epilogue off: the
+        products of the backward (dA = dZ @ B^T, dB = A^T @ dZ, a recomputed A @ B). Repeat calls
+        take the compiled call path."""
         if self.ranks is None:
             raise ValueError(f"{self.name}: a backward product needs the op's tensor ranks (MatmulOp(ranks=...))")
         call = (x, y, *self.placeholders)
         served = self.product_path.call(*call)
         if served is not None:
             return served
-        M, K = x.shape
-        out = torch.empty((M, y.shape[1]), dtype=x.dtype, device=x.device)
+        M, K = x.shape[-2:]
+        batch = batch_shape(self.name, (("x", x), ("y", y)), (2, 2)) if self.batched else ()
+        out = torch.empty((*batch, M, y.shape[-1]), dtype=x.dtype, device=x.device)
         # `out` stands in for each tensor the epilogue would read (the kernel never reads them),
         # and the placeholders for its scalars.
         tensors = [out] * len(self.ranks)
         tensors[self.operands[0]], tensors[self.operands[1]] = x, y
-        self._run(tensors, self.placeholders, M, y.shape[1], K, ("auto",) * 3, self.products, call=call,
-                  result=out, epilogue=False)
+        self._run(tensors, self.placeholders, M, y.shape[-1], K, ("auto",) * 3, self.products, call=call,
+                  result=out, epilogue=False, batch=batch)
         return out
 
+    def gradient(self, x, y, shape):
+        """x @ y summed over its batch axes to `shape`: an operand's gradient in a batched op's
+        backward (dA = dZ @ B^T, dB = A^T @ dZ). A 2-D operand's gradient sums over the whole
+        batch, which one product does: the batch joins the contracted axis ([K, B*M] @ [B*M, N])."""
+        if len(shape) == 2 and (x.dim() > 2 or y.dim() > 2):
+            batch = torch.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+            rows, inner, cols = x.shape[-2], x.shape[-1], y.shape[-1]
+            x = x.expand(*batch, rows, inner).transpose(-2, -1).reshape(-1, rows).t()
+            y = y.expand(*batch, inner, cols).reshape(-1, cols)
+        return self.product(x, y)
+
     def _run(self, tensors, scalars, M, N, K, masks, configs, call=None, result=None, saved=None,
-             epilogue=True):
+             epilogue=True, batch=()):
         M, N, K = int(M), int(N), int(K)  # concrete, also where tracing made them symbolic
-        if M == 0 or N == 0:
+        batch = tuple(int(size) for size in batch)
+        if M == 0 or N == 0 or 0 in batch:
             return
         if K == 0 and not epilogue:  # an empty sum: the backward's product of empty operands
             tensors[self.output].zero_()
             return
-        a = tensors[self.operands[0]]
+        # (`saved` is contiguous: the kernel finds each matrix's accumulator from M and N.)
+        views, pointers, write_back, count = self._views(tensors, M, batch, epilogue)
+        if write_back:
+            call = None  # a copy's address changes from call to call: nothing to learn
+        a = views[self.operands[0]]
+        rows = M if count > 1 else a.shape[0]  # a folded batch is one matrix of count * M rows
         key = tuple(size if policy == "never" else bucket(size)
-                    for size, policy in zip((M, N, K), masks)) + (a.element_size(),)
+                    for size, policy in zip((rows, N, K), masks))
+        key += ((bucket(count),) if count > 1 else ()) + (a.element_size(),)
         traced = library.traced(tensors)
 
         def launch(config):
-            return self._launch(tensors, scalars, M, N, K, config, traced, masks, saved, epilogue)
+            return self._launch(pointers, views, scalars, rows, N, K, config, traced, masks, saved, epilogue, count)
 
         config = configs.choose(key, device_facts(a.device), None if traced else launch)
         path = self.product_path if not epilogue else self.call_path if saved is None else self.training_path
         self._learn(call, launch(config), result, path)
+        for target, source in write_back:
+            target.copy_(source.view(target.shape))
+
+    def _views(self, tensors, M, batch, epilogue):
+        """How the kernel reads each tensor: (views, the tensors passed as its pointers, [(an
+        output, the copy written in its place)], matrices in the launch). A plain op's tensors are
+        their own views; a batched op's are [matrices, ...] views of the flattened batch, folded
+        into one matrix of matrices * M rows where every layout allows it (count 1)."""
+        if not self.batched:
+            return list(tensors), list(tensors), [], 1
+        ranks = self.ranks or [t.dim() for t in tensors]
+        out_index = self.output
+        views, pointers, write_back = [], [], []
+        for index, (tensor, rank) in enumerate(zip(tensors, ranks)):
+            if not epilogue and index not in self.operands and index != out_index:
+                # A product's stand-in for an epilogue input: never read.
+                views.append(None)
+                pointers.append(tensor)
+                continue
+            view, copied = matrices(tensor, batch, rank)
+            views.append(view)
+            pointers.append(view if copied else tensor)
+            if copied and index >= out_index:
+                write_back.append((tensor, view))
+        out_view = views[out_index]
+        views = [out_view[:, 0] if v is None and ranks[i] == 1 else out_view if v is None else v
+                 for i, v in enumerate(views)]
+        folded_views = folded(views, M, self.along_rows)
+        if folded_views is not None:
+            return folded_views, pointers, write_back, 1
+        return views, pointers, write_back, views[0].shape[0]
 
     def loads_through_descriptors(self, config, a, b, traced=False):
         """Whether `config` loads operands `a` and `b` through tensor descriptors: it asks for
@@ -206,22 +264,27 @@ class MatmulOp(Op):
         A traced launch loads through pointers: the layout of the data it will see is unknown."""
         return bool(config.get("TMA")) and not traced and tma_loads_fit(a, b)
 
-    def _launch(self, tensors, scalars, M, N, K, config, traced=False, masks=None, saved=None, epilogue=True):
+    def _launch(self, pointers, views, scalars, M, N, K, config, traced=False, masks=None, saved=None,
+                epilogue=True, count=1):
+        """One launch over `count` matrices (M, N, K each): `views` are the tensors as the kernel
+        indexes them ([count, ...] where count > 1), `pointers` what it is passed for them."""
         bm, bn, bk = (config[name] for name in self.blocks)
         split_k = config.get("SPLIT_K", 1)
-        tiles = cdiv(M, bm) * cdiv(N, bn)
+        tiles = cdiv(M, bm) * cdiv(N, bn) * count
         persistent = {"tiled": False, "persistent": True}.get(self.schedule, bool(config.get("PERSISTENT")))
         persistent = persistent and split_k == 1  # split-K always launches tiled
         # Persistent: one program per multiprocessor (fewer where there are fewer tiles).
-        device = tensors[0].device
+        device = pointers[0].device
         grid = (min(tiles, device_facts(device)[0]), 1) if persistent else (tiles, split_k)
-        a, b = (tensors[i] for i in self.operands)
-        use_tma = self.loads_through_descriptors(config, a, b, traced)
+        matrix = [v[0] if count > 1 else v for v in views]  # (one matrix: its layout facts)
+        a, b = (matrix[i] for i in self.operands)
+        # Descriptors are 2-D: a batch of matrices loads through pointers.
+        use_tma = count == 1 and self.loads_through_descriptors(config, a, b, traced)
         mask_m, mask_n, mask_k = ({"always": True, "never": False}.get(policy, size % block != 0)
                                   for policy, size, block in zip(masks or self.masks, (M, N, K), (bm, bn, bk)))
         # Each tensor's strides, as many as its rank in the kernel (a stand-in may have more).
-        ranks = self.ranks or [t.dim() for t in tensors]
-        strides = [int(s) for t, rank in zip(tensors, ranks) for s in t.stride()[:rank]]
+        ranks = self.ranks or [t.dim() for t in views]
+        strides = [int(s) for t, rank in zip(matrix, ranks) for s in t.stride()[t.dim() - rank:]]
         factors = [size_factor(v) for v in (M, N, K)] + [stride_factor(s) for s in strides]
         quotients = [v // f for v, f in zip((M, N, K, *strides), factors)]
         constexprs = {
@@ -229,25 +292,30 @@ class MatmulOp(Op):
             "SPLIT_K": split_k, "MASK_M": mask_m, "MASK_N": mask_n, "MASK_K": mask_k,
             # Where K rows load wide, whole K steps run unmasked and the partial one apart.
             "PEEL_K": mask_k and k_rows_load_wide(a, b, assume_aligned=traced), "USE_TMA": use_tma,
-            "INDEX_64": needs_int64(*tensors, extra=bk), "PERSISTENT": persistent,
+            "INDEX_64": needs_int64(*views, extra=bk), "PERSISTENT": persistent,
             "EPILOGUE": epilogue, "SAVE_ACC": saved is not None,
             **dict(zip(self.factor_names, factors)),
         }
+        batching = []
+        if self.batched:
+            # The matrices of the launch, and each batched tensor's stride between them.
+            constexprs["BATCHED"] = count > 1
+            batching = [count] + [int(views[i].stride(0)) if count > 1 else 0 for i in self.batched]
         if split_k == 1 and not traced:
             workspace = (None, None)  # no partial sums: the split-K arguments are never read
         elif split_k == 1:  # a traced launch passes tensors (never read) rather than None
             workspace = split_k_workspace(device, 1, 1, fresh=True)
         else:
             workspace = split_k_workspace(device, tiles * split_k * bm * bn, tiles, fresh=traced)
-        head = list(tensors)
+        head = list(pointers)
         if use_tma:
             head[self.operands[0]] = described(a, (bm, bk))
             head[self.operands[1]] = described(b, (bk, bn))
         # Where nothing is saved the output stands in (never written): a tensor, so that the
         # binary takes the parameter on every call (only leading None arguments may be dropped
         # for the compiled call path to learn a launch) and traced launches pass no None.
-        args = (*workspace, tensors[self.output] if saved is None else saved, *head, *scalars, *quotients)
-        varying = 3 + len(tensors) + len(scalars)  # the workspace, the saved accumulator, tensors, scalars
+        args = (*workspace, pointers[self.output] if saved is None else saved, *head, *scalars, *batching, *quotients)
+        varying = 3 + len(pointers) + len(scalars)  # the workspace, the saved accumulator, tensors, scalars
         return self.kernel.launch(grid, args, varying, constexprs, config["num_warps"], config["num_stages"])
 
 
