@@ -592,9 +592,9 @@ class _Validator:
         k = next(iter(reduction))
         if len(a) != 2 or len(b) != 2 or a != (m, k) or b != (k, n):
             self.error(f"inputs.{operands[1]}.shape",
-                       f"operands {operands[0]}{list(inputs[operands[0]])} and {operands[1]}"
-                       f"{list(inputs[operands[1]])} do not agree",
-                       f"{operands[0]}: [{m}, {k}] and {operands[1]}: [{k}, {n}] (either may lead with ...)")
+                       f"operands {operands[0]}: {_axes_text(inputs[operands[0]])} and {operands[1]}: "
+                       f"{_axes_text(inputs[operands[1]])} do not agree",
+                       f"{operands[0]}: [{m}, {k}] and {operands[1]}: [{k}, {n}]; either may lead with ... (batch axes)")
             return None
         batched = [name for name, shape in inputs.items() if shape is not None and shape[:1] == ("...",)]
         if batched and not out_batched:
@@ -611,10 +611,10 @@ class _Validator:
         for name, shape in matrix.items():
             if name not in operands and shape not in ((m,), (n,), (m, n)):
                 self.error(f"inputs.{name}.shape", f"an epilogue input must be indexed by output axes, "
-                           f"got {list(inputs[name] or ())}", f"[{n}], [{m}], [{m}, {n}] or [..., {m}, {n}]")
+                           f"got {_axes_text(inputs[name] or ())}", f"[{n}], [{m}], [{m}, {n}] or [..., {m}, {n}]")
             elif name not in operands and name in batched and shape != (m, n):
                 self.error(f"inputs.{name}.shape", "an epilogue input with batch axes has the output's "
-                           f"matrix axes, got {list(inputs[name])}", f"[..., {m}, {n}], or [{n}] for every batch")
+                           f"matrix axes, got {_axes_text(inputs[name])}", f"[..., {m}, {n}], or [{n}] for every batch")
         return m, n, k
 
     def elementwise_shapes(self, inputs: dict, outputs: dict) -> None:
@@ -891,6 +891,10 @@ def _matmul_axes(inputs: dict, outputs: dict) -> tuple[str, ...] | None:
             if axis not in axes:
                 axes.append(axis)
     return tuple(axes) if len(axes) == 3 else None
+
+
+def _axes_text(shape) -> str:
+    return "[" + ", ".join(shape) + "]"
 
 
 def _type_name(value) -> str:

@@ -1,0 +1,131 @@
+"""Batched matmul: batch axes that broadcast as torch.matmul's (runtime/batch.py), and a variant
+spec whose epilogue inputs lie along the batch ([..., M, N]) or along M only ([M]), which keeps a
+batch from folding into M."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tilegen.runtime.batch import batch_shape, batch_stride, folded, matrices
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def test_batch_axes_broadcast_as_torch_matmul_and_errors_name_the_argument():
+    a, b = torch.empty(2, 1, 5, 4), torch.empty(3, 4, 6)
+    assert batch_shape("op", (("a", a), ("b", b)), (2, 2)) == (2, 3)
+    assert batch_shape("op", (("a", torch.empty(5, 4)), ("b", b)), (2, 2)) == (3,)
+    assert batch_shape("op", (("a", torch.empty(5, 4)), ("b", torch.empty(4, 6))), (2, 2)) == ()
+    with pytest.raises(ValueError, match=r"op: argument 'b' has batch axes \(3,\), which do not broadcast with "
+                                         r"\(2,\) \(the batch axes of 'a'; batch axes broadcast as in torch.matmul\)"):
+        batch_shape("op", (("a", torch.empty(2, 5, 4)), ("b", b)), (2, 2))
+
+
+@pytest.mark.parametrize("make, batch, want", [
+    (lambda: torch.empty(6, 5, 4), (6,), 20),                              # contiguous
+    (lambda: torch.empty(2, 3, 5, 4), (2, 3), 20),                         # two axes that merge
+    (lambda: torch.empty(5, 4), (2, 3), 0),                                # no batch axes: broadcast
+    (lambda: torch.empty(1, 5, 4).expand(6, 5, 4), (6,), 0),               # expanded: stride 0
+    (lambda: torch.empty(5, 6, 4).transpose(0, 1), (6,), 4),               # batch between rows
+    (lambda: torch.empty(3, 5, 4), (2, 3), None),                          # broadcast along the first of two
+    (lambda: torch.empty(3, 2, 5, 4).transpose(0, 1), (2, 3), None),       # axes in the other order
+])
+def test_a_batch_flattens_into_one_stride_where_the_layout_allows(make, batch, want):
+    tensor = make()
+    assert batch_stride(tensor, batch, 2) == want
+    view, copied = matrices(tensor, batch, 2)
+    assert copied == (want is None)
+    count = 1
+    for size in batch:
+        count *= size
+    assert view.shape == (count, 5, 4)
+    torch.testing.assert_close(view, tensor.expand(*batch, 5, 4).reshape(count, 5, 4), rtol=0, atol=0, equal_nan=True)
+
+
+def test_a_batch_folds_into_rows_only_where_every_tensor_agrees():
+    a = torch.arange(3 * 5 * 4.0).view(3, 5, 4)
+    b = torch.arange(4 * 6.0).view(1, 4, 6).expand(3, 4, 6)
+    c = torch.empty(3, 5, 6)
+    views = folded([a, b, c], 5, (True, False, True))
+    assert [tuple(v.shape) for v in views] == [(15, 4), (4, 6), (15, 6)]
+    torch.testing.assert_close(views[0], a.reshape(15, 4))
+    assert folded([a, torch.empty(3, 4, 6), c], 5, (True, False, True)) is None  # b varies along the batch
+    assert folded([a.transpose(0, 1).contiguous().transpose(0, 1), b, c], 5, (True, False, True)) is None
+
+
+BATCHED_RESIDUAL = """\
+op: bmm_residual
+kind: matmul
+inputs:
+  x: {shape: [..., M, K], dtype: [float32]}
+  w: {shape: [..., K, N], dtype: x}
+  residual: {shape: [..., M, N], dtype: x}
+  row_scale: {shape: [M], dtype: x}
+outputs:
+  y: {shape: [..., M, N], dtype: x}
+  h: {shape: [..., M, N], dtype: x}
+scalars:
+  alpha: {type: float, default: 0.5}
+tiles:
+  M: {block: BM, sizes: [16, 32]}
+  N: {block: BN, sizes: [16, 32]}
+  K: {block: BK, sizes: [16]}
+epilogue:
+  h: tanh(acc) * row_scale
+  y: residual + alpha * tanh(acc) * row_scale
+"""
+
+
+@pytest.fixture(scope="module")
+def variant(tmp_path_factory):
+    import importlib
+    import sys
+
+    from click.testing import CliRunner
+
+    from tilegen.cli import main
+
+    root = tmp_path_factory.mktemp("batched")
+    specs = root / "specs"
+    specs.mkdir()
+    (specs / "bmm_residual.yaml").write_text(BATCHED_RESIDUAL)
+    result = CliRunner().invoke(main, ["build", str(specs), "-o", str(root / "batched_ops")])
+    assert result.exit_code == 0, result.output
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module("batched_ops")
+    finally:
+        sys.path.remove(str(root))
+
+
+def _oracle(x, w, residual, row_scale, alpha=0.5):
+    h = torch.tanh(x @ w) * row_scale[:, None]
+    return residual + alpha * h, h
+
+
+@pytest.mark.parametrize("x_batch, w_batch, r_batch", [
+    ((3,), (3,), (3,)),        # every tensor batched
+    ((3,), (), (3,)),          # one w for every matrix
+    ((2, 1), (1, 3), (3,)),    # operands broadcast each other; the residual along the last axis
+    ((4,), (4,), ()),          # one residual for every matrix
+], ids=str)
+def test_epilogue_inputs_along_the_batch_or_along_m_compute_and_differentiate(variant, x_batch, w_batch, r_batch):
+    generator = torch.Generator().manual_seed(0)
+    M, N, K = 37, 21, 19
+
+    def make(*shape):
+        return torch.randn(shape, generator=generator).to(DEVICE).requires_grad_()
+
+    x, w, r, s = make(*x_batch, M, K), make(*w_batch, K, N), make(*r_batch, M, N), make(M)
+    y, h = variant.bmm_residual(x, w, r, s, alpha=0.25)
+    want_y, want_h = _oracle(*(t.detach().double().requires_grad_() for t in (x, w, r, s)), alpha=0.25)
+    torch.testing.assert_close(y.double(), want_y, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(h.double(), want_h, atol=1e-4, rtol=1e-4)
+    seeds = (torch.randn(y.shape, generator=generator).to(DEVICE), torch.randn(h.shape, generator=generator).to(DEVICE))
+    got = torch.autograd.grad((y, h), (x, w, r, s), seeds)
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, r, s)]
+    want = torch.autograd.grad(_oracle(*leaves, alpha=0.25), leaves, [g.double() for g in seeds])
+    for name, g, e, t in zip("xwrs", got, want, (x, w, r, s)):
+        assert g.shape == t.shape, name
+        torch.testing.assert_close(g.double(), e, atol=2e-4, rtol=2e-4, msg=lambda m: f"gradient of {name}: {m}")
