@@ -18,6 +18,7 @@
 #   OUT=/tmp/check STEPS="host" BEFORE=.before bash bench/h200_check.sh  # host time, two trees
 #   OUT=/tmp/check STEPS="backward" bash bench/h200_check.sh        # forward+backward, peak memory
 #   OUT=/tmp/check STEPS="reductions:forward reductions:backward" bash bench/h200_check.sh  # about 6 minutes
+#   OUT=/tmp/check STEPS="batched:forward batched:backward" bash bench/h200_check.sh   # about 3 minutes
 #   OUT=/tmp/check STEPS="reductions:forward_compile" REDUCE_SHAPES=16384x1024,32768x4096 bash bench/h200_check.sh
 #
 # ARCHIVE=FILE packs everything into one .tar.gz at FILE when the steps are done (and removes
@@ -70,6 +71,11 @@ step reductions:forward_compile 560 python3 -m tilegen bench $reductions ${REDUC
     --compile --out "$out/reductions/forward_compile"
 step reductions:backward_compile 560 python3 -m tilegen bench $reductions ${REDUCE_SHAPES:+--shapes $REDUCE_SHAPES} \
     --backward --compile --out "$out/reductions/backward_compile"
+# Batched matmul (bmm against torch.matmul, bmm_bias_silu against its eager composition): forward,
+# training step, and torch.compile beside them (about 5 minutes; not default steps).
+step batched:forward 300 python3 -m tilegen bench bmm bmm_bias_silu --out "$out/batched/forward"
+step batched:backward 300 python3 -m tilegen bench bmm bmm_bias_silu --backward --out "$out/batched/backward"
+step batched:compile 560 python3 -m tilegen bench bmm --compile --out "$out/batched/compile"
 # matmul against cuBLAS again, each point the median of five turns (about 2 minutes; not a default step).
 step rounds 240 python3 -m tilegen bench matmul --rounds 5 --out "$out/matmul_rounds"
 # max-autotune compiles each shape afresh (about 16 s a shape): one op per step, each about 5 minutes.
