@@ -78,10 +78,15 @@ def table_for_spec(spec: Spec, table: dict, own: dict | None = None) -> dict:
         return {}
     fields = CONFIG_FIELDS[spec.kind]
     sizes = _block_sizes(spec)
+    # A batched matmul's launches of several matrices have keys with a matrix count; other ops
+    # never look such keys up.
+    plain_matmul = spec.kind == "matmul" and not spec.matmul_parts().is_batched
 
     def usable(rows):
         entries = {}
         for key_text, row in rows.items():
+            if plain_matmul and len(parse_key(key_text)) == 5:
+                continue
             config = {**FIELD_DEFAULTS, **row}
             blocks = [config[name] for name in fields if name not in SCHEDULE_FIELDS]
             if all(b in allowed for b, allowed in zip(blocks, sizes)):
