@@ -164,7 +164,9 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
 
     shapes = [fit(*s) for s in [(256, 256, 256), (1, 1, 1), (127, 65, 129), (33, 200, 17), (200, 16, 300),
                                 (64, 64, 64)]]
-    shapes += [s for s in spec.test_shapes if s not in shapes]
+    # A batched spec's own shapes are [B, M, N, K]: batches of B matrices of both operands.
+    batched_shapes = [(s[0], *fit(*s[1:])) for s in spec.test_shapes] if parts.is_batched else []
+    shapes += [s for s in spec.test_shapes if s not in shapes and not parts.is_batched]
     empty = [fit(*s) for s in [(0, 32, 16), (32, 0, 16)]]
     if not never[k]:
         empty.append(fit(32, 16, 0))
@@ -177,6 +179,7 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
         extras=[dict(name=t.name, label=t.public, shape_expr=_extra_shape(parts.matrix(t), m, n),
                      batched=t.name in parts.batched) for t in extras],
         batched=parts.is_batched,
+        batched_shapes_literal=_shape_literal(batched_shapes),
         batched_extras=any(t.name in parts.batched for t in extras),
         shapes_literal=_shape_literal(dict.fromkeys(shapes)),
         empty_literal=_shape_literal(empty),
