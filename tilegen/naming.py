@@ -26,13 +26,14 @@ TEMPLATE_NAMES = frozenset({
     "num_pid_in_group", "num_pid_m", "num_pid_n", "num_tiles", "num_programs", "offs_am", "offs_bn", "offs_k",
     "offs_m", "offs_n", "pid_m", "pid_n", "tilegen",
     "rows", "cols", "row_mask", "row_block", "start", "n_rows", "row_length", "scale",
+    "batch", "launch_tile", "tiles_per_matrix",
 })
 # Python builtins the generated package calls.
 BUILTIN_NAMES = frozenset({"dict", "enumerate", "float", "int", "isinstance", "len", "list", "max", "min", "range",
                            "set", "str", "sum", "tuple", "type", "zip", "any", "all", "abs", "bool"})
 # What generated code derives from a value's identifier `x`: its pointer and offsets in kernels,
-# its out= tensor, its strides.
-_DERIVED = re.compile(r"^(?:(?P<base>.+)_(?:ptr|ptrs|offsets|out)|stride_(?P<strided>.+)_\d+)$")
+# its out= tensor, its strides (a batched matmul's batch stride too).
+_DERIVED = re.compile(r"^(?:(?P<base>.+)_(?:ptr|ptrs|offsets|out)|stride_(?P<strided>.+)_(?:\d+|batch))$")
 
 RESERVED = TEMPLATE_NAMES | BUILTIN_NAMES
 
