@@ -214,7 +214,7 @@ class MatmulOp(Op):
         if write_back:
             call = None  # a copy's address changes from call to call: nothing to learn
         a = views[self.operands[0]]
-        rows = M if count > 1 else a.shape[0]  # a folded batch is one matrix of count * M rows
+        rows = int(a.shape[0]) if self.batched and count == 1 else M  # a folded batch: count * M rows
         key = tuple(size if policy == "never" else bucket(size)
                     for size, policy in zip((rows, N, K), masks))
         key += ((bucket(count),) if count > 1 else ()) + (a.element_size(),)
