@@ -243,7 +243,7 @@ def test(ops, out, pytest_args):
 @click.argument("ops", nargs=-1)
 @click.option("-o", "--out", "out_dir", default="bench/out", show_default=True, help="Folder for the table, CSV, JSON and plots.")
 @click.option("--package", default=DEFAULT_OUT, show_default=True, help="Folder of the generated package.")
-@click.option("--shapes", default=None, help="Shapes instead of the defaults: 4096x4096x4096,16x4096x4096 (matmul: MxNxK) or 2^20,4096.")
+@click.option("--shapes", default=None, help="Shapes instead of the defaults: 4096x4096x4096,16x4096x4096 (matmul: MxNxK; batched matmul: BxMxNxK) or 2^20,4096.")
 @click.option("--compile", "compile_too", is_flag=True, help="Also time torch.compile (max-autotune, no CUDA graphs).")
 @click.option("--cold-start", "cold_start", default="", metavar="OPS",
               help="Also time the first call of these ops (comma-separated) in fresh processes: with the "
