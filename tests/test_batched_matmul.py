@@ -129,3 +129,19 @@ def test_epilogue_inputs_along_the_batch_or_along_m_compute_and_differentiate(va
     for name, g, e, t in zip("xwrs", got, want, (x, w, r, s)):
         assert g.shape == t.shape, name
         torch.testing.assert_close(g.double(), e, atol=2e-4, rtol=2e-4, msg=lambda m: f"gradient of {name}: {m}")
+
+
+def test_the_generated_oracle_and_benchmark_read_an_m_input_as_a_column(variant):
+    # [M] epilogue inputs hold one value per output row: PyTorch's broadcasting would line them up
+    # with N, so the generated oracle and eager baseline make them columns first.
+    import importlib
+
+    oracle = importlib.import_module("batched_ops.tests.test_bmm_residual").reference
+    bench = importlib.import_module("batched_ops.bench.bench_bmm_residual").run_torch
+    generator = torch.Generator().manual_seed(1)
+    x, w, r, s = (torch.randn(shape, generator=generator, dtype=torch.float64)
+                  for shape in ((2, 6, 5), (5, 7), (2, 6, 7), (6,)))
+    want_y, want_h = _oracle(x, w, r, s, alpha=0.5)
+    for got in (oracle(x, w, r, s), bench([x, w, r, s])):
+        torch.testing.assert_close(got[0].double(), want_y.double())
+        torch.testing.assert_close(got[1].double(), want_h.double())

@@ -29,12 +29,22 @@ def _dtype_exprs(spec: Spec, tensors) -> list[str]:
 def _oracle(spec: Spec) -> tuple[list[str], str]:
     expressions = spec.output_expressions()
     # A reduction's steps come first: its outputs read them (where its reference does not say otherwise).
-    lines = assignments(list(spec.steps) + [(t.name, expressions[t.name]) for t in spec.outputs], "torch")
+    lines = matmul_columns(spec) + assignments(
+        list(spec.steps) + [(t.name, expressions[t.name]) for t in spec.outputs], "torch")
     lines += rows_shaped(spec)
     names = [t.name for t in spec.outputs]
     # A result that does not depend on any tensor (a constant) still needs the output's shape.
     result = names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)"
     return lines, result
+
+
+def matmul_columns(spec: Spec) -> list[str]:
+    """Lines that make a matmul's [M] epilogue inputs columns ([M, 1]: one value per row of the
+    output, the same along N), as the kernel reads them; PyTorch would line [M] up with N."""
+    if spec.kind != "matmul":
+        return []
+    parts = spec.matmul_parts()
+    return [f"{t.name} = {t.name}[..., None]" for t in parts.extras if parts.matrix(t) == (parts.m,)]
 
 
 def rows_shaped(spec: Spec) -> list[str]:
