@@ -145,3 +145,22 @@ def test_the_generated_oracle_and_benchmark_read_an_m_input_as_a_column(variant)
     for got in (oracle(x, w, r, s), bench([x, w, r, s])):
         torch.testing.assert_close(got[0].double(), want_y.double())
         torch.testing.assert_close(got[1].double(), want_h.double())
+
+
+def test_a_backward_product_folds_whatever_the_epilogue_inputs(variant):
+    # The op's own launches keep a batch apart where an [M] input repeats along it; its backward's
+    # products read no epilogue input, so [B, M, K] @ [K, N] runs there as one [B*M, K] product.
+    import importlib
+
+    op = importlib.import_module("batched_ops.bmm_residual")._OP
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(3, 37, 19, generator=generator).to(DEVICE)
+    w = torch.randn(19, 21, generator=generator).to(DEVICE)
+    with op.products.recording() as chosen:
+        got = op.product(x, w)
+    assert [len(key) for key, _ in chosen] == [4]
+    torch.testing.assert_close(got, x @ w, atol=1e-4, rtol=1e-4)
+    r, s = torch.zeros(37, 21, device=DEVICE), torch.ones(37, device=DEVICE)
+    with op.configs.recording() as chosen:
+        variant.bmm_residual(x, w, r, s)
+    assert [len(key) for key, _ in chosen] == [5]  # the [M] input keeps the forward's batch apart

@@ -237,26 +237,25 @@ class MatmulOp(Op):
         if not self.batched:
             return list(tensors), list(tensors), [], 1
         ranks = self.ranks or [t.dim() for t in tensors]
-        out_index = self.output
+        # A product's stand-ins for the epilogue inputs are never read: they neither copy nor keep
+        # the batch from folding, and take the output's layout.
+        real = [epilogue or index in self.operands or index == self.output for index in range(len(tensors))]
         views, pointers, write_back = [], [], []
         for index, (tensor, rank) in enumerate(zip(tensors, ranks)):
-            if not epilogue and index not in self.operands and index != out_index:
-                # A product's stand-in for an epilogue input: never read.
-                views.append(None)
-                pointers.append(tensor)
-                continue
-            view, copied = matrices(tensor, batch, rank)
+            view, copied = matrices(tensor, batch, rank) if real[index] else (None, False)
             views.append(view)
             pointers.append(view if copied else tensor)
-            if copied and index >= out_index:
+            if copied and index >= self.output:
                 write_back.append((tensor, view))
-        out_view = views[out_index]
-        views = [out_view[:, 0] if v is None and ranks[i] == 1 else out_view if v is None else v
-                 for i, v in enumerate(views)]
-        folded_views = folded(views, M, self.along_rows)
-        if folded_views is not None:
-            return folded_views, pointers, write_back, 1
-        return views, pointers, write_back, views[0].shape[0]
+        along = [rows for rows, keep in zip(self.along_rows, real) if keep]
+        kept = folded([v for v in views if v is not None], M, along)
+        count = 1 if kept is not None else views[self.operands[0]].shape[0]
+        if kept is not None:
+            views = [kept.pop(0) if keep else None for keep in real]
+        out = views[self.output]
+        stand_in = out[..., 0, :] if out.dim() == 3 else out[0]  # (for a rank-1 input: any row of the output)
+        views = [v if v is not None else out if ranks[i] == 2 else stand_in for i, v in enumerate(views)]
+        return views, pointers, write_back, count
 
     def loads_through_descriptors(self, config, a, b, traced=False):
         """Whether `config` loads operands `a` and `b` through tensor descriptors: it asks for
