@@ -571,9 +571,13 @@ class _Validator:
         output axes, with or without the batch axes."""
         declared = {name: fixed_axes(shape) for name, shape in outputs.items() if shape is not None}
         for name, shape in declared.items():
-            if len(shape) != 2:
+            if len(shape) > 2:  # named batch axes: the language writes them as "..."
+                self.error(f"outputs.{name}.shape", f"a matmul's batch axes are written '...' (any number, "
+                           f"broadcast as torch.matmul's), got {_axes_text(outputs[name])}",
+                           f"[..., {', '.join(shape[-2:])}], with operands [..., M, K] and [..., K, N]")
+            elif len(shape) != 2:
                 self.error(f"outputs.{name}.shape", f"a matmul output is [M, N] or [..., M, N] (batched), "
-                           f"got {list(outputs[name])}", "[M, N] or [..., M, N]")
+                           f"got {_axes_text(outputs[name])}", "[M, N] or [..., M, N]")
         if len(set(declared.values())) != 1 or len({s[:1] == ("...",) for s in outputs.values()}) != 1:
             self.error("outputs", "matmul outputs must share one shape", "[M, N] or [..., M, N]")
             return None
