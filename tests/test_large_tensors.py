@@ -36,6 +36,19 @@ def test_matmul_offsets_past_int32():
         torch.testing.assert_close(c[rows], want[rows], atol=2e-2, rtol=2e-2)
 
 
+def test_batched_matmul_offsets_past_int32():
+    # Matrices of a batch that does not fold (b batched too): matrix 40's first element lies past
+    # 2**31 in A, whose batch offsets then run in 64 bits.
+    from generated import bmm
+
+    batch, m, k, n = 41, 8192, 8192, 64
+    a = torch.randn(batch, m, k, device="cuda", dtype=torch.float16) * k**-0.25  # 2.75e9 elements
+    b = torch.randn(batch, k, n, device="cuda", dtype=torch.float16) * k**-0.25
+    c = bmm(a, b)
+    for index in (0, batch // 2, batch - 1):
+        torch.testing.assert_close(c[index, -64:], a[index, -64:] @ b[index], atol=2e-2, rtol=2e-2)
+
+
 def test_reduction_rows_past_int32():
     from generated import rms_norm, softmax
 
