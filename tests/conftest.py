@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,3 +39,20 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` with its bytes (caches aside)."""
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
             if p.is_file() and "__pycache__" not in p.parts}
+
+
+@contextlib.contextmanager
+def built_package(root: Path, package: str, specs: dict[str, str] = None):
+    """The package `package`, built under `root` from the YAML files of root/specs (`specs`: file
+    name -> text, written there first) and imported; `root` leaves sys.path afterwards."""
+    folder = root / "specs"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in (specs or {}).items():
+        (folder / name).write_text(text)
+    result = CliRunner().invoke(main, ["build", str(folder), "-o", str(root / package)])
+    assert result.exit_code == 0, result.output
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module(package)
+    finally:
+        sys.path.remove(str(root))

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 
 import pytest
 import torch
+
+from tests.conftest import built_package
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available(),
@@ -62,21 +63,9 @@ masks:
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    from click.testing import CliRunner
-
-    from tilegen.cli import main
-
-    root = tmp_path_factory.mktemp("autograd")
-    (root / "specs").mkdir()
-    (root / "specs" / "mm_mix.yaml").write_text(MATMUL)
-    (root / "specs" / "ew_mix.yaml").write_text(ELEMENTWISE)
-    result = CliRunner().invoke(main, ["build", str(root / "specs"), "-o", str(root / "autograd_ops")])
-    assert result.exit_code == 0, result.output
-    sys.path.insert(0, str(root))
-    try:
-        yield importlib.import_module("autograd_ops")
-    finally:
-        sys.path.remove(str(root))
+    specs = {"mm_mix.yaml": MATMUL, "ew_mix.yaml": ELEMENTWISE}
+    with built_package(tmp_path_factory.mktemp("autograd"), "autograd_ops", specs) as module:
+        yield module
 
 
 def _device():

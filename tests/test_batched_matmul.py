@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tilegen.runtime.batch import batch_shape, batch_stride, folded, matrices
+from tests.conftest import built_package
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -79,24 +80,8 @@ epilogue:
 
 @pytest.fixture(scope="module")
 def variant(tmp_path_factory):
-    import importlib
-    import sys
-
-    from click.testing import CliRunner
-
-    from tilegen.cli import main
-
-    root = tmp_path_factory.mktemp("batched")
-    specs = root / "specs"
-    specs.mkdir()
-    (specs / "bmm_residual.yaml").write_text(BATCHED_RESIDUAL)
-    result = CliRunner().invoke(main, ["build", str(specs), "-o", str(root / "batched_ops")])
-    assert result.exit_code == 0, result.output
-    sys.path.insert(0, str(root))
-    try:
-        yield importlib.import_module("batched_ops")
-    finally:
-        sys.path.remove(str(root))
+    with built_package(tmp_path_factory.mktemp("batched"), "batched_ops", {"bmm_residual.yaml": BATCHED_RESIDUAL}) as module:
+        yield module
 
 
 def _oracle(x, w, residual, row_scale, alpha=0.5):

@@ -3,15 +3,12 @@ shapes made valid for them, and an op built from such a spec, run against PyTorc
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 
 import pytest
 import torch
-from click.testing import CliRunner
 
-from tilegen.cli import main
+from tests.conftest import built_package
 
 SPEC = """
 op: row_scale
@@ -33,16 +30,8 @@ def spec_and_package(tmp_path_factory):
     from tilegen.build import load_specs
 
     root = tmp_path_factory.mktemp("declared")
-    (root / "specs").mkdir()
-    (root / "specs" / "row_scale.yaml").write_text(SPEC)
-    result = CliRunner().invoke(main, ["build", str(root / "specs"), "-o", str(root / "declared_ops")])
-    assert result.exit_code == 0, result.output
-    spec = load_specs([root / "specs"], root)[0].spec
-    sys.path.insert(0, str(root))
-    try:
-        yield spec, importlib.import_module("declared_ops")
-    finally:
-        sys.path.remove(str(root))
+    with built_package(root, "declared_ops", {"row_scale.yaml": SPEC}) as module:
+        yield load_specs([root / "specs"], root)[0].spec, module
 
 
 def test_shapes_are_fitted_to_the_declared_rank(spec_and_package):

@@ -4,19 +4,16 @@ errors, and differentiates (built and run in the interpreter, or on a GPU)."""
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import os
-import sys
 
 import pytest
 import torch
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tilegen.cli import main
 from tilegen.naming import RESERVED, identifiers
+from tests.conftest import built_package
 
 needs_backend = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available(),
@@ -99,17 +96,8 @@ _builds = itertools.count()
 def _build(tmp_path, specs: dict[str, str]):
     """Build `specs` (op -> YAML) into a fresh package and import it."""
     package = f"named_ops_{next(_builds)}"
-    root = tmp_path / package
-    (root / "specs").mkdir(parents=True)
-    for op, text in specs.items():
-        (root / "specs" / f"{op}.yaml").write_text(text)
-    result = CliRunner().invoke(main, ["build", str(root / "specs"), "-o", str(root / package)])
-    assert result.exit_code == 0, result.output
-    sys.path.insert(0, str(root))
-    try:
-        return importlib.import_module(package)
-    finally:
-        sys.path.remove(str(root))
+    with built_package(tmp_path / package, package, {f"{op}.yaml": text for op, text in specs.items()}) as module:
+        return module
 
 
 def _check_elementwise(module, op, x, y, alpha, beta):

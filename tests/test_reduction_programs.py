@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import importlib
 import random
-import sys
 
 import pytest
 import torch
-from click.testing import CliRunner
 
-from tilegen.cli import main
 from tilegen.expressions import assignments, parse_expression
+from tests.conftest import built_package
 
 ELEMENT_FORMS = ["{a} * {b}", "{a} + {b}", "exp({a} - {r})", "{a} - {r}", "{a} * {r}", "sigmoid({a}) * {b}",
                  "tanh({a}) * {r}", "{a} / (1.0 + {r} * {r})", "maximum({a}, {b})", "where({a} > {r}, {a}, {b})"]
@@ -61,17 +59,9 @@ def _spec(seed: int) -> str:
 
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("programs")
-    (root / "specs").mkdir()
-    for seed in range(PROGRAMS):
-        (root / "specs" / f"program_{seed}.yaml").write_text(_spec(seed))
-    result = CliRunner().invoke(main, ["build", str(root / "specs"), "-o", str(root / "program_ops")])
-    assert result.exit_code == 0, result.output
-    sys.path.insert(0, str(root))
-    try:
-        yield importlib.import_module("program_ops")
-    finally:
-        sys.path.remove(str(root))
+    specs = {f"program_{seed}.yaml": _spec(seed) for seed in range(PROGRAMS)}
+    with built_package(tmp_path_factory.mktemp("programs"), "program_ops", specs) as module:
+        yield module
 
 
 def _oracle(seed, x, w):

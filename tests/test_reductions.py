@@ -12,6 +12,7 @@ from tilegen.expressions import assignments, parse_expression
 from tilegen.rows import ELEMENT, ROW, UNIFORM, RowProgram, output_pass, stage_pass, whole_row_lines
 from tilegen.validate import validate_document
 from tilegen.yaml_source import load_document
+from tests.conftest import built_package
 
 # Kernels run on the GPU where there is one, else in Triton's interpreter on CPU tensors.
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -307,27 +308,16 @@ tiles:
 
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory):
-    import importlib
-    import sys
-
     from click.testing import CliRunner
 
     from tilegen.cli import main
 
     root = tmp_path_factory.mktemp("variants")
-    specs = root / "specs"
-    specs.mkdir()
-    runner = CliRunner()
-    assert runner.invoke(main, ["new", "scaled_softmax", "--kind", "reduction", "--specs", str(specs)]).exit_code == 0
-    (specs / "gemma_rms.yaml").write_text(GEMMA)
-    (specs / "tempered_softmax.yaml").write_text(TEMPERED)
-    result = runner.invoke(main, ["build", str(specs), "-o", str(root / "variant_ops")])
-    assert result.exit_code == 0, result.output
-    sys.path.insert(0, str(root))
-    try:
-        yield importlib.import_module("variant_ops")
-    finally:
-        sys.path.remove(str(root))
+    (root / "specs").mkdir()
+    scaffold = CliRunner().invoke(main, ["new", "scaled_softmax", "--kind", "reduction", "--specs", str(root / "specs")])
+    assert scaffold.exit_code == 0, scaffold.output
+    with built_package(root, "variant_ops", {"gemma_rms.yaml": GEMMA, "tempered_softmax.yaml": TEMPERED}) as module:
+        yield module
 
 
 def test_variants_written_in_yaml_compute_and_differentiate_as_pytorch(variants):
