@@ -56,3 +56,18 @@ def built_package(root: Path, package: str, specs: dict[str, str] = None):
         yield importlib.import_module(package)
     finally:
         sys.path.remove(str(root))
+
+
+def validated(tmp_path: Path, text: str):
+    """(the Spec of the YAML `text`, or None; the error lines it got), as `tilegen check` reports
+    them for specs/spec.yaml."""
+    from tilegen.errors import ErrorLog
+    from tilegen.validate import validate_document
+    from tilegen.yaml_source import load_document
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    errors = ErrorLog()
+    doc = load_document(path, errors, "specs/spec.yaml")
+    spec = validate_document(doc, errors) if doc is not None else None
+    return spec, errors.lines()

@@ -8,10 +8,8 @@ import ast
 import pytest
 
 from tilegen.categories import BOOL, FLOAT, INT, CategoryError, Kind, can_hold, category_of
-from tilegen.errors import ErrorLog
 from tilegen.expressions import assignments, parse_expression
-from tilegen.validate import validate_document
-from tilegen.yaml_source import load_document
+from tests.conftest import validated
 
 NAMES = {"i": Kind(INT, False), "j": Kind(INT, False), "f": Kind(FLOAT, False), "m": Kind(BOOL, False),
          "k": Kind(INT, True), "alpha": Kind(FLOAT, True)}
@@ -70,13 +68,6 @@ tiles:
 """
 
 
-def _validate(tmp_path, text):
-    path = tmp_path / "spec.yaml"
-    path.write_text(text)
-    errors = ErrorLog()
-    doc = load_document(path, errors, "specs/spec.yaml")
-    return validate_document(doc, errors), errors.lines()
-
 
 @pytest.mark.parametrize("old, new, key, words", [
     ("y: a + b", "y: a * x", "compute.y", "output 'y' holds int values but its expression gives float values"),
@@ -90,20 +81,20 @@ def test_bad_integer_specs_get_one_line(tmp_path, old, new, key, words):
     text = SPEC.replace(old, new)
     if new == "kind: reduction":
         text = text.replace("  a: {dtype: [int32, int64]}", "  a: {dtype: [int32, int64], shape: [..., N]}")
-    spec, errors = _validate(tmp_path, text)
+    spec, errors = validated(tmp_path, text)
     assert spec is None
     assert any(f": {key}: " in e and words in e for e in errors), errors
 
 
 @pytest.mark.parametrize("new", ["y: a * 2 + b", "y: relu(a - b)", "y: where(x > 0, a, b)"])
 def test_integer_math_into_an_integer_output_is_accepted(tmp_path, new):
-    spec, errors = _validate(tmp_path, SPEC.replace("y: a + b", new))
+    spec, errors = validated(tmp_path, SPEC.replace("y: a + b", new))
     assert errors == [] and spec is not None
 
 
 def test_a_bool_output_takes_a_comparison_and_a_float_one_an_int_result(tmp_path):
     text = SPEC.replace("  y: {dtype: a}", "  y: {dtype: [bool]}\n  z: {dtype: x}").replace(
         "  y: a + b", "  y: a > b\n  z: a + b")
-    spec, errors = _validate(tmp_path, text)
+    spec, errors = validated(tmp_path, text)
     assert errors == [] and spec is not None
     assert isinstance(dict(spec.body)["y"].tree.body, ast.Compare)

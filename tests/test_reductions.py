@@ -7,12 +7,9 @@ import pytest
 import torch
 
 from tilegen.derivatives import differentiate
-from tilegen.errors import ErrorLog
 from tilegen.expressions import assignments, parse_expression
 from tilegen.rows import ELEMENT, ROW, UNIFORM, RowProgram, output_pass, stage_pass, whole_row_lines
-from tilegen.validate import validate_document
-from tilegen.yaml_source import load_document
-from tests.conftest import built_package
+from tests.conftest import built_package, validated
 
 # Kernels run on the GPU where there is one, else in Triton's interpreter on CPU tensors.
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -38,17 +35,9 @@ tiles:
 """
 
 
-def _validate(tmp_path, text):
-    path = tmp_path / "spec.yaml"
-    path.write_text(text)
-    errors = ErrorLog()
-    doc = load_document(path, errors, "specs/spec.yaml")
-    spec = validate_document(doc, errors) if doc is not None else None
-    return spec, errors.lines()
-
 
 def test_the_spec_validates_to_steps_and_roles(tmp_path):
-    spec, errors = _validate(tmp_path, RMS_NORM)
+    spec, errors = validated(tmp_path, RMS_NORM)
     assert errors == []
     assert [name for name, _ in spec.steps] == ["r"]
     assert spec.row_roles() == {"x": "element", "w": "column", "y": "element", "rstd": "row"}
@@ -79,7 +68,7 @@ def test_the_spec_validates_to_steps_and_roles(tmp_path):
 ])
 def test_bad_reduction_specs_get_one_line_each(tmp_path, old, new, key, words):
     assert old in RMS_NORM
-    spec, errors = _validate(tmp_path, RMS_NORM.replace(old, new))
+    spec, errors = validated(tmp_path, RMS_NORM.replace(old, new))
     if key is None:  # accepted (a step named like a kernel variable is renamed)
         assert errors == [] and spec is not None
         assert words is None or spec.steps[-1][0] == words
@@ -93,7 +82,7 @@ def test_bad_reduction_specs_get_one_line_each(tmp_path, old, new, key, words):
 def test_reductions_are_refused_outside_reduction_kinds(tmp_path):
     text = ("op: bad\nkind: elementwise\ninputs:\n  x: {dtype: [float32]}\noutputs:\n  y: {dtype: x}\n"
             "steps:\n  s: x\ncompute:\n  y: x - sum(x)\ntiles:\n  N: {block: B, sizes: [128]}\n")
-    spec, errors = _validate(tmp_path, text)
+    spec, errors = validated(tmp_path, text)
     assert spec is None and len(errors) == 2
     assert ": steps: steps are not used by elementwise kinds" in errors[0]
     assert ": compute.y: function 'sum' is not allowed" in errors[1]
