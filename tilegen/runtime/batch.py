@@ -7,24 +7,20 @@ contiguous batch, or one broadcast along every axis, stride 0); otherwise the te
 a copy (as torch.matmul would materialize it) or written through one.
 """
 
+import math
+
 import torch
+
+from .checks import broadcast_leading
 
 
 def batch_shape(op, named, ranks):
     """The broadcast batch shape of the tensors `named` ([(name, tensor)]), each with its last
     `ranks[i]` dims its matrix ones. Raises ValueError naming the argument whose batch axes do
     not broadcast, its batch shape and that of the arguments before it."""
-    shape, before = (), []
-    for (name, value), rank in zip(named, ranks):
-        lead = tuple(value.shape[:max(value.dim() - rank, 0)])
-        try:
-            shape = tuple(torch.broadcast_shapes(shape, lead))
-        except RuntimeError:
-            raise ValueError(f"{op}: argument '{name}' has batch axes {lead}, which do not broadcast with {shape} "
-                             f"(the batch axes of {', '.join(before)}; batch axes broadcast as in torch.matmul)") from None
-        if lead:
-            before.append(f"'{name}'")
-    return shape
+    leads = [(name, tuple(value.shape[:max(value.dim() - rank, 0)])) for (name, value), rank in zip(named, ranks)]
+    return broadcast_leading(op, [(name, lead) for name, lead in leads if lead], "batch axes", "the batch axes of",
+                             "batch axes broadcast as in torch.matmul")
 
 
 def batch_stride(tensor, batch, rank):
@@ -49,9 +45,7 @@ def batch_stride(tensor, batch, rank):
 def matrices(tensor, batch, rank):
     """`tensor` as [matrices, *matrix dims] over the flattened batch `batch` (a view where its
     batch axes flatten into one stride, else a contiguous copy), and whether it is a copy."""
-    count = 1
-    for size in batch:
-        count *= size
+    count = math.prod(batch)
     stride = batch_stride(tensor, batch, rank)
     matrix = tuple(tensor.shape[tensor.dim() - rank:])
     if stride is None:

@@ -72,6 +72,21 @@ def broadcast_shape(op, named):
     return None if all(tuple(value.shape) == shape for _, value in named) else shape
 
 
+def broadcast_leading(op, named, has, of, rule):
+    """The leading shapes `named` ([(name, shape)]) broadcast together by PyTorch's rules (a
+    reduction's rows, a batched matmul's batch axes). Raises ValueError naming the op, the argument
+    that does not broadcast ("has {has} {shape}"), and those before it ("{of} 'a', 'b'; {rule}")."""
+    shape, before = (), []
+    for name, lead in named:
+        try:
+            shape = tuple(torch.broadcast_shapes(shape, lead))
+        except RuntimeError:
+            raise ValueError(f"{op}: argument '{name}' has {has} {lead}, which do not broadcast with {shape} "
+                             f"({of} {', '.join(before)}; {rule})") from None
+        before.append(f"'{name}'")
+    return shape
+
+
 def check_axes(op, declared):
     """Tensors against the shapes their spec declares: `declared` is [(name, tensor, axes)] with
     axes such as ("...", "N"): "..." stands for any leading axes, and a named axis has one size in

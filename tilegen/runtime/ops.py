@@ -12,6 +12,7 @@ import triton.language as tl
 from . import library
 from .batch import batch_shape, folded, matrices
 from .callpath import CallPath
+from .checks import broadcast_leading
 from .configs import ConfigChooser
 from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
@@ -344,19 +345,14 @@ class ReductionOp(Op):
         """(the rows' leading shape, N) of a call with the tensors `named` ([(name, tensor)] in
         input order): element tensors' leading axes and row tensors' shapes broadcast as in
         PyTorch. Raises ValueError naming the argument that does not."""
-        lead, n, before = (), None, []
+        rows, n = [], None
         for (name, value), role in zip(named, self.roles):
             if role == "column":
                 continue
-            shape = tuple(value.shape[:-1]) if role == "element" else tuple(value.shape)
+            rows.append((name, tuple(value.shape[:-1]) if role == "element" else tuple(value.shape)))
             if role == "element" and n is None:
                 n = int(value.shape[-1])
-            try:
-                lead = tuple(torch.broadcast_shapes(lead, shape))
-            except RuntimeError:
-                raise ValueError(f"{op}: argument '{name}' has rows of shape {shape}, which do not broadcast with "
-                                 f"{lead} (the rows of {', '.join(before)}; shapes broadcast as in PyTorch)") from None
-            before.append(f"'{name}'")
+        lead = broadcast_leading(op, rows, "rows of shape", "the rows of", "shapes broadcast as in PyTorch")
         return lead, n
 
     def run(self, inputs, outputs, scalars, lead, n, call=None, result=None):
