@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from .dtypes import DTYPES
-from .expressions import assignments
 from .spec import Spec
-from .testgen import _dtype_exprs, _positive_domain, _scalar_test_value, matmul_columns, rows_shaped, row_shape_exprs
+from .testgen import _dtype_exprs, _positive_domain, _scalar_test_value, pytorch_lines, row_shape_exprs
 
 # The matmul shape set every benchmark and the tables start from, as (M, N, K).
 MATMUL_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
@@ -26,11 +25,7 @@ REDUCTION_SHAPES = [(total // n, n) for total in (1 << 20, 1 << 24, 1 << 27) for
 
 def bench_context(spec: Spec, header: str, package: str) -> dict:
     dtypes = [d for d in spec.inputs[0].dtypes if d in BENCH_DTYPES[spec.kind]] or [spec.inputs[0].dtypes[0]]
-    expressions = spec.output_expressions()
-    scalars = frozenset(s.name for s in spec.scalars)
-    torch_lines = matmul_columns(spec) + assignments(
-        list(spec.steps) + [(t.name, expressions[t.name]) for t in spec.outputs], "eager",
-        scalars) + rows_shaped(spec)
+    torch_lines = pytorch_lines(spec, "eager", frozenset(s.name for s in spec.scalars))
     names = [t.name for t in spec.outputs]
     ctx = dict(
         header=header, package=package, op=spec.op, kind=spec.kind, batched=False,

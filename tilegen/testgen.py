@@ -26,12 +26,18 @@ def _dtype_exprs(spec: Spec, tensors) -> list[str]:
     return out
 
 
-def _oracle(spec: Spec) -> tuple[list[str], str]:
+def pytorch_lines(spec: Spec, target: str, scalars: frozenset[str] = frozenset()) -> list[str]:
+    """The op's math as PyTorch lines, for `target` "torch" (the float64 oracle) or "eager" (the
+    benchmark's baseline): a matmul's [M] inputs made columns, a reduction's steps first (its
+    outputs read them, where its reference does not say otherwise), the outputs, then the outputs
+    given the op's shapes."""
     expressions = spec.output_expressions()
-    # A reduction's steps come first: its outputs read them (where its reference does not say otherwise).
-    lines = matmul_columns(spec) + assignments(
-        list(spec.steps) + [(t.name, expressions[t.name]) for t in spec.outputs], "torch")
-    lines += rows_shaped(spec)
+    math = list(spec.steps) + [(t.name, expressions[t.name]) for t in spec.outputs]
+    return matmul_columns(spec) + assignments(math, target, scalars) + rows_shaped(spec)
+
+
+def _oracle(spec: Spec) -> tuple[list[str], str]:
+    lines = pytorch_lines(spec, "torch")
     names = [t.name for t in spec.outputs]
     # A result that does not depend on any tensor (a constant) still needs the output's shape.
     result = names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)"
