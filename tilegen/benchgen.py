@@ -13,6 +13,9 @@ MATMUL_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (81
 # products (scores Q @ K^T and the weighted sum P @ V at head size 128), and square batches.
 BATCHED_MATMUL_SHAPES = [(64, 128, 128, 64), (256, 64, 64, 64), (32, 2048, 2048, 128), (32, 2048, 128, 2048),
                          (8, 1024, 1024, 1024), (4, 4096, 4096, 4096)]
+# An fp8 matmul's shape set (sizes torch._scaled_mm takes: multiples of 16).
+FP8_MATMUL_SHAPES = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (4096, 11008, 4096),
+                     (128, 4096, 4096)]
 ELEMENTWISE_SHAPES = [(1 << p,) for p in range(12, 29, 2)]
 # The last axis of the default shapes of elementwise ops whose inputs broadcast along it.
 HIDDEN = 4096
@@ -28,7 +31,7 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
     torch_lines = pytorch_lines(spec, "eager", frozenset(s.name for s in spec.scalars))
     names = [t.name for t in spec.outputs]
     ctx = dict(
-        header=header, package=package, op=spec.op, kind=spec.kind, batched=False,
+        header=header, package=package, op=spec.op, kind=spec.kind, batched=False, fp8=False,
         dtypes_literal=", ".join(DTYPES[d].torch for d in dtypes),
         input_names=[t.name for t in spec.inputs],
         input_dtype_exprs=_dtype_exprs(spec, spec.inputs),
@@ -40,7 +43,7 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
         torch_lines=torch_lines,
         result=names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)",
         positive=_positive_domain(spec),
-        differentiable=bool(spec.float_inputs()),
+        differentiable=bool(spec.float_inputs()) and not spec.no_gradient(),
     )
     if spec.kind == "matmul":
         parts = spec.matmul_parts()
@@ -49,12 +52,18 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
         # axis), so every op is timed on the kind's shape set, 128x4096x4096 included.
         shapes = [spec.fit_to_blocks((m, n, k), s, min) for s in MATMUL_SHAPES + list(spec.bench_shapes)]
         small = spec.fit_to_blocks((m, n, k), (64, 64, 64), min)
+        if spec.fp8_operands():
+            shapes = [spec.fit_to_blocks((m, n, k), s, min) for s in FP8_MATMUL_SHAPES + list(spec.bench_shapes)]
         if parts.is_batched:  # (B, M, N, K); the batch leads every tensor with "..."
             shapes = [s[:1] + spec.fit_to_blocks((m, n, k), s[1:], min)
                       for s in BATCHED_MATMUL_SHAPES + list(spec.bench_shapes)]
             small = (4,) + small
         shape_of = {m: "mm", n: "nn", k: "kk", "...": "bb"}
-        ctx.update(a=a.name, b=b.name, small_shape=small, batched=parts.is_batched,
+        # fp8: eager math runs on _scaled_mm's float32 result; the outputs then take their dtypes.
+        casts = [f"{t.name} = {t.name}.to({d})" for t, d in zip(spec.outputs, _dtype_exprs(spec, spec.outputs))]
+        ctx.update(a=a.name, b=b.name, small_shape=small, batched=parts.is_batched, fp8=spec.fp8_operands(),
+                   torch_lines=ctx["torch_lines"] + (casts if spec.fp8_operands() else []),
+                   b_index=[t.name for t in spec.inputs].index(b.name),
                    input_shape_exprs=[_tuple_source([shape_of[x] for x in t.shape]) for t in spec.inputs])
     elif spec.kind == "reduction":
         shapes = REDUCTION_SHAPES + list(spec.bench_shapes)

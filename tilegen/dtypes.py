@@ -23,8 +23,14 @@ DTYPES: dict[str, DType] = {
         DType("int32", "torch.int32", "tl.int32", 4),
         DType("int64", "torch.int64", "tl.int64", 8),
         DType("bool", "torch.bool", "tl.int1", 1),
+        DType("float8_e4m3fn", "torch.float8_e4m3fn", "tl.float8e4nv", 1),
+        DType("float8_e5m2", "torch.float8_e5m2", "tl.float8e5", 1),
     )
 }
+# 8-bit floats hold a matmul's operands only (scaled on the accumulator by epilogue inputs).
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+# What elementwise ops take: every dtype but the 8-bit floats.
+ELEMENTWISE_DTYPES = tuple(d for d in DTYPES if d not in FP8_DTYPES)
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 # Reductions compute in float (their statistics are float whatever the input).
 REDUCTION_DTYPES = FLOAT_DTYPES
@@ -34,8 +40,9 @@ def category(dtype: str) -> str:
     """"float", "int" or "bool": what PyTorch's type promotion tells apart between kinds of dtype."""
     return "bool" if dtype == "bool" else "int" if dtype.startswith("int") else "float"
 
-# Matmul inputs go through tl.dot, which has no float64 path on tensor cores.
-MATMUL_DTYPES = ("float16", "bfloat16", "float32")
+# Matmul inputs go through tl.dot, which has no float64 path on tensor cores; fp8 operands
+# take the tensor cores' 8-bit path (float32 accumulator).
+MATMUL_DTYPES = ("float16", "bfloat16", "float32", *FP8_DTYPES)
 ACCUMULATE_DTYPES = ("float32",)
 PRECISIONS = ("ieee", "tf32", "tf32x3")
 
@@ -44,7 +51,7 @@ def wider(a: str, b: str) -> str:
     """The more precise of two float dtypes (bfloat16 and float16 both widen to float32)."""
     if a == b:
         return a
-    rank = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+    rank = {"float8_e4m3fn": 0, "float8_e5m2": 0, "float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
     if rank[a] == rank[b]:
         return "float32"
     return a if rank[a] > rank[b] else b

@@ -298,6 +298,9 @@ def _matmul_backward(spec: Spec) -> dict:
     dB = A^T @ dZ with the op's own kernel, and sums over M (or N) for [N] (or [M]) extras."""
     parts = spec.matmul_parts()
     a, b, m, n, k = parts.a.name, parts.b.name, parts.m, parts.n, parts.k
+    placeholders = tuple_source(_PLACEHOLDERS[sc.type] for sc in spec.scalars)
+    if spec.no_gradient():
+        return dict(no_gradient=spec.no_gradient(), reads_acc=False, gradients="None", placeholders=placeholders)
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
     extras = {t.name: parts.matrix(t) for t in parts.extras}
@@ -381,7 +384,8 @@ def _matmul_backward(spec: Spec) -> dict:
         # variant (the one eager calls that record autograd take) keeps it instead.
         gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (None,)),
         training_gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (len(outputs),)),
-        placeholders=tuple_source(_PLACEHOLDERS[sc.type] for sc in spec.scalars),
+        placeholders=placeholders,
+        no_gradient="",
     )
 
 
@@ -489,7 +493,8 @@ def _wrapped_args(names: list[str]) -> str:
 
 def _dot_options(spec: Spec) -> str:
     # Triton's default for float32 dots is tf32; PyTorch's is full precision. Follow the spec.
-    return f', input_precision="{spec.precision}"'
+    # (fp8 operands have one precision: the tensor cores' 8-bit path.)
+    return "" if spec.fp8_operands() else f', input_precision="{spec.precision}"'
 
 
 def _extra_load(tensor: TensorSpec, m: str, n: str) -> dict:

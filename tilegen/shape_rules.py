@@ -2,11 +2,12 @@
 a matmul's operands, batch axes and epilogue inputs, a reduction's rows, weights and per-row values.
 
 A mixin of the validator (validate.py): the rules report through its `error`, and read the spec's
-data and tiled axes from it.
+data, resolved dtypes and tiled axes from it.
 """
 
 from __future__ import annotations
 
+from .dtypes import FP8_DTYPES
 from .spec import broadcast_axes_of, fixed_axes
 
 
@@ -70,6 +71,7 @@ class ShapeRules:
         if b_dtype != operands[0] and b_dtype != a_dtype:
             self.error(f"inputs.{operands[1]}.dtype", "the second operand must have the first's dtype",
                        f"dtype: {operands[0]}")
+        self.fp8_roles(operands)
         for name, shape in matrix.items():
             if name not in operands and shape not in ((m,), (n,), (m, n)):
                 self.error(f"inputs.{name}.shape", f"an epilogue input must be indexed by output axes, "
@@ -78,6 +80,21 @@ class ShapeRules:
                 self.error(f"inputs.{name}.shape", "an epilogue input with batch axes has the output's "
                            f"matrix axes, got {axes_text(inputs[name])}", f"[..., {m}, {n}], or [{n}] for every batch")
         return m, n, k
+
+    def fp8_roles(self, operands) -> None:
+        """8-bit floats are operands' dtypes only, and an operand's dtypes are all 8-bit or none:
+        the float32 accumulator is scaled by epilogue inputs, and outputs are 16 or 32-bit."""
+        for name, (accepted, source) in self.dtypes.items():
+            fp8 = [d for d in accepted if d in FP8_DTYPES]
+            if not fp8 or (source != name and name in operands):
+                continue  # (an operand that follows the other is checked there)
+            section = "inputs" if name in self.data.get("inputs", {}) else "outputs"
+            if name not in operands:
+                self.error(f"{section}.{name}.dtype", f"{fp8[0]} is a matmul operand's dtype only",
+                           "float16, bfloat16 or float32 for scales, epilogue inputs and outputs")
+            elif len(fp8) != len(accepted):
+                self.error(f"{section}.{name}.dtype", "an operand's dtypes are all 8-bit floats or none",
+                           "[float8_e4m3fn, float8_e5m2] or [float16, bfloat16, float32]")
 
     def elementwise_shapes(self, inputs: dict, outputs: dict) -> None:
         """Declared elementwise shapes broadcast as in PyTorch: axes line up from the last, so each

@@ -161,6 +161,18 @@ class Spec:
         return {**{t.name: ROW if roles[t.name] == "row" else ELEMENT for t in self.inputs},
                 **{s.name: UNIFORM for s in self.scalars}}
 
+    def fp8_operands(self) -> bool:
+        """Whether a matmul's operands are 8-bit floats (the validator keeps them all fp8 or none)."""
+        from .dtypes import FP8_DTYPES
+
+        return self.kind == "matmul" and any(d in FP8_DTYPES for d in self.matmul_parts().a.dtypes)
+
+    def no_gradient(self) -> str:
+        """Why the op has no backward ("" where it has one): what its wrapper says to a call that
+        would record autograd. An fp8 operand's gradient has no dtype to be made in, and training in
+        fp8 needs scaling recipes (amax histories, per-step scales) a spec does not describe."""
+        return "an fp8 matmul has no backward: its operands are 8-bit floats" if self.fp8_operands() else ""
+
     def matmul_parts(self) -> "MatmulParts":
         """A matmul's operands, its M, N, K axis symbols, its epilogue inputs, and which tensors
         lead with batch axes ("...")."""

@@ -174,6 +174,7 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
     parts = spec.matmul_parts()
     a, b, m, n, k, extras = parts.a, parts.b, parts.m, parts.n, parts.k, list(parts.extras)
     never = {axis: spec.mask(axis) == "never" for axis in (m, n, k)}
+    fp8 = spec.fp8_operands()
 
     def fit(*shape):
         return spec.fit_to_blocks((m, n, k), shape)
@@ -207,8 +208,11 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
         large_key=", ".join(map(str, fit(4096, 4096, 4096))),
         skinny_key=", ".join(map(str, fit(64, 4096, 4096))),
         never_axes=never_axes,
-        precision_key=f'"{spec.precision}" if dtype == torch.float32 else dtype'
+        # fp8 operands: the oracle multiplies them exactly; the output's rounding bounds the error.
+        precision_key="output_dtypes(dtype)[0]" if fp8 else f'"{spec.precision}" if dtype == torch.float32 else dtype'
         if spec.precision != "ieee" else "dtype",
+        fp8=fp8,
+        no_gradient=spec.no_gradient(),
     )
     return ctx
 

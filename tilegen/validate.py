@@ -12,7 +12,8 @@ import keyword
 import re
 
 from .categories import FLOAT, CategoryError, Kind, can_hold, category_of
-from .dtypes import ACCUMULATE_DTYPES, DTYPES, FLOAT_DTYPES, MATMUL_DTYPES, PRECISIONS, REDUCTION_DTYPES, category
+from .dtypes import (ACCUMULATE_DTYPES, DTYPES, ELEMENTWISE_DTYPES, FLOAT_DTYPES, MATMUL_DTYPES, PRECISIONS,
+                     REDUCTION_DTYPES, category)
 from .errors import ErrorLog
 from .expressions import Expression, ExpressionError, parse_expression
 from .rows import ELEMENT, LEVEL_NAMES, ROW, UNIFORM, level_of
@@ -319,7 +320,7 @@ class _Validator(ShapeRules):
         for section, names in (("inputs", inputs), ("outputs", outputs)):
             for name in names:
                 raw[name] = (section, self.data[section][name].get("dtype"))
-        allowed_dtypes = {"matmul": MATMUL_DTYPES, "reduction": REDUCTION_DTYPES}.get(kind, tuple(DTYPES))
+        allowed_dtypes = {"matmul": MATMUL_DTYPES, "reduction": REDUCTION_DTYPES}.get(kind, ELEMENTWISE_DTYPES)
         resolved: dict[str, tuple] = {}
 
         def resolve(name: str, trail: tuple[str, ...]):

@@ -25,7 +25,7 @@ from .batch import batch_shape
 from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace, ReductionSpace
 from .device import INTERPRET, cdiv, device_facts, on_device
 from .autograd import Gradients, call
-from .library import copy_out, refuse_functorch, refuse_out_with_grad, register, tracing, wants_grad
+from .library import copy_out, refuse_functorch, refuse_grad, refuse_out_with_grad, register, tracing, wants_grad
 from . import autograd, launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
 from .ops import ElementwiseOp, MatmulOp, ReductionOp, op_of
 from ..schema import RUNTIME_VERSION as VERSION, bucket, tile_of
@@ -50,6 +50,6 @@ __all__ = [
     "check_scalar", "check_tensor", "prepare_out", "split_out",
     "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ReductionSpace", "ElementwiseOp", "MatmulOp", "ReductionOp",
     "op_of",
-    "bucket", "tile_of", "call", "copy_out", "Gradients", "refuse_functorch", "refuse_out_with_grad", "register",
+    "bucket", "tile_of", "call", "copy_out", "Gradients", "refuse_functorch", "refuse_grad", "refuse_out_with_grad", "register",
     "tracing", "wants_grad",
 ]

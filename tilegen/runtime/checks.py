@@ -134,11 +134,25 @@ def check_divisible(op, axis, size, block, name):
                          f"of {name}={block} (masks: {axis}: never)")
 
 
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
 def check_interpretable(op, name, value, matmul=False):
-    """Refuse what Triton's interpreter cannot compute right: its bfloat16 dot returns garbage."""
-    if INTERPRET and matmul and value.dtype == torch.bfloat16:
+    """Refuse what the machine cannot compute right: Triton's interpreter's bfloat16 dot returns
+    garbage and it has no fp8 dot; fp8 tensor cores start at compute capability 8.9."""
+    if not matmul:
+        return
+    if INTERPRET and value.dtype == torch.bfloat16:
         raise TypeError(f"{op}: argument '{name}' is bfloat16, which Triton's interpreter cannot multiply "
                         "correctly (TRITON_INTERPRET=1); run bfloat16 matmuls on a GPU")
+    if value.dtype in FP8:
+        dtype = str(value.dtype).replace("torch.", "")
+        if INTERPRET:
+            raise TypeError(f"{op}: argument '{name}' is {dtype}, which Triton's interpreter cannot multiply "
+                            "(TRITON_INTERPRET=1); run fp8 matmuls on a GPU")
+        if value.device.type == "cuda" and torch.cuda.get_device_capability(value.device) < (8, 9):
+            raise TypeError(f"{op}: argument '{name}' is {dtype}, which this GPU's tensor cores do not multiply "
+                            "(fp8 needs compute capability 8.9 or later)")
 
 
 def byte_span(t):

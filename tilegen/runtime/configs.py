@@ -338,7 +338,7 @@ class MatmulSpace:
         sms = facts[0]
         m, n, k, *batch, itemsize = key
         matrices = batch[0] if batch else 1
-        want_bk = 64 if itemsize <= 2 else 32
+        want_bk = {1: 128, 2: 64}.get(itemsize, 32)  # 128 bytes of K a row: what a tensor-core step takes
         name_m, name_n, name_k = self.names
 
         def score(c):

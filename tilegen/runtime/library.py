@@ -55,6 +55,17 @@ def refuse_out_with_grad(op, out, /, **tensors):
                                "requires grad; call it without out=, or under torch.no_grad()")
 
 
+def refuse_grad(op, why, /, **tensors):
+    """An op with no backward (`why` says why) refuses inputs that require grad while grad mode
+    is on, at the call, rather than failing later in backward or leaving a gradient out."""
+    if not torch.is_grad_enabled():
+        return
+    for name, value in tensors.items():
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            raise RuntimeError(f"{op}: argument '{name}' requires grad, but {why}; call it under "
+                               "torch.no_grad() or with detached inputs")
+
+
 def refuse_functorch(op, /, **tensors):
     """torch.func's transforms (grad, vmap, jvp, jacrev) wrap tensors in ways Triton's kernels
     cannot read: refused with one error naming the op, rather than an error from deep inside."""
