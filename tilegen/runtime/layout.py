@@ -104,6 +104,11 @@ def tma_loads_fit(*operands):
     contiguous, its rows and base address 16-byte aligned."""
     if TensorDescriptor is None:
         return False
+    # fp8 operands load through pointers: the tensor cores' 8-bit path reads B K-major, and a
+    # descriptor of a row-major B hands it N-major tiles (not yet measured compiled: see
+    # bench/results/h200/fp8/README.md).
+    if any(t.element_size() == 1 for t in operands):
+        return False
     for t in operands:
         if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
             return False
