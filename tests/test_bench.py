@@ -144,6 +144,8 @@ def test_eager_equivalent_agrees_with_the_kernel(op, monkeypatch):
                                 device=device)
     if inputs[0].dtype == torch.bfloat16 and device == "cpu":
         pytest.skip("Triton's interpreter cannot run bfloat16")
+    if inputs[0].dtype.itemsize == 1 and inputs[0].is_floating_point() and device == "cpu":
+        pytest.skip("Triton's interpreter has no fp8 dot (and PyTorch's fp8 matmul, torch._scaled_mm, needs a GPU)")
     got, want = module.run_tilegen(inputs), module.run_torch(inputs)
     for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
         torch.testing.assert_close(g.float(), w.float(), atol=2e-2, rtol=2e-2)
