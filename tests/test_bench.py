@@ -241,12 +241,15 @@ def test_render_writes_the_readme_again_from_results_json(cli, tmp_path):
 
 def test_agreement_check_names_the_point_and_takes_a_tolerance():
     want = torch.ones(4, dtype=torch.float16)
-    bench.check_agreement(want + 0.01, want, torch.float16, "op 4")  # within 2e-2
+    bench.check_agreement(want + 0.01, want, "op 4")  # within 2e-2
     with pytest.raises(AssertionError, match="op 4: tilegen and PyTorch disagree"):
-        bench.check_agreement(want + 0.04, want, torch.float16, "op 4")
-    bench.check_agreement((want + 0.04,), (want,), torch.float16, "op 4", tolerance=5e-2)  # tune's looser bound
+        bench.check_agreement(want + 0.04, want, "op 4")
+    bench.check_agreement((want + 0.04,), (want,), "op 4", tolerance=5e-2)  # tune's looser bound
     with pytest.raises(AssertionError):
-        bench.check_agreement(torch.ones(4) + 0.01, torch.ones(4), torch.float32, "op 4")  # 1e-3 for float32
+        bench.check_agreement(torch.ones(4) + 0.01, torch.ones(4), "op 4")  # 1e-3 for float32
+    # The tolerance follows each output's dtype, not the operands' (an fp8 matmul stores bfloat16).
+    bench.check_agreement((torch.ones(4, dtype=torch.bfloat16) + 0.01, torch.ones(4) + 1e-4),
+                          (torch.ones(4, dtype=torch.bfloat16), torch.ones(4)), "op 4")
 
 
 def test_rounds_interleave_the_providers_and_keep_the_median(monkeypatch):

@@ -413,7 +413,7 @@ def bench_module(module, shapes, providers, progress, rounds: int = 1, timer: st
         for shape in shapes or module.SHAPES:
             label = f"{module.OP} {name} {shape_label(shape)}"
             inputs = module.make_inputs(shape, dtype)
-            check_agreement(module.run_tilegen(inputs), module.run_torch(inputs), dtype, label)
+            check_agreement(module.run_tilegen(inputs), module.run_torch(inputs), label)
             fns = {"tilegen": module.run_tilegen, "torch": module.run_torch}
             if "torch.compile" in providers:
                 fns["torch.compile"] = compile_for_one_shape(module.run_torch, inputs)

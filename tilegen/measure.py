@@ -81,16 +81,15 @@ def as_tuple(value):
     return value if isinstance(value, tuple) else (value,)
 
 
-def check_agreement(got, want, dtype, label, tolerance=None):
+def check_agreement(got, want, label, tolerance=None):
     """Raise (naming `label`) unless tilegen's outputs `got` match PyTorch's `want`, to `tolerance`
-    (default: 2e-2 for half-precision dtypes, 1e-3 otherwise)."""
+    (default, by each output's dtype: 2e-2 for half precision, 1e-3 otherwise; an fp8 matmul's
+    output is what it stores, not its operands)."""
     import torch
 
-    got, want = as_tuple(got), as_tuple(want)
-    if tolerance is None:
-        tolerance = 2e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-3
-    for g, w in zip(got, want):
-        torch.testing.assert_close(g.float(), w.float(), atol=tolerance, rtol=tolerance, equal_nan=True,
+    for g, w in zip(as_tuple(got), as_tuple(want)):
+        tol = tolerance if tolerance is not None else 2e-2 if g.dtype in (torch.float16, torch.bfloat16) else 1e-3
+        torch.testing.assert_close(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True,
                                    msg=lambda m: f"{label}: tilegen and PyTorch disagree: {m}")
 
 

@@ -143,7 +143,7 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None) -> dict[
                     except OutOfResources as exc:  # the estimate of shared memory was short
                         progress(f"{module.OP}: skipped {config}: {exc}")
                         return None
-                    check_agreement(got, want, dtype, f"{module.OP} {shape_label(shape)} {config}", tolerance=5e-2)
+                    check_agreement(got, want, f"{module.OP} {shape_label(shape)} {config}", tolerance=5e-2)
                     call = lambda: module.run_tilegen(inputs)  # noqa: E731
                     return do_bench(call, warmup=10, rep=40, return_mode="median"), host_ms(call)
 

@@ -52,7 +52,7 @@ def main():
         want = bench.run_torch(inputs[dtype])
         for text, config in configs.items():
             with chooser.forcing(config):
-                check_agreement(bench.run_tilegen(inputs[dtype]), want, dtype, f"{args.op} {args.shape} {text}")
+                check_agreement(bench.run_tilegen(inputs[dtype]), want, f"{args.op} {args.shape} {text}")
     print(f"{args.op} {args.shape}, torch {torch.__version__}, {torch.cuda.get_device_name()}, {args.rounds} rounds")
     samples = {}
     for round_ in range(args.rounds):
