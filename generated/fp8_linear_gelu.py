@@ -9,7 +9,7 @@ import triton.language as tl
 import tilegen.runtime as rt
 from torch.compiler import is_compiling as _is_compiling
 
-rt.require(2, __name__)
+rt.require(3, __name__)
 
 _A_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2,)
 _A_SCALE_DTYPES = (torch.float32,)

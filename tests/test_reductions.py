@@ -258,6 +258,35 @@ def test_a_weights_gradient_over_no_rows_is_zero():
     assert w.grad is not None and torch.equal(w.grad, torch.zeros(8, device=DEVICE)) and x.grad.shape == (0, 8)
 
 
+@pytest.mark.parametrize("rows, block", [(300, None), (40, 128)], ids=["whole_rows", "looped_rows"])
+def test_a_weights_gradient_adds_up_every_programs_rows_and_columns(rows, block):
+    # More rows than programs (each program sums several into its workspace row), more programs
+    # than one block of the finish adds at a time, columns past one block of it with a partial
+    # last one: the finish misses none and counts none twice. On a GPU every program finishes a
+    # share of the columns after a grid-wide wait; run twice, the workspace's counters come back
+    # to zero for the next launch (a second run would hang or skip the finish otherwise).
+    from generated import layer_norm
+    from generated.layer_norm import _BACKWARD
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, 300, generator=gen, dtype=torch.float64).to(DEVICE)
+    w = torch.randn(300, generator=gen, dtype=torch.float64).to(DEVICE)
+    b = torch.randn(300, generator=gen, dtype=torch.float64).to(DEVICE)
+    g = torch.randn(rows, 300, generator=gen, dtype=torch.float64).to(DEVICE)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    torch.nn.functional.layer_norm(leaves[0], (300,), leaves[1], leaves[2], eps=1e-5).backward(g)
+    config = None if block is None else dict(BLOCK_N=block, ROWS=1, num_warps=4)
+    for _ in range(2):
+        got = [t.clone().requires_grad_() for t in (x, w, b)]
+        if config is None:
+            layer_norm(*got)[0].backward(g)
+        else:
+            with _BACKWARD.configs.forcing(config):
+                layer_norm(*got)[0].backward(g)
+        for mine, want in zip(got, leaves):
+            torch.testing.assert_close(mine.grad, want.grad, atol=1e-9, rtol=1e-9)
+
+
 def test_rows_read_through_a_copy_or_written_through_one_give_the_same_result():
     from generated import softmax
 

@@ -20,9 +20,15 @@ _ADDRESS = {
 }
 
 
-def _partial(index: int, program: str = "pid") -> str:
+# The block of workspace the column sums' finish adds up at a time: SUM_ROWS programs' rows by
+# SUM_COLS columns (16 KB in float32: enough loads in flight that one program's share is not
+# bound by the latency of each).
+SUM_ROWS, SUM_COLS = 16, 256
+
+
+def _partial(index: int, program: str = "pid", cols: str = "cols") -> str:
     """The row of the workspace where `program` sums its rows of the `index`-th column sum."""
-    return f"partial_ptr + ({index} * tl.num_programs(0) + {program}) * row_length + cols"
+    return f"partial_ptr + ({index} * tl.num_programs(0) + {program}) * row_length + {cols}"
 _MASK = {"element": "mask", "column": "cols < row_length", "row": "row_mask", "column_sum": "cols < row_length"}
 
 
@@ -66,14 +72,18 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         accumulate.append(f"tl.store({_partial(index)}, tl.load({_partial(index)}, mask=cols < row_length) + "
                           f"{_column_sum(n)}, mask=cols < row_length)")
         zero.append(f"tl.store({_partial(index)}, tl.zeros([1, {block}], compute), mask=cols < row_length)")
-    # The last program to arrive adds the programs' rows up, in program order (the same sum whichever
-    # finishes last), and leaves the arrival counter at zero for the next launch.
+    # Each column sum adds up the programs' workspace rows SUM_ROWS at a time, in program order
+    # (the same sum every run), over SUM_COLS columns at a time: either every program a share of
+    # the columns after all have arrived, or the last program to arrive all of them (template).
     finish = []
     for index, n in enumerate(sums):
-        finish.append(dict(total=f"_t_{n}", add=f"_t_{n} += tl.load({_partial(index, 'other')}, mask=cols < row_length, "
-                                                f"other=0.0, cache_modifier=\".cg\")",
-                           store=f"tl.store({_ADDRESS['column_sum'].format(n=n)}, _t_{n}.to({n}_ptr.dtype.element_ty), "
-                                 f"mask=cols < row_length)"))
+        rows = (f"{_partial(index, 'others', 'sum_cols')}, "
+                "mask=(others < tl.num_programs(0)) & (sum_cols < row_length)")
+        finish.append(dict(total=f"_t_{n}",
+                           add=f"_t_{n} += tl.sum(tl.load({rows}, other=0.0, cache_modifier=\".cg\"), axis=0, "
+                               "keep_dims=True)",
+                           store=f"tl.store({n}_ptr + sum_cols * stride_{n}_0, _t_{n}.to({n}_ptr.dtype.element_ty), "
+                                 "mask=sum_cols < row_length)"))
     return dict(
         name=name,
         # A float scalar arrives as float32 from Triton's launch, as float64 from a compiled graph's,
@@ -96,6 +106,8 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         sums_store=[f"tl.store({_partial(index)}, _c_{n}, mask=cols < row_length)" for index, n in enumerate(sums)],
         sums_zero=zero,
         sums_finish=finish,
+        sum_rows=SUM_ROWS,
+        sum_cols=SUM_COLS,
         first_lines=first_row_lines(program),
         passes=passes,
         output_loads=[_load(n, along[n]) for n in final.loads],

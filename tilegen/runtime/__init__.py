@@ -8,6 +8,7 @@ by tilegen needs only `pip install tilegen` to import.
 - layout: strided layouts, 64-bit offsets, alignment facts
 - configs: candidate configs, heuristics, tuned-table lookup, the ConfigChooser
 - launch: Triton's launch, split-K scratch
+- sync: a grid-wide barrier generated kernels call (wait_for_every_program)
 - callpath, native: the compiled call path and the one mechanism that builds native code
 - batch: a batched matmul's batch axes (broadcasting, one stride per tensor)
 - ops: each kind's launch logic (ElementwiseOp, MatmulOp, ReductionOp)
@@ -28,6 +29,7 @@ from .autograd import Gradients, call
 from .library import copy_out, refuse_functorch, refuse_grad, refuse_out_with_grad, register, tracing, wants_grad
 from . import autograd, launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
 from .ops import ElementwiseOp, MatmulOp, ReductionOp, op_of
+from .sync import wait_for_every_program
 from ..schema import RUNTIME_VERSION as VERSION, bucket, tile_of
 
 
@@ -51,5 +53,5 @@ __all__ = [
     "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ReductionSpace", "ElementwiseOp", "MatmulOp", "ReductionOp",
     "op_of",
     "bucket", "tile_of", "call", "copy_out", "Gradients", "refuse_functorch", "refuse_grad", "refuse_out_with_grad", "register",
-    "tracing", "wants_grad",
+    "tracing", "wants_grad", "wait_for_every_program",
 ]

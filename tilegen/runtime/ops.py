@@ -14,7 +14,7 @@ from .batch import batch_shape, folded, matrices
 from .callpath import CallPath
 from .checks import broadcast_leading
 from .configs import ConfigChooser
-from .device import cdiv, device_facts
+from .device import INTERPRET, cdiv, device_facts
 from .launch import Kernel, split_k_workspace
 from .layout import (MAX_STRIDED_RANK, collapse, described, k_rows_load_wide, needs_int64, offsets_along_fit, pad_after_first,
                      size_factor, stride_factor, tma_loads_fit)
@@ -327,13 +327,16 @@ class ReductionOp(Op):
     `roles` gives each tensor (inputs, then outputs) its lie along the rows: "element" ([..., N]),
     "column" ([N], the same for every row), "row" ([...], one value per row), or, for a
     backward's output, "column_sum" ([N]: the sum over the rows, which each program adds up for
-    its rows in a workspace row of its own, and the last program to finish adds up in program
-    order: one launch, the same sum every run; the workspace is split-K's, per stream). The
+    its rows in a workspace row of its own; the programs' rows are then added up in a fixed order,
+    on a GPU by every program a share of the columns after a grid-wide wait, in the interpreter
+    by the last program to finish: one launch, the same sum every run; the workspace is
+    split-K's, per stream). The
     kernel reads element tensors as [R, N] through two strides, column and row tensors through
     one; `run` makes those views (copies where leading axes do not merge into one row stride) and
     writes results it could not view back into the outputs. `block` is the spec's block name."""
 
-    # Programs per multiprocessor where programs loop over rows to sum columns.
+    # Programs per multiprocessor where programs loop over rows to sum columns and the last to
+    # arrive finishes the sums (the interpreter; on a GPU: one, all resident).
     SUM_PROGRAMS_PER_SM = 2
 
     def __init__(self, name, kernel, configs, *, roles, block="BLOCK", compute=tl.float32, listed=True):
@@ -421,15 +424,22 @@ class ReductionOp(Op):
         block, per_program = config[self.block], config["ROWS"]
         blocks = cdiv(rows, per_program)
         head = ()
-        if sums:  # a few programs a multiprocessor, each summing its rows' columns into a workspace row
-            blocks = min(blocks, self.SUM_PROGRAMS_PER_SM * device_facts(views[0].device)[0])
+        constexprs = {}
+        if sums:  # programs each sum their rows' columns into a workspace row, then finish the sums
+            # On a GPU at most one program a multiprocessor, all resident at once: after a grid-wide
+            # wait every program adds up a share of the columns. Elsewhere (the interpreter runs
+            # programs one at a time) a few a multiprocessor, and the last to arrive adds them all.
+            shared = views[0].device.type == "cuda" and not INTERPRET
+            sms = device_facts(views[0].device)[0]
+            blocks = min(blocks, sms if shared else self.SUM_PROGRAMS_PER_SM * sms)
             wide = torch.float64 if any(views[i].dtype == torch.float64 for i in sums) else torch.float32
             traced = library.traced(views)
-            head = split_k_workspace(views[0].device, len(sums) * blocks * n, 1, fresh=traced, dtype=wide)
+            head = split_k_workspace(views[0].device, len(sums) * blocks * n, 2, fresh=traced, dtype=wide)
+            constexprs["SHARED_FINISH"] = shared
         strides = [int(s) for view in views for s in view.stride()]
-        constexprs = {self.block: block, "ROWS": per_program, "ONE_TILE": block >= n,
-                      "INDEX_64": needs_int64(*views, extra=block * per_program),
-                      "MATH_64": self.compute == tl.float64 or any(v.dtype == torch.float64 for v in views)}
+        constexprs.update({self.block: block, "ROWS": per_program, "ONE_TILE": block >= n,
+                           "INDEX_64": needs_int64(*views, extra=block * per_program),
+                           "MATH_64": self.compute == tl.float64 or any(v.dtype == torch.float64 for v in views)})
         varying = len(head) + len(views) + len(scalars)
         return self.kernel.launch((blocks,), (*head, *pointers, *scalars, rows, n, *strides), varying, constexprs,
                                   config["num_warps"])
