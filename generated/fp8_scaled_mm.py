@@ -148,7 +148,7 @@ def _fp8_scaled_mm_tile(
         for k in range(k_first, k_stop):
             a = a_ptr.load([pid_m * BM, k * BK])
             b = b_ptr.load([k * BK, pid_n * BN])
-            acc = tl.dot(a, b, acc)
+            acc = tl.dot(a, b, acc, max_num_imprecise_acc=BK)
     else:
         # Rows and columns past the edge read valid memory rather than masking every load;
         # they are never stored. Rows wrap around, spreading the wasted reads over many rows
@@ -187,7 +187,7 @@ def _fp8_scaled_mm_tile(
             else:
                 a = tl.load(a_ptrs)
                 b = tl.load(b_ptrs)
-            acc = tl.dot(a, b, acc)
+            acc = tl.dot(a, b, acc, max_num_imprecise_acc=BK)
             a_ptrs += BK * stride_a_1
             b_ptrs += BK * stride_b_0
         if PEEL_K:
@@ -196,7 +196,7 @@ def _fp8_scaled_mm_tile(
                 k_left = K - k_whole * BK
                 a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
                 b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-                acc = tl.dot(a, b, acc)
+                acc = tl.dot(a, b, acc, max_num_imprecise_acc=BK)
 
     if MASK_M or MASK_N:
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)

@@ -44,7 +44,13 @@ def category(dtype: str) -> str:
 # take the tensor cores' 8-bit path (float32 accumulator).
 MATMUL_DTYPES = ("float16", "bfloat16", "float32", *FP8_DTYPES)
 ACCUMULATE_DTYPES = ("float32",)
-PRECISIONS = ("ieee", "tf32", "tf32x3")
+# Dot precisions: float32 dots in full precision (ieee), tf32 or tf32x3; fp8 dots either add
+# every K step's products into the float32 accumulator (ieee) or let Hopper's fp8 tensor cores
+# accumulate the whole K loop in their reduced precision (fast_accum, torch._scaled_mm's
+# use_fast_accum=True).
+PRECISIONS = ("ieee", "tf32", "tf32x3", "fast_accum")
+FLOAT32_PRECISIONS = ("ieee", "tf32", "tf32x3")
+FP8_PRECISIONS = ("ieee", "fast_accum")
 
 
 def wider(a: str, b: str) -> str:

@@ -466,7 +466,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         along_rows=tuple_source(str(parts.matrix(t)[:1] == (m,)) for t in list(spec.inputs) + list(spec.outputs)),
         out_shape=f"(*_batch, {m}, {n})" if batched else f"({m}, {n})",
         acc_dtype=acc_dtype,
-        dot_options=_dot_options(spec),
+        dot_options=_dot_options(spec, spec.tile(k).block),
         extras=[_extra_load(t, m, n) for t in extras],
         epilogue_lines=assignments(list(spec.body), "triton"),
         outputs=outs,
@@ -491,10 +491,15 @@ def _wrapped_args(names: list[str]) -> str:
     return "\n".join(textwrap.wrap(", ".join(names), width=92, break_long_words=False, break_on_hyphens=False))
 
 
-def _dot_options(spec: Spec) -> str:
+def _dot_options(spec: Spec, bk: str) -> str:
     # Triton's default for float32 dots is tf32; PyTorch's is full precision. Follow the spec.
-    # (fp8 operands have one precision: the tensor cores' 8-bit path.)
-    return "" if spec.fp8_operands() else f', input_precision="{spec.precision}"'
+    if not spec.fp8_operands():
+        return f', input_precision="{spec.precision}"'
+    # fp8: Triton's default on Hopper lets the tensor cores accumulate the whole K loop in their
+    # reduced precision (torch._scaled_mm's use_fast_accum=True). Unless the spec asks for that,
+    # each K step's products start from zero and are added into the float32 accumulator, as
+    # _scaled_mm's default does. (Ignored on GPUs whose fp8 dots accumulate in float32.)
+    return "" if spec.precision == "fast_accum" else f", max_num_imprecise_acc={bk}"
 
 
 def _extra_load(tensor: TensorSpec, m: str, n: str) -> dict:

@@ -7,7 +7,7 @@ data, resolved dtypes and tiled axes from it.
 
 from __future__ import annotations
 
-from .dtypes import FP8_DTYPES
+from .dtypes import FLOAT32_PRECISIONS, FP8_DTYPES, FP8_PRECISIONS, PRECISIONS
 from .spec import broadcast_axes_of, fixed_axes
 
 
@@ -95,6 +95,13 @@ class ShapeRules:
             elif len(fp8) != len(accepted):
                 self.error(f"{section}.{name}.dtype", "an operand's dtypes are all 8-bit floats or none",
                            "[float8_e4m3fn, float8_e5m2] or [float16, bfloat16, float32]")
+        dtypes = self.data.get("dtypes")
+        precision = dtypes.get("precision") if isinstance(dtypes, dict) else None
+        fp8_dots = any(d in FP8_DTYPES for d in self.dtypes.get(operands[0], ((), None))[0])
+        allowed = FP8_PRECISIONS if fp8_dots else FLOAT32_PRECISIONS
+        if isinstance(precision, str) and precision in PRECISIONS and precision not in allowed:
+            self.error("dtypes.precision", f"{precision} is not a precision of "
+                       f"{'fp8' if fp8_dots else 'float16, bfloat16 or float32'} operands' dots", ", ".join(allowed))
 
     def elementwise_shapes(self, inputs: dict, outputs: dict) -> None:
         """Declared elementwise shapes broadcast as in PyTorch: axes line up from the last, so each
