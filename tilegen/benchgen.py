@@ -62,6 +62,7 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
         # fp8: eager math runs on _scaled_mm's float32 result; the outputs then take their dtypes.
         casts = [f"{t.name} = {t.name}.to({d})" for t, d in zip(spec.outputs, _dtype_exprs(spec, spec.outputs))]
         ctx.update(a=a.name, b=b.name, small_shape=small, batched=parts.is_batched, fp8=spec.fp8_operands(),
+                   fast_accum=spec.precision == "fast_accum",
                    torch_lines=ctx["torch_lines"] + (casts if spec.fp8_operands() else []),
                    b_index=[t.name for t in spec.inputs].index(b.name),
                    input_shape_exprs=[_tuple_source([shape_of[x] for x in t.shape]) for t in spec.inputs])
