@@ -559,3 +559,25 @@ def test_torch_func_transforms_are_refused_naming_the_op_and_argument():
         torch.func.grad(lambda a: generated.scaled_silu_mul(a, b).sum())(a)
     with pytest.raises(TypeError, match=message):
         torch.func.vmap(lambda a: generated.scaled_silu_mul(a, b[0]))(a)
+
+
+def test_a_grid_wide_wait_only_where_every_program_can_be_resident(monkeypatch):
+    # A reduction's column sums wait for every program only on a GPU that this process does not
+    # share under an MPS cap on its multiprocessors (fewer programs than the device reports could
+    # run at once, and the wait would never end), and not when TILEGEN_GRID_WAIT=0 says not to.
+    from tilegen.runtime import sync
+
+    gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
+    monkeypatch.setattr(sync, "INTERPRET", False)
+    monkeypatch.delenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", raising=False)
+    monkeypatch.delenv("TILEGEN_GRID_WAIT", raising=False)
+    assert sync.grid_wait_allowed(gpu) and not sync.grid_wait_allowed(cpu)
+    for share, allowed in [("100", True), ("50", False), ("", False), ("most", False)]:
+        monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", share)
+        assert sync.grid_wait_allowed(gpu) is allowed, share
+    monkeypatch.delenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+    monkeypatch.setenv("TILEGEN_GRID_WAIT", "0")
+    assert not sync.grid_wait_allowed(gpu)
+    monkeypatch.setattr(sync, "INTERPRET", True)
+    monkeypatch.delenv("TILEGEN_GRID_WAIT")
+    assert not sync.grid_wait_allowed(gpu)

@@ -14,8 +14,9 @@ from .batch import batch_shape, folded, matrices
 from .callpath import CallPath
 from .checks import broadcast_leading
 from .configs import ConfigChooser
-from .device import INTERPRET, cdiv, device_facts
+from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
+from .sync import grid_wait_allowed
 from .layout import (MAX_STRIDED_RANK, collapse, described, k_rows_load_wide, needs_int64, offsets_along_fit, pad_after_first,
                      size_factor, stride_factor, tma_loads_fit)
 from ..schema import bucket
@@ -428,8 +429,9 @@ class ReductionOp(Op):
         if sums:  # programs each sum their rows' columns into a workspace row, then finish the sums
             # On a GPU at most one program a multiprocessor, all resident at once: after a grid-wide
             # wait every program adds up a share of the columns. Elsewhere (the interpreter runs
-            # programs one at a time) a few a multiprocessor, and the last to arrive adds them all.
-            shared = views[0].device.type == "cuda" and not INTERPRET
+            # programs one at a time; see grid_wait_allowed) a few a multiprocessor, and the last
+            # to arrive adds them all.
+            shared = grid_wait_allowed(views[0].device)
             sms = device_facts(views[0].device)[0]
             blocks = min(blocks, sms if shared else self.SUM_PROGRAMS_PER_SM * sms)
             wide = torch.float64 if any(views[i].dtype == torch.float64 for i in sums) else torch.float32

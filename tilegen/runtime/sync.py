@@ -1,13 +1,32 @@
 """Synchronization between the programs of one launch, for generated kernels to call.
 
 wait_for_every_program is a grid-wide barrier. It is only for launches whose programs are all
-resident at once (at most one program a multiprocessor: ReductionOp launches so), and never
-for Triton's interpreter, which runs programs one after another. PyTorch's Inductor launches its
+resident at once (at most one program a multiprocessor: ReductionOp launches so, where
+grid_wait_allowed says it may), and never for Triton's interpreter, which runs programs one
+after another. PyTorch's Inductor launches its
 cooperative reductions the same way (triton_helpers.x_grid_barrier).
 """
 
+import os
+
 import triton
 import triton.language as tl
+
+from .device import INTERPRET
+
+
+def grid_wait_allowed(device) -> bool:
+    """Whether a launch on `device` may wait for all its programs (at most one a multiprocessor):
+    on a GPU, unless the process shares it through MPS with a cap on its multiprocessors (then
+    fewer than the device reports may run at once, and a wait could never end) or
+    TILEGEN_GRID_WAIT=0 asks not to. Not in the interpreter, which runs programs one at a time."""
+    if device.type != "cuda" or INTERPRET or os.environ.get("TILEGEN_GRID_WAIT", "1") in ("", "0"):
+        return False
+    share = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+    try:
+        return share is None or float(share) >= 100
+    except ValueError:
+        return False
 
 
 @triton.jit
