@@ -19,6 +19,7 @@
 #   OUT=/tmp/check STEPS="backward" bash bench/h200_check.sh        # forward+backward, peak memory
 #   OUT=/tmp/check STEPS="reductions:forward reductions:backward" bash bench/h200_check.sh  # about 6 minutes
 #   OUT=/tmp/check STEPS="batched:forward batched:backward" bash bench/h200_check.sh   # about 3 minutes
+#   OUT=/tmp/check STEPS="fp8" bash bench/h200_check.sh                  # about 3 minutes
 #   OUT=/tmp/check STEPS="reductions:forward_compile" REDUCE_SHAPES=16384x1024,32768x4096 bash bench/h200_check.sh
 #
 # ARCHIVE=FILE packs everything into one .tar.gz at FILE when the steps are done (and removes
@@ -76,6 +77,10 @@ step reductions:backward_compile 560 python3 -m tilegen bench $reductions ${REDU
 step batched:forward 300 python3 -m tilegen bench bmm bmm_bias_silu --out "$out/batched/forward"
 step batched:backward 300 python3 -m tilegen bench bmm bmm_bias_silu --backward --out "$out/batched/backward"
 step batched:compile 560 python3 -m tilegen bench bmm --compile --out "$out/batched/compile"
+# fp8 matmul against torch._scaled_mm (precise and fast accumulation, row-wise and per-tensor scales;
+# TFLOP/s, fraction of the fp8 peak), and the fp8 ops' bench (about 3 minutes; not default steps).
+step fp8:probe 200 python3 bench/probes/fp8_scaled_mm.py "$out/fp8/probe"
+step fp8:bench 200 python3 -m tilegen bench fp8_scaled_mm fp8_linear_gelu --out "$out/fp8/bench"
 # matmul against cuBLAS again, each point the median of five turns (about 2 minutes; not a default step).
 step rounds 240 python3 -m tilegen bench matmul --rounds 5 --out "$out/matmul_rounds"
 # max-autotune compiles each shape afresh (about 16 s a shape): one op per step, each about 5 minutes.
