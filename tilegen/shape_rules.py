@@ -72,6 +72,7 @@ class ShapeRules:
             self.error(f"inputs.{operands[1]}.dtype", "the second operand must have the first's dtype",
                        f"dtype: {operands[0]}")
         self.fp8_roles(operands)
+        self.dot_precision(operands)
         for name, shape in matrix.items():
             if name not in operands and shape not in ((m,), (n,), (m, n)):
                 self.error(f"inputs.{name}.shape", f"an epilogue input must be indexed by output axes, "
@@ -95,6 +96,10 @@ class ShapeRules:
             elif len(fp8) != len(accepted):
                 self.error(f"{section}.{name}.dtype", "an operand's dtypes are all 8-bit floats or none",
                            "[float8_e4m3fn, float8_e5m2] or [float16, bfloat16, float32]")
+
+    def dot_precision(self, operands) -> None:
+        """A precision the operands' dots have: tf32 and tf32x3 are float32 dots' modes, fast_accum
+        fp8 dots' (the tensor cores' own accumulation over the K loop)."""
         dtypes = self.data.get("dtypes")
         precision = dtypes.get("precision") if isinstance(dtypes, dict) else None
         fp8_dots = any(d in FP8_DTYPES for d in self.dtypes.get(operands[0], ((), None))[0])

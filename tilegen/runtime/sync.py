@@ -3,8 +3,8 @@
 wait_for_every_program is a grid-wide barrier. It is only for launches whose programs are all
 resident at once (at most one program a multiprocessor: ReductionOp launches so, where
 grid_wait_allowed says it may), and never for Triton's interpreter, which runs programs one
-after another. PyTorch's Inductor launches its
-cooperative reductions the same way (triton_helpers.x_grid_barrier).
+after another. PyTorch's Inductor launches its cooperative reductions the same way
+(triton_helpers.x_grid_barrier).
 """
 
 import os
