@@ -45,7 +45,7 @@ def test_an_fp8_matmul_refuses_inputs_that_require_grad():
         fp8_scaled_mm(*inputs)
 
 
-FP8_DOTS = not rt.INTERPRET and torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
+FP8_DOTS = rt.checks.fp8_dots()
 
 
 @pytest.mark.skipif(not FP8_DOTS, reason="needs fp8 tensor cores")

@@ -137,6 +137,12 @@ def check_divisible(op, axis, size, block, name):
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
+def fp8_dots(device=None) -> bool:
+    """Whether fp8 matmuls run on `device` (the current GPU by default): fp8 tensor cores start at
+    compute capability 8.9, and Triton's interpreter has no fp8 dot."""
+    return not INTERPRET and torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (8, 9)
+
+
 def check_interpretable(op, name, value, matmul=False):
     """Refuse what the machine cannot compute right: Triton's interpreter's bfloat16 dot returns
     garbage and it has no fp8 dot; fp8 tensor cores start at compute capability 8.9."""
@@ -150,7 +156,7 @@ def check_interpretable(op, name, value, matmul=False):
         if INTERPRET:
             raise TypeError(f"{op}: argument '{name}' is {dtype}, which Triton's interpreter cannot multiply "
                             "(TRITON_INTERPRET=1); run fp8 matmuls on a GPU")
-        if value.device.type == "cuda" and torch.cuda.get_device_capability(value.device) < (8, 9):
+        if value.device.type == "cuda" and not fp8_dots(value.device):
             raise TypeError(f"{op}: argument '{name}' is {dtype}, which this GPU's tensor cores do not multiply "
                             "(fp8 needs compute capability 8.9 or later)")
 
