@@ -85,7 +85,7 @@ def variant(tmp_path_factory):
 
 
 def _oracle(x, w, residual, row_scale, alpha=0.5):
-    h = torch.tanh(x @ w) * row_scale[:, None]
+    h = torch.tanh(x @ w) * row_scale.reshape(-1, 1)  # [M] (or one value for every row) as a column
     return residual + alpha * h, h
 
 
@@ -114,6 +114,33 @@ def test_epilogue_inputs_along_the_batch_or_along_m_compute_and_differentiate(va
     for name, g, e, t in zip("xwrs", got, want, (x, w, r, s)):
         assert g.shape == t.shape, name
         torch.testing.assert_close(g.double(), e, atol=2e-4, rtol=2e-4, msg=lambda m: f"gradient of {name}: {m}")
+
+
+@pytest.mark.parametrize("scale_shape", [(), (1,)], ids=str)
+def test_an_m_input_given_as_one_value_broadcasts_and_its_gradient_sums_back(variant, scale_shape):
+    # A per-tensor scale where the spec declares [M]: read through a stride-0 view of its one
+    # value (its own batch-free launch as well as inside a batch), its gradient summed to its shape.
+    generator = torch.Generator().manual_seed(2)
+    M, N, K = 37, 21, 19
+
+    def make(*shape):
+        return torch.randn(shape, generator=generator).to(DEVICE).requires_grad_()
+
+    for x_batch in [(), (3,)]:
+        x, w, r, s = make(*x_batch, M, K), make(K, N), make(*x_batch, M, N), make(*scale_shape)
+        y, h = variant.bmm_residual(x, w, r, s)
+        leaves = [t.detach().double().requires_grad_() for t in (x, w, r, s)]
+        want_y, want_h = _oracle(*leaves)
+        torch.testing.assert_close(y.double(), want_y, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(h.double(), want_h, atol=1e-4, rtol=1e-4)
+        got = torch.autograd.grad((y.sum() + h.sum()), (x, w, r, s))
+        want = torch.autograd.grad(want_y.sum() + want_h.sum(), leaves)
+        for name, g, e, t in zip("xwrs", got, want, (x, w, r, s)):
+            assert g.shape == t.shape, name
+            torch.testing.assert_close(g.double(), e, atol=2e-4, rtol=2e-4, msg=lambda m: f"gradient of {name}: {m}")
+    with pytest.raises(ValueError, match=r"bmm_residual: argument 'row_scale' has shape \(2,\), which does not "
+                                         r"broadcast to \[M\] = \(37,\)"):
+        variant.bmm_residual(x, w, r, torch.ones(2, device=DEVICE))
 
 
 def test_the_generated_oracle_and_benchmark_read_an_m_input_as_a_column(variant):

@@ -50,7 +50,7 @@ FP8_DOTS = rt.checks.fp8_dots()
 
 @pytest.mark.skipif(not FP8_DOTS, reason="needs fp8 tensor cores")
 def test_row_wise_and_per_tensor_scales_match_torch_scaled_mm():
-    # torch._scaled_mm's row-wise scaling, and its per-tensor one (a scale expanded along M and N),
+    # torch._scaled_mm's row-wise scaling, and its per-tensor one (0-d scales, broadcast to M and N),
     # both accumulating as the spec asks (fast_accum). Two fast accumulations of K = 384 products,
     # in different orders, then rounded to bfloat16: 0.026 apart at most in the runs so far.
     from generated import fp8_scaled_mm
@@ -61,7 +61,7 @@ def test_row_wise_and_per_tensor_scales_match_torch_scaled_mm():
     torch.testing.assert_close(fp8_scaled_mm(a, b, row, col), want, atol=5e-2, rtol=2e-2)
     one_a, one_b = torch.tensor(0.75, device=DEVICE), torch.tensor(1.5, device=DEVICE)
     want = torch._scaled_mm(a, b, scale_a=one_a, scale_b=one_b, out_dtype=torch.bfloat16, use_fast_accum=True)
-    got = fp8_scaled_mm(a, b, one_a.expand(256), one_b.expand(512))
+    got = fp8_scaled_mm(a, b, one_a, one_b)
     torch.testing.assert_close(got, want, atol=5e-2, rtol=2e-2)
 
 

@@ -34,14 +34,17 @@ def _dtype_groups(spec: Spec) -> list[dict]:
     return [groups[k] for k in sorted(groups)]
 
 
-def input_checks(spec: Spec, ndims: dict[str, int | None], min_ndims: dict[str, int] | None = None) -> list[str]:
+def input_checks(spec: Spec, ndims: dict[str, int | None], min_ndims: dict[str, int] | None = None,
+                 max_ndims: dict[str, int] | None = None) -> list[str]:
     op = repr(spec.op).replace("'", '"')
     lines = []
     for tensor in spec.inputs:
         # An input's dtype source is itself (its own list) or the input it follows.
         source = tensor.dtype_source
-        ndim, least = ndims.get(tensor.name), (min_ndims or {}).get(tensor.name)
-        suffix = f", ndim={ndim}" if ndim is not None else f", min_ndim={least}" if least is not None else ""
+        ndim, least, most = (ndims.get(tensor.name), (min_ndims or {}).get(tensor.name),
+                             (max_ndims or {}).get(tensor.name))
+        suffix = (f", ndim={ndim}" if ndim is not None else f", min_ndim={least}" if least is not None
+                  else f", max_ndim={most}" if most is not None else "")
         lines.append(f'rt.check_tensor({op}, "{tensor.public}", {tensor.name}, {_dtype_constant(source)}{suffix})')
         if source != tensor.name:
             lines.append(f'rt.check_same_dtype({op}, "{tensor.public}", {tensor.name}, '
@@ -332,8 +335,10 @@ def _matmul_backward(spec: Spec) -> dict:
         full = name == "acc" or (extras[name] == (m, n) and (not batched or name in parts.batched))
         dtype = f"{like}.dtype" if full else "torch.float32"
         allocations.append(f"{backward.results[name]} = torch.empty({shape}, dtype={dtype}, device={like}.device)")
-    expansions = [f"{x} = {x}[:, None].expand({shape})" if extras[x] == (m,) else f"{x} = {x}.expand({shape})"
-                  for x in kernel_inputs if x in extras and (batched or extras[x] != (m, n))]
+    # Every epilogue input the pass reads, as an [M, N] view: the op's argument as given (it may be
+    # any shape that broadcasts to its declared axes: a 0-d scale for [M], [N] for [M, N]).
+    expansions = [f"{x} = {x}.view(-1, 1).expand({shape})" if extras[x] == (m,) else f"{x} = {x}.expand({shape})"
+                  for x in kernel_inputs if x in extras]
     results, sources = [], []
     for name in inputs:
         if name in extras and name in backward.passed and extras[name] == (m, n):
@@ -394,10 +399,13 @@ def matmul_context(spec: Spec, header: str) -> dict:
     a, b, m, n, k, extras = parts.a, parts.b, parts.m, parts.n, parts.k, list(parts.extras)
     ctx = common_context(spec, header)
     batched = parts.is_batched
-    # A tensor with batch axes has at least its matrix dims; one without, exactly them.
-    ndims = {t.name: len(parts.matrix(t)) for t in spec.inputs if t.name not in parts.batched}
+    # A tensor with batch axes has at least its matrix dims; an operand without, exactly them; an
+    # epilogue input without, at most them (it broadcasts to them, below).
+    plain_extras = [t for t in extras if t.name not in parts.batched]
+    ndims = {t.name: len(parts.matrix(t)) for t in (a, b) if t.name not in parts.batched}
     min_ndims = {t.name: len(parts.matrix(t)) for t in spec.inputs if t.name in parts.batched}
-    checks = input_checks(spec, ndims, min_ndims)
+    max_ndims = {t.name: len(parts.matrix(t)) for t in plain_extras}
+    checks = input_checks(spec, ndims, min_ndims, max_ndims)
     for operand in (a, b):  # the interpreter's bfloat16 dot is wrong: refuse it
         checks.append(f'rt.check_interpretable("{spec.op}", "{operand.public}", {operand.name}, matmul=True)')
 
@@ -408,7 +416,12 @@ def matmul_context(spec: Spec, header: str) -> dict:
                    k: f"{a.name}.shape[{dim(a, 1)}]"}
     checks.append(f'rt.check_dim("{spec.op}", "{b.public}", {b.name}, {dim(b, 0)}, {size_source[k]}, "{k}")')
     for extra in extras:
-        for index, axis in enumerate(parts.matrix(extra)):
+        axes = parts.matrix(extra)
+        if extra in plain_extras:
+            # (A view of its own name: the call path learns the call from the arguments as given.)
+            checks.append(f'{extra.name}_view = {epilogue_view(spec.op, extra.public, extra.name, axes, size_source)}')
+            continue
+        for index, axis in enumerate(axes):
             checks.append(f'rt.check_dim("{spec.op}", "{extra.public}", {extra.name}, {dim(extra, index)}, '
                           f'{size_source[axis]}, "{axis}")')
     if batched:
@@ -473,6 +486,8 @@ def matmul_context(spec: Spec, header: str) -> dict:
         checks=checks + after + prelude,
         result=result,
         tensor_names=tensor_names,
+        # What the launch reads: epilogue inputs as views of their declared axes.
+        launch_names=[f"{name}_view" if any(name == x.name for x in plain_extras) else name for name in tensor_names],
         space=space([p == "never" for p in policies]),
         # The backward's products permute M, N and K: every axis may need a mask.
         product_space=space([False] * 3),
@@ -489,6 +504,14 @@ def matmul_context(spec: Spec, header: str) -> dict:
 def _wrapped_args(names: list[str]) -> str:
     """Call arguments as lines of at most 92 characters (the template indents the lines after the first)."""
     return "\n".join(textwrap.wrap(", ".join(names), width=92, break_long_words=False, break_on_hyphens=False))
+
+
+def epilogue_view(op: str, public: str, name: str, axes: tuple[str, ...], size_source: dict[str, str]) -> str:
+    """The call that makes an epilogue input without batch axes a view of its declared axes (any
+    tensor that broadcasts to them: a 0-d per-tensor scale for [M], say)."""
+    sizes = tuple_source(size_source[axis] for axis in axes)
+    names = tuple_source(f'"{axis}"' for axis in axes)
+    return f'rt.epilogue_view("{op}", "{public}", {name}, {sizes}, {names})'
 
 
 def _dot_options(spec: Spec, bk: str) -> str:

@@ -33,8 +33,9 @@ TEMPLATE_NAMES = frozenset({
 BUILTIN_NAMES = frozenset({"dict", "enumerate", "float", "int", "isinstance", "len", "list", "max", "min", "range",
                            "set", "str", "sum", "tuple", "type", "zip", "any", "all", "abs", "bool"})
 # What generated code derives from a value's identifier `x`: its pointer and offsets in kernels,
-# its out= tensor, its strides (a batched matmul's batch stride too).
-_DERIVED = re.compile(r"^(?:(?P<base>.+)_(?:ptr|ptrs|offsets|out)|stride_(?P<strided>.+)_(?:\d+|batch))$")
+# its out= tensor, its view (a matmul's epilogue input broadcast to its axes), its strides (a
+# batched matmul's batch stride too).
+_DERIVED = re.compile(r"^(?:(?P<base>.+)_(?:ptr|ptrs|offsets|out|view)|stride_(?P<strided>.+)_(?:\d+|batch))$")
 
 RESERVED = TEMPLATE_NAMES | BUILTIN_NAMES
 

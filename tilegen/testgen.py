@@ -194,6 +194,7 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
         bm=spec.tile(m).block, bn=spec.tile(n).block,
         a_label=a.public, b_label=b.public,
         extras=[dict(name=t.name, label=t.public, shape_expr=_extra_shape(parts.matrix(t), m, n),
+                     index=[i.name for i in spec.inputs].index(t.name),
                      batched=t.name in parts.batched) for t in extras],
         batched=parts.is_batched,
         batched_shapes_literal=_shape_literal(batched_shapes),

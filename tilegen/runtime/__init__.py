@@ -20,7 +20,7 @@ protobuf's generated code checks its runtime: a module built for another runtime
 refused with one error that says to rebuild.
 """
 
-from .checks import (broadcast_shape, check_axes, check_dim, check_divisible, check_interpretable, check_same_device, check_same_dtype,
+from .checks import (broadcast_shape, check_axes, check_dim, check_divisible, epilogue_view, check_interpretable, check_same_device, check_same_dtype,
                      check_scalar, check_tensor, prepare_out, split_out)
 from .batch import batch_shape
 from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace, ReductionSpace
@@ -48,7 +48,7 @@ def require(version, module):
 
 __all__ = [
     "VERSION", "RuntimeVersionError", "require", "INTERPRET", "cdiv", "device_facts", "on_device", "batch_shape",
-    "broadcast_shape", "check_axes", "check_dim", "check_divisible", "check_interpretable", "check_same_device", "check_same_dtype",
+    "broadcast_shape", "check_axes", "check_dim", "check_divisible", "epilogue_view", "check_interpretable", "check_same_device", "check_same_dtype",
     "check_scalar", "check_tensor", "prepare_out", "split_out",
     "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ReductionSpace", "ElementwiseOp", "MatmulOp", "ReductionOp",
     "op_of",

@@ -10,9 +10,10 @@ def dtype_names(dtypes):
     return ", ".join(str(d).replace("torch.", "") for d in dtypes)
 
 
-def check_tensor(op, name, value, dtypes, ndim=None, min_ndim=None):
+def check_tensor(op, name, value, dtypes, ndim=None, min_ndim=None, max_ndim=None):
     """`value` is a dense tensor of one of `dtypes` (and `ndim` dims, or at least `min_ndim`:
-    a batched matmul's matrix dims, after any batch axes), where kernels run."""
+    a batched matmul's matrix dims, after any batch axes, or at most `max_ndim`: an input that
+    broadcasts), where kernels run."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{op}: argument '{name}' must be a torch.Tensor, got {type(value).__name__}")
     if value.layout != torch.strided or value.is_nested:
@@ -23,6 +24,8 @@ def check_tensor(op, name, value, dtypes, ndim=None, min_ndim=None):
                         f"expected {dtype_names(dtypes)}")
     if ndim is not None and value.dim() != ndim:
         raise ValueError(f"{op}: argument '{name}' must be {ndim}-D, got shape {tuple(value.shape)}")
+    if max_ndim is not None and value.dim() > max_ndim:
+        raise ValueError(f"{op}: argument '{name}' must have at most {max_ndim} dims, got shape {tuple(value.shape)}")
     if min_ndim is not None and value.dim() < min_ndim:
         raise ValueError(f"{op}: argument '{name}' must have at least {min_ndim} dims (any batch axes, then "
                          f"{min_ndim} matrix dims), got shape {tuple(value.shape)}")
@@ -104,6 +107,19 @@ def check_axes(op, declared):
             if first[1] != size:
                 raise ValueError(f"{op}: argument '{name}' has size {size} on axis {axis}, but '{first[0]}' "
                                  f"has {first[1]} (the spec names both {axis})")
+
+
+def epilogue_view(op, name, value, shape, axes):
+    """A matmul's epilogue input `value` as a view of `shape`, the sizes of its declared axes
+    `axes` ([M], [N] or [M, N]): any tensor that broadcasts to it as in PyTorch (a per-tensor scale
+    as a 0-d tensor, [1] for [N], [N] for [M, N]) is expanded with stride 0, never copied."""
+    shape = tuple(shape)
+    if tuple(value.shape) == shape:
+        return value
+    if value.dim() > len(shape) or any(got not in (1, want) for got, want in zip(value.shape[::-1], shape[::-1])):
+        raise ValueError(f"{op}: argument '{name}' has shape {tuple(value.shape)}, which does not broadcast to "
+                         f"[{', '.join(axes)}] = {shape}")
+    return value.expand(shape)
 
 
 def check_dim(op, name, value, dim, size, axis):
