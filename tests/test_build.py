@@ -501,7 +501,7 @@ def test_every_identifier_the_templates_use_is_reserved_from_specs(tmp_path):
         names |= {name for name, _ in spec.steps}
         # The backward's seeds and results are named after the values (_g_c, _d_a, _d_acc).
         values = names | {f"_{g}_{n}" for n in names | {"acc"} for g in "dg"}
-        derived = {f"{n}_{suffix}" for n in values for suffix in ("ptr", "ptrs", "offsets", "out")}
+        derived = {f"{n}_{suffix}" for n in values for suffix in ("ptr", "ptrs", "offsets", "out", "view")}
         derived |= {f"stride_{n}_{d}" for n in values | {"acc"} for d in [*range(4), "batch"]}
         sources = {"op module": renderer.op_module(item), "tests": renderer.op_test(item),
                    "benchmark": renderer.op_bench(item)}
