@@ -216,7 +216,6 @@ FACTS = (132, 232448, "NVIDIA H200")
 
 def test_candidates_hold_whole_rows_up_to_the_longest_tile_and_loop_past_it():
     from tilegen.runtime import ReductionSpace
-    from tilegen.runtime.configs import MAX_BACKWARD_ROW_TILE
 
     space = ReductionSpace("BLOCK_N", [1024, 4096], [])
     short = space.candidates(FACTS, (128, 1 << 20, 2))
@@ -226,11 +225,20 @@ def test_candidates_hold_whole_rows_up_to_the_longest_tile_and_loop_past_it():
     # Tuning explores a whole row of any length a tile holds, one row a program at least.
     assert any(c["BLOCK_N"] == 32768 for c in space.candidates(FACTS, (32768, 4096, 2), explore=True))
     assert {c["BLOCK_N"] for c in space.candidates(FACTS, (65536, 64, 2))} == {1024, 4096}
-    backward = ReductionSpace("BLOCK_N", [1024, 4096], [], max_tile=MAX_BACKWARD_ROW_TILE)
+    backward = ReductionSpace("BLOCK_N", [1024, 4096], [], backward=True)
     assert {c["BLOCK_N"] for c in backward.candidates(FACTS, (16384, 64, 2))} == {1024, 4096}
     # The heuristic holds rows whole where it can, a few rows a program for short ones.
     assert space.heuristic(short, FACTS, (128, 1 << 20, 2))["ROWS"] == 32
-    assert space.heuristic(long, FACTS, (32768, 4096, 2))["BLOCK_N"] == 32768
+    # Past WHOLE_ROW_CHOICE it loops in the largest block, whose warps hold 256 elements each.
+    assert space.heuristic(long, FACTS, (32768, 4096, 2)) == {"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16}
+    middle = (16384, 4096, 2)
+    assert space.heuristic(space.candidates(FACTS, middle), FACTS, middle) == {"BLOCK_N": 16384, "ROWS": 1,
+                                                                                  "num_warps": 16}
+    # A forward's whole-row tile gets a warp per 1024 elements, a backward's per 512.
+    rows_1024 = (1024, 16384, 2)
+    assert space.heuristic(space.candidates(FACTS, rows_1024), FACTS, rows_1024) == {"BLOCK_N": 1024, "ROWS": 4,
+                                                                                      "num_warps": 4}
+    assert backward.heuristic(backward.candidates(FACTS, rows_1024), FACTS, rows_1024)["num_warps"] == 8
     assert backward.heuristic(backward.candidates(FACTS, (16384, 64, 2)), FACTS, (16384, 64, 2))["BLOCK_N"] == 4096
 
 

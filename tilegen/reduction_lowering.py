@@ -125,7 +125,7 @@ def _space(spec: Spec, backward: bool = False) -> str:
     tile = spec.tiles[0]
     fixed = dict(spec.configs.fixed)
     rows = [fixed["ROWS"]] if "ROWS" in fixed else []
-    longest = ", max_tile=rt.configs.MAX_BACKWARD_ROW_TILE" if backward else ""
+    longest = ", backward=True" if backward else ""
     return (f"rt.ReductionSpace({tile.block!r}, {fixed_or(spec, tile.block, tile.sizes)}, "
             f"{fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows}{longest})")
 
