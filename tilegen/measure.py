@@ -84,11 +84,14 @@ def as_tuple(value):
 def check_agreement(got, want, label, tolerance=None):
     """Raise (naming `label`) unless tilegen's outputs `got` match PyTorch's `want`, to `tolerance`
     (default, by each output's dtype: 2e-2 for half precision, 1e-3 otherwise; an fp8 matmul's
-    output is what it stores, not its operands)."""
+    output is what it stores, not its operands). An output tilegen gives in float32 where the eager
+    equivalent computes it in the inputs' half precision (a norm's rstd) is held to the eager
+    one's precision: bfloat16's rounding alone moves it by 0.5%."""
     import torch
 
+    half = (torch.float16, torch.bfloat16)
     for g, w in zip(as_tuple(got), as_tuple(want)):
-        tol = tolerance if tolerance is not None else 2e-2 if g.dtype in (torch.float16, torch.bfloat16) else 1e-3
+        tol = tolerance if tolerance is not None else 2e-2 if g.dtype in half or w.dtype in half else 1e-3
         torch.testing.assert_close(g.float(), w.float(), atol=tol, rtol=tol, equal_nan=True,
                                    msg=lambda m: f"{label}: tilegen and PyTorch disagree: {m}")
 
