@@ -229,16 +229,11 @@ def test_candidates_hold_whole_rows_up_to_the_longest_tile_and_loop_past_it():
     assert {c["BLOCK_N"] for c in backward.candidates(FACTS, (16384, 64, 2))} == {1024, 4096}
     # The heuristic holds rows whole where it can, a few rows a program for short ones.
     assert space.heuristic(short, FACTS, (128, 1 << 20, 2))["ROWS"] == 32
-    # Past WHOLE_ROW_CHOICE it loops in the largest block, whose warps hold 256 elements each.
-    assert space.heuristic(long, FACTS, (32768, 4096, 2)) == {"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16}
-    middle = (16384, 4096, 2)
-    assert space.heuristic(space.candidates(FACTS, middle), FACTS, middle) == {"BLOCK_N": 16384, "ROWS": 1,
+    assert space.heuristic(long, FACTS, (32768, 4096, 2))["BLOCK_N"] == 32768
+    # Past the longest tile it loops in the largest block, with a warp per 256 of its elements.
+    longest = (65536, 64, 2)
+    assert space.heuristic(space.candidates(FACTS, longest), FACTS, longest) == {"BLOCK_N": 4096, "ROWS": 1,
                                                                                   "num_warps": 16}
-    # A forward's whole-row tile gets a warp per 1024 elements, a backward's per 512.
-    rows_1024 = (1024, 16384, 2)
-    assert space.heuristic(space.candidates(FACTS, rows_1024), FACTS, rows_1024) == {"BLOCK_N": 1024, "ROWS": 4,
-                                                                                      "num_warps": 4}
-    assert backward.heuristic(backward.candidates(FACTS, rows_1024), FACTS, rows_1024)["num_warps"] == 8
     assert backward.heuristic(backward.candidates(FACTS, (16384, 64, 2)), FACTS, (16384, 64, 2))["BLOCK_N"] == 4096
 
 

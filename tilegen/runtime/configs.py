@@ -192,36 +192,29 @@ class ElementwiseSpace:
 # values it recomputes): it loads whole rows up to a shorter length, past which they spill.
 MAX_ROW_TILE = 32768
 MAX_BACKWARD_ROW_TILE = 8192
-# The longest row the forward's heuristic holds whole. Past it a whole row spills or leaves too
-# few programs a multiprocessor: at 4096x32768 on the H200 (bench/probes/reduction_configs.txt)
-# the whole-row tile took layer_norm 408 us in half precision and 2023 us in float32, looping in
-# 8192-element blocks with 16 warps 173 and 417 us. Tuning still tries whole rows up to
-# MAX_ROW_TILE (rms_norm and softmax in float32 run them faster there).
-WHOLE_ROW_CHOICE = 16384
 _ROWS_PER_PROGRAM = (1, 2, 4, 8, 16, 32, 64)
 
 
-def reduction_warps(elements, per_warp=512):
-    """Warps for a tile of `elements`: one per `per_warp` elements, 1 to 16."""
-    return max(1, min(16, elements // per_warp))
+def reduction_warps(elements):
+    # About 16 elements of the tile per thread for short tiles, up to 64 for the longest rows.
+    return max(1, min(16, elements // 512))
 
 
 class ReductionSpace:
     """Candidate configs for a reduction: a tile holding whole rows (its block the row length's
     next power of two, up to `max_tile`) with some rows per program, or, for a row longer than a
     block, each of the spec's blocks looping along one row. The key is (N's bucket, the row
-    count's bucket, element size).
+    count's bucket, element size). A backward (`backward`) holds rows whole up to a shorter length.
 
-    A forward's whole-row tile gets a warp per 1024 elements (at 4096-element tiles, 16384x1024
-    and 32768x4096, 4 warps ran as fast as 8 or faster for every norm, within 3% for softmax:
-    reduction_configs.txt); a backward's, which keeps more of each row live, one per 512; a
-    looping block, one per 256 of the block, up to 16."""
+    Whether a long row runs faster whole or looping depends on the op and dtype (at 4096x32768 on
+    the H200, bench/probes/reduction_configs.txt: layer_norm's whole row spills, 408 us in half
+    precision against 173 looping in 8192-element blocks; softmax in float32 runs whole in 342 us
+    against 394): the heuristic holds rows whole where a tile can, and the ops' own tables, from
+    `tilegen tune`, say where looping wins."""
 
     def __init__(self, block, blocks, warps, rows=(), backward=False):
         self.block, self.blocks, self.warps, self.rows = block, list(blocks), list(warps), list(rows)
         self.max_tile = MAX_BACKWARD_ROW_TILE if backward else MAX_ROW_TILE
-        self.whole_choice = MAX_BACKWARD_ROW_TILE if backward else WHOLE_ROW_CHOICE
-        self.whole_per_warp = 512 if backward else 1024
         self.names = (block,)
 
     def _rows_options(self, whole, count, explore):
@@ -237,10 +230,10 @@ class ReductionSpace:
         # About 4096 elements per program for short rows; never more rows than there are.
         return max(1, min(4096 // whole, 64, count))
 
-    def _warp_options(self, elements, explore, per_warp):
+    def _warp_options(self, elements, explore):
         if self.warps:
             return self.warps
-        w = reduction_warps(elements, per_warp)
+        w = reduction_warps(elements)
         # Tuning also tries 32 warps (a whole block of threads) for the longest rows.
         return sorted({max(1, w // 2), w, min(32 if elements >= 16384 else 16, w * 2)}) if explore else [w]
 
@@ -250,24 +243,23 @@ class ReductionSpace:
         whole = max(n, 16)
         if whole <= self.max_tile:
             for rows in self._rows_options(whole, count, explore):
-                for w in self._warp_options(rows * whole, explore, self.whole_per_warp):
+                for w in self._warp_options(rows * whole, explore):
                     out.append({self.block: whole, "ROWS": rows, "num_warps": w})
         for b in self.blocks:
             if b < n:
-                for w in self._warp_options(b * 2, explore, 512):
+                for w in self._warp_options(b * 2, explore):
                     out.append({self.block: b, "ROWS": 1, "num_warps": w})
         return out
 
     def heuristic(self, fitting, facts, key):
-        """Whole rows up to `whole_choice`, with the default rows per program; else the largest
+        """Whole rows where they fit a tile, with the default rows per program; else the largest
         block, looping."""
         n, count = key[0], key[1]
-        whole = [c for c in fitting if n <= c[self.block] <= self.whole_choice]
+        whole = [c for c in fitting if c[self.block] >= n]
         if whole:
             rows = self._default_rows(whole[0][self.block], count)
             return min(whole, key=lambda c: (abs(c["ROWS"] - rows), c["num_warps"]))
-        looping = [c for c in fitting if c[self.block] < n] or fitting
-        return max(looping, key=lambda c: (c[self.block], c["num_warps"]))
+        return max(fitting, key=lambda c: (c[self.block], c["num_warps"]))
 
 
 class MatmulSpace:
