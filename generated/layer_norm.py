@@ -21,6 +21,10 @@ _TABLE = {
         (1024, 16384, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=1),
         (4096, 32768, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=4),
         (4096, 32768, 4): dict(BLOCK_N=4096, ROWS=1, num_warps=2),
+        (32768, 512, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=16),
+        (32768, 512, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=16),
+        (32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=16),
+        (32768, 4096, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=16),
     },
 }
 
