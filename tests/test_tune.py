@@ -314,3 +314,54 @@ def test_shapes_that_share_a_table_key_are_refused_before_any_timing(monkeypatch
                                               "1024x1024x1024x2"):
         tune.tune_module(module, op_module, [(1000, 1000, 1000), (1024, 1024, 1024)], lambda line: None)
     assert timed == []
+
+
+def reduction_stand_in(cost_of, dtypes=(torch.float16,)):
+    """A reduction op over rows of (rows, N): its key is (N, rows, 2) and its time cost_of(shape, config)."""
+    chooser = rt.ConfigChooser("auto", rt.ReductionSpace("BLOCK_N", [1024, 2048], []))
+    state = {}
+
+    def make_inputs(shape, dtype):
+        state["shape"] = shape
+        return torch.ones(3)
+
+    def run_tilegen(inputs):
+        rows, n = state["shape"]
+        chooser.choose((n, rows, 2), FACTS, launch=None)
+        return inputs.clone()
+
+    def do_bench(fn, **_):
+        fn()
+        return cost_of(state["shape"], chooser.forced)
+
+    module = SimpleNamespace(OP="rows", DTYPES=list(dtypes), SHAPES=[], make_inputs=make_inputs,
+                             run_torch=lambda inputs: inputs.clone(), run_tilegen=run_tilegen)
+    return module, SimpleNamespace(configs=chooser), do_bench
+
+
+def test_tiles_only_tuning_explores_are_timed_with_each_of_their_warp_counts(monkeypatch):
+    # Rows of 4096: the heuristic's tile is one row a program; four rows a program with 8 warps is
+    # fastest, with its default 16 warps slowest (layer_norm on the H200 ran so).
+    def cost_of(shape, config):
+        if config["ROWS"] == 4:
+            return 1.0 if config["num_warps"] == 8 else 9.0
+        return 5.0
+    module, op, do_bench = reduction_stand_in(cost_of)
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    best = tune.tune_module(module, op, [(32768, 4096)], lambda line: None)
+    assert best == {"4096x32768x2": {"BLOCK_N": 4096, "ROWS": 4, "num_warps": 8}}
+
+
+def test_each_key_is_reported_when_its_shape_is_done_so_a_run_cut_short_keeps_it(monkeypatch):
+    def cost_of(shape, config):
+        if shape == (1024, 16384):
+            raise KeyboardInterrupt  # the run's time limit, mid-way through the second shape
+        return 1.0 if config["BLOCK_N"] == 4096 else 2.0
+    module, op, do_bench = reduction_stand_in(cost_of, dtypes=(torch.float16, torch.bfloat16))
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    reported = []
+    with pytest.raises(KeyboardInterrupt):
+        tune.tune_module(module, op, [(32768, 4096), (1024, 16384)], lambda line: None,
+                         on_key=lambda key, config: reported.append((key, config["BLOCK_N"])))
+    # The first shape's key, decided over both dtypes that share it, was written before the stop.
+    assert reported == [("4096x32768x2", 4096)]

@@ -320,13 +320,15 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, timer,
 def tune(ops, package, shapes, tables, dtypes, jobs, scope):
     """Measure candidate configs of OPS (default: matmul, add) on this GPU; record the best.
 
-    Every candidate tile is timed with default warps and stages; the fastest few tiles are then
+    Every candidate tile is timed with default warps and stages (a tile only tuning tries, such
+    as a reduction's other rows per program, with each of its warp counts); the fastest few tiles are then
     timed with the other warps and stages the spec leaves open (each config three times, ranked
     by the median). The leaders are timed again; the three still ahead then meet in rounds of
     their own, which alone decide (a GPU's speed drifts as it heats), and a line per shape gives
     their times there. A config's time is its kernel's, plus any host time per call that would hold back a loop of calls (the least of
     three batches of calls, as a busy host only adds time). Each shape fills its table key
-    (power-of-two bucket and element size): give one shape per key.
+    (power-of-two bucket and element size): give one shape per key. Each key's entry is written
+    as soon as its shape is done in every dtype, so a run stopped early keeps the shapes it finished.
 
     Writes <kind>.json tables (with --scope op, ops/<op>.json); run `tilegen build` afterwards
     so the ops launch the measured configs.

@@ -94,11 +94,14 @@ def brief(config: dict) -> str:
     return " ".join(parts)
 
 
-def tune_module(module, op, shapes, progress, dtypes=(), compiler=None) -> dict[str, dict]:
-    """{key: best config} for one op over its dtypes and shapes.
+def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=None) -> dict[str, dict]:
+    """{key: best config} for one op over its dtypes and shapes; `on_key(key, config)` hears of
+    each key as soon as its shape is done in every dtype (so a run cut short keeps what it found).
 
-    Two passes per shape: every candidate tile with its default warps and stages, then the
-    REFINED_TILES fastest tiles with the other warps and stages the spec leaves open; each pass
+    Two passes per shape: every candidate tile with its default warps and stages (and every tile
+    only tuning explores, such as a reduction's other rows per program, with each of its warp
+    counts), then the REFINED_TILES fastest tiles with the other warps and stages the spec leaves
+    open; each pass
     times its configs in SWEEPS sweeps (see alternate_rounds). Configs rank by the median of
     their samples. The FINALISTS leading configs are then timed CONFIRM_ROUNDS more times, until
     the leaders are all confirmed; the FINALISTS leaders then meet in DECIDING_ROUNDS rounds of
@@ -125,13 +128,16 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None) -> dict[
     configs: dict[tuple, dict] = {}
     chosen_dtypes = [d for d in module.DTYPES if not dtypes or dtype_name(d) in dtypes]
     _refuse_shapes_sharing_a_key(module, chooser, shapes or module.SHAPES, chosen_dtypes[:1])
-    for dtype in chosen_dtypes:
-        for shape in shapes or module.SHAPES:
+    best = {}
+    for shape in shapes or module.SHAPES:
+        keys = []
+        for dtype in chosen_dtypes:
             inputs = module.make_inputs(shape, dtype)
             want = module.run_torch(inputs)
             with chooser.recording() as chosen:
                 module.run_tilegen(inputs)
             key = chosen[-1][0]
+            keys.append(key)
             samples: dict[tuple, list[float]] = {}  # kernel ms per config identity, in timing order
             host: dict[tuple, list[float]] = {}  # host ms per call, likewise
 
@@ -176,14 +182,19 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None) -> dict[
                 return sorted(samples, key=lambda ident: rank_ms(ident, floor))  # stable: ties keep timing order
 
             base = chooser.candidates(facts, key)
-            measure(base)
+            explored = chooser.candidates(facts, key, explore=True)
+            # Tiles only tuning tries (a reduction's other rows per program) have no default warps to
+            # stand for them: each comes with all of its own, or one poor pick would drop the tile
+            # (layer_norm 32768x4096: four rows a program ran 138 us with 8 warps, 213 with 16).
+            base_tiles = {tile_of(c) for c in base}
+            first = base + [c for c in explored if tile_of(c) not in base_tiles]
+            measure(first)
             best_tiles = []
             for ident in ranked():
                 if tile_of(configs[ident]) not in best_tiles:
                     best_tiles.append(tile_of(configs[ident]))
-            seen = {identity(c) for c in base}
-            measure([c for c in chooser.candidates(facts, key, explore=True)
-                     if tile_of(c) in best_tiles[:REFINED_TILES] and identity(c) not in seen])
+            seen = {identity(c) for c in first}
+            measure([c for c in explored if tile_of(c) in best_tiles[:REFINED_TILES] and identity(c) not in seen])
             if not samples:
                 raise BenchError(f"{module.OP} {shape_label(shape)}: no candidate config could run")
             # A few timings can still flatter a config whose speed varies from run to run
@@ -224,11 +235,13 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None) -> dict[
                      f"{host_of[winner] * 1e3:.1f} us; of {len(samples)} candidates, each timed {SWEEPS} times, the "
                      f"{len(confirmed)} leading ones {SWEEPS + CONFIRM_ROUNDS} times, then the {len(finalists)} finalists "
                      f"{DECIDING_ROUNDS} more times in rounds of their own)")
-    best = {}
-    for key, per_config in scores.items():
-        runs = max(len(times) for times in per_config.values())
-        everywhere = {config: sum(times) for config, times in per_config.items() if len(times) == runs}
-        best[format_key(key)] = configs[min(everywhere, key=everywhere.get)]
+        for key in dict.fromkeys(keys):  # this shape's keys, each once its dtypes are all done
+            per_config = scores[key]
+            runs = max(len(times) for times in per_config.values())
+            everywhere = {config: sum(times) for config, times in per_config.items() if len(times) == runs}
+            best[format_key(key)] = configs[min(everywhere, key=everywhere.get)]
+            if on_key is not None:
+                on_key(format_key(key), best[format_key(key)])
     return best
 
 
@@ -328,18 +341,29 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
     settle_call_path()
     compiler = ParallelCompiler(package, jobs) if jobs > 1 else None
     _warm_up_gpu()
-    updates: dict[str, dict] = {}
+    written: dict[str, Path] = {}
+
+    def progress(line):
+        print(line, file=sys.stderr, flush=True)
+
+    def writer(module, op):
+        """Each key's entry into the table as soon as it is found: a run stopped by a time limit
+        keeps the shapes it finished (every table write replaces those keys only)."""
+        # Tables store block fields under the kind's names; the op's spec may name them otherwise.
+        spec_names, name = op.configs.space.names, module.KIND if scope == "kind" else module.OP
+
+        def on_key(key, config):
+            entry = {key: rename_blocks(config, spec_names, BLOCK_FIELDS[module.KIND])}
+            written[name] = merge_entries(name, gpu, entry, tables, scope)
+            progress(f"{module.OP}: wrote {key} into {written[name]}")
+        return on_key
+
     try:
         for module in modules:
             op = op_of(f"{Path(package).name}.{module.OP}")
             shapes = parse_shapes(shapes_text, module.KIND, getattr(module, "BATCHED", False))
-            found = tune_module(module, op, shapes, lambda line: print(line, file=sys.stderr, flush=True),
-                                dtypes or (), compiler)
-            # Tables store block fields under the kind's names; the op's spec may name them otherwise.
-            spec_names = op.configs.space.names
-            found = {key: rename_blocks(config, spec_names, BLOCK_FIELDS[module.KIND]) for key, config in found.items()}
-            updates.setdefault(module.KIND if scope == "kind" else module.OP, {}).update(found)
+            tune_module(module, op, shapes, progress, dtypes or (), compiler, on_key=writer(module, op))
     finally:
         if compiler is not None:
             compiler.close()
-    return [merge_entries(name, gpu, entries, tables, scope) for name, entries in updates.items()]
+    return list(written.values())
