@@ -101,8 +101,7 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
     Two passes per shape: every candidate tile with its default warps and stages (and every tile
     only tuning explores, such as a reduction's other rows per program, with each of its warp
     counts), then the REFINED_TILES fastest tiles with the other warps and stages the spec leaves
-    open; each pass
-    times its configs in SWEEPS sweeps (see alternate_rounds). Configs rank by the median of
+    open; each pass times its configs in SWEEPS sweeps (see alternate_rounds). Configs rank by the median of
     their samples. The FINALISTS leading configs are then timed CONFIRM_ROUNDS more times, until
     the leaders are all confirmed; the FINALISTS leaders then meet in DECIDING_ROUNDS rounds of
     their own, which alone rank them (alternate_rounds again).
@@ -239,9 +238,10 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
             per_config = scores[key]
             runs = max(len(times) for times in per_config.values())
             everywhere = {config: sum(times) for config, times in per_config.items() if len(times) == runs}
-            best[format_key(key)] = configs[min(everywhere, key=everywhere.get)]
+            text = format_key(key)
+            best[text] = configs[min(everywhere, key=everywhere.get)]
             if on_key is not None:
-                on_key(format_key(key), best[format_key(key)])
+                on_key(text, best[text])
     return best
 
 
