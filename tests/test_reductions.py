@@ -410,3 +410,35 @@ def test_a_per_row_input_broadcasts_over_the_rows_and_gets_its_gradient(variants
     want = torch.autograd.grad((want_y, want_lse), (long, temperature), (torch.ones_like(y), torch.ones_like(lse)))
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("length", [9 * 1024 + 100, 16 * 1024, 3 * 1024 + 1], ids=["two_groups_partial", "two_whole_groups", "one_group"])
+def test_a_row_looped_in_groups_of_blocks_misses_no_block(length):
+    # A looped row goes in groups of up to ReductionOp.MAX_UNROLL blocks: more blocks than one
+    # group (the last group partial, or whole), and fewer. softmax reads its row in three passes
+    # (max, sum, outputs); layer_norm's backward also adds up its columns' sums per block.
+    from generated import layer_norm, softmax
+    from generated.layer_norm import _BACKWARD, _OP as _LAYER_NORM
+    from generated.softmax import _OP as _SOFTMAX
+    from tilegen.runtime.ops import ReductionOp
+
+    assert ReductionOp.MAX_UNROLL == 8  # the lengths above are chosen around it
+    gen = torch.Generator().manual_seed(3)
+    x = (torch.randn(2, length, generator=gen, dtype=torch.float64) * 4).to(DEVICE)
+    x[:, -1] = 800.0  # exp overflows unless the max pass saw the last block
+    w = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
+    b = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
+    g = torch.randn(2, length, generator=gen, dtype=torch.float64).to(DEVICE)
+    looped = dict(BLOCK_N=1024, ROWS=1, num_warps=4)
+    with _SOFTMAX.configs.forcing(looped):
+        torch.testing.assert_close(softmax(x), torch.softmax(x, -1))
+    got = [t.clone().requires_grad_() for t in (x, w, b)]
+    want = [t.clone().requires_grad_() for t in (x, w, b)]
+    with _LAYER_NORM.configs.forcing(looped), _BACKWARD.configs.forcing(looped):
+        y = layer_norm(*got)[0]
+        y.backward(g)
+    expected = torch.nn.functional.layer_norm(want[0], (length,), want[1], want[2], eps=1e-5)
+    expected.backward(g)
+    torch.testing.assert_close(y, expected)
+    for mine, theirs in zip(got, want):
+        torch.testing.assert_close(mine.grad, theirs.grad)

@@ -43,7 +43,9 @@ BLOCK_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,30}$")
 LANGUAGE_NAMES = frozenset({"acc", "out"})
 # An op name is a module and the public function in it: it may not shadow what the module uses.
 RESERVED_OP_NAMES = RESERVED | {"generated", "support", "route", "is_compiling", "sum_split_k", "wait_for_every_program"}
-RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "NUM_SMS", "DOT_PRECISION", "EPILOGUE", "SAVE_ACC"})
+# The constexprs kernels take beside a spec's blocks (matmul's, then a reduction's).
+RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "NUM_SMS", "DOT_PRECISION", "EPILOGUE", "SAVE_ACC",
+                                  "ROWS", "ONE_TILE", "UNROLL", "MATH_64", "SHARED_FINISH"})
 RESERVED_BLOCK_PREFIXES = ("EVEN_", "MASK_", "HAS_", "OUT_", "IN_")
 MAX_SIZES = 8
 MAX_TEST_SHAPES = 32
