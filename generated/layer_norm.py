@@ -24,7 +24,7 @@ _TABLE = {
         (32768, 512, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=16),
         (32768, 512, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=16),
         (32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=16),
-        (32768, 4096, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=16),
+        (32768, 4096, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=32),
     },
 }
 
