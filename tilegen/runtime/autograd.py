@@ -94,10 +94,23 @@ class _EagerAutograd(torch.autograd.Function):
         return output
 
     @staticmethod
-    @torch.autograd.function.once_differentiable  # a second derivative raises, never comes back detached
     def backward(ctx, *grads):
-        gradients = ctx.gradients
-        return (None, None, *gradients.compute(ctx, grads, ctx.needs_input_grad[2:2 + gradients.tensors]))
+        if torch.is_grad_enabled():
+            # create_graph=True: the gradients must not come back detached, so a second
+            # derivative raises. once_differentiable's wrapper costs about 5 us of host time a
+            # step, so a plain backward (grad mode off: nothing to record) goes without it.
+            return _backward_once(ctx, *grads)
+        return _gradients(ctx, grads)
+
+
+def _gradients(ctx, grads):
+    gradients = ctx.gradients
+    return (None, None, *gradients.compute(ctx, grads, ctx.needs_input_grad[2:2 + gradients.tensors]))
+
+
+@torch.autograd.function.once_differentiable  # a second derivative raises, never comes back detached
+def _backward_once(ctx, *grads):
+    return _gradients(ctx, grads)
 
 
 def call(op, *args):
