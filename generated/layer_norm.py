@@ -17,14 +17,14 @@ _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,)
 # Measured best configs per GPU and (row length bucket, row count bucket, element size), from `tilegen tune`.
 _TABLE = {
     'NVIDIA H200': {
-        (1024, 16384, 2): dict(BLOCK_N=1024, ROWS=4, num_warps=2),
-        (1024, 16384, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=1),
-        (4096, 32768, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=4),
-        (4096, 32768, 4): dict(BLOCK_N=4096, ROWS=1, num_warps=2),
-        (32768, 512, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=16),
-        (32768, 512, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=16),
-        (32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=16),
-        (32768, 4096, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=32),
+        (1024, 16384, 2): dict(BLOCK_N=1024, ROWS=4, num_warps=2, UNROLL=0),
+        (1024, 16384, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=1, UNROLL=0),
+        (4096, 32768, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0),
+        (4096, 32768, 4): dict(BLOCK_N=4096, ROWS=1, num_warps=2, UNROLL=0),
+        (32768, 512, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=16, UNROLL=0),
+        (32768, 512, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=16, UNROLL=0),
+        (32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=16, UNROLL=0),
+        (32768, 4096, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=0),
     },
 }
 

@@ -17,9 +17,9 @@ _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,)
 # Measured best configs per GPU and (row length bucket, row count bucket, element size), from `tilegen tune`.
 _TABLE = {
     'NVIDIA H200': {
-        (32768, 512, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=32),
-        (32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=32),
-        (32768, 4096, 4): dict(BLOCK_N=32768, ROWS=1, num_warps=8),
+        (32768, 512, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=0),
+        (32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=0),
+        (32768, 4096, 4): dict(BLOCK_N=32768, ROWS=1, num_warps=8, UNROLL=0),
     },
 }
 

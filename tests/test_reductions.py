@@ -233,7 +233,7 @@ def test_candidates_hold_whole_rows_up_to_the_longest_tile_and_loop_past_it():
     # Past the longest tile it loops in the largest block, with a warp per 256 of its elements.
     longest = (65536, 64, 2)
     assert space.heuristic(space.candidates(FACTS, longest), FACTS, longest) == {"BLOCK_N": 4096, "ROWS": 1,
-                                                                                  "num_warps": 16}
+                                                                                  "num_warps": 16, "UNROLL": 0}
     assert backward.heuristic(backward.candidates(FACTS, (16384, 64, 2)), FACTS, (16384, 64, 2))["BLOCK_N"] == 4096
 
 
@@ -412,24 +412,45 @@ def test_a_per_row_input_broadcasts_over_the_rows_and_gets_its_gradient(variants
         torch.testing.assert_close(g, w)
 
 
-@pytest.mark.parametrize("length", [9 * 1024 + 100, 16 * 1024, 3 * 1024 + 1], ids=["two_groups_partial", "two_whole_groups", "one_group"])
-def test_a_row_looped_in_groups_of_blocks_misses_no_block(length):
-    # A looped row goes in groups of up to ReductionOp.MAX_UNROLL blocks: more blocks than one
-    # group (the last group partial, or whole), and fewer. softmax reads its row in three passes
-    # (max, sum, outputs); layer_norm's backward also adds up its columns' sums per block.
+def test_a_looped_rows_blocks_a_trip_follow_the_config_or_the_rule():
+    from tilegen.runtime import ReductionSpace
+    from tilegen.runtime.configs import MAX_UNROLL, row_unroll
+
+    assert MAX_UNROLL == 8
+    # 0: the row's blocks, up to 8; a config's own count, never more than the row has.
+    assert [row_unroll(0, n, 1024) for n in (1000, 1024, 3000, 4096, 9000, 1 << 20)] == [1, 1, 3, 4, 8, 8]
+    assert [row_unroll(2, n, 1024) for n in (1000, 3000, 1 << 20)] == [1, 2, 2]
+    space = ReductionSpace("BLOCK_N", [1024, 8192], [])
+    key = (32768, 4096, 2)
+    # Candidates leave it to the rule; tuning also tries each other count the row's blocks allow.
+    assert {c["UNROLL"] for c in space.candidates(FACTS, key)} == {0}
+    explored = space.candidates(FACTS, key, explore=True)
+    looped = {(c["BLOCK_N"], c["UNROLL"]) for c in explored if c["BLOCK_N"] < 32768}
+    assert looped == {(1024, 0), (1024, 1), (1024, 2), (1024, 4), (8192, 0), (8192, 1), (8192, 2)}
+    assert {c["UNROLL"] for c in explored if c["BLOCK_N"] == 32768} == {0}  # a whole row has one block
+    # A fixed count (a spec's configs.fixed) is the only one.
+    fixed = ReductionSpace("BLOCK_N", [1024], [4], unroll=[2])
+    assert {c["UNROLL"] for c in fixed.candidates(FACTS, key, explore=True) if c["BLOCK_N"] == 1024} == {2}
+
+
+@pytest.mark.parametrize("length, unroll", [(9 * 1024 + 100, 0), (16 * 1024, 0), (3 * 1024 + 1, 0), (9 * 1024 + 100, 2),
+                                            (3 * 1024 + 1, 1)],
+                         ids=["two_trips_partial", "two_whole_trips", "one_trip", "five_trips_of_two", "a_block_a_trip"])
+def test_a_row_looped_in_trips_of_several_blocks_misses_no_block(length, unroll):
+    # A looped row goes UNROLL blocks a loop trip (0: the row's blocks, up to 8): more blocks
+    # than one trip holds (the last trip partial, or whole), and fewer. softmax reads its row in
+    # three passes (max, sum, outputs); layer_norm's backward also adds up its columns' sums per block.
     from generated import layer_norm, softmax
     from generated.layer_norm import _BACKWARD, _OP as _LAYER_NORM
     from generated.softmax import _OP as _SOFTMAX
-    from tilegen.runtime.ops import ReductionOp
 
-    assert ReductionOp.MAX_UNROLL == 8  # the lengths above are chosen around it
     gen = torch.Generator().manual_seed(3)
     x = (torch.randn(2, length, generator=gen, dtype=torch.float64) * 4).to(DEVICE)
     x[:, -1] = 800.0  # exp overflows unless the max pass saw the last block
     w = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
     b = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
     g = torch.randn(2, length, generator=gen, dtype=torch.float64).to(DEVICE)
-    looped = dict(BLOCK_N=1024, ROWS=1, num_warps=4)
+    looped = dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=unroll)
     with _SOFTMAX.configs.forcing(looped):
         torch.testing.assert_close(softmax(x), torch.softmax(x, -1))
     got = [t.clone().requires_grad_() for t in (x, w, b)]

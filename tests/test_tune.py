@@ -250,6 +250,8 @@ def test_brief_names_a_config_on_one_line():
     config = dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1, PERSISTENT=0)
     assert tune.brief(config) == "BM128 BN256 BK64 w8 s3 TMA"
     assert tune.brief(dict(BLOCK=1024, num_warps=4)) == "BLOCK1024 w4"
+    assert tune.brief(dict(BLOCK=8192, ROWS=1, num_warps=32, UNROLL=0)) == "BLOCK8192 ROWS1 w32"
+    assert tune.brief(dict(BLOCK=8192, ROWS=1, num_warps=32, UNROLL=2)) == "BLOCK8192 ROWS1 w32 UNROLL2"
     assert tune.brief(dict(BM=64, BN=64, BK=128, SPLIT_K=2, num_warps=4, num_stages=4)) == "BM64 BN64 BK128 SPLIT_K2 w4 s4"
 
 
@@ -349,7 +351,21 @@ def test_tiles_only_tuning_explores_are_timed_with_each_of_their_warp_counts(mon
     module, op, do_bench = reduction_stand_in(cost_of)
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     best = tune.tune_module(module, op, [(32768, 4096)], lambda line: None)
-    assert best == {"4096x32768x2": {"BLOCK_N": 4096, "ROWS": 4, "num_warps": 8}}
+    assert best == {"4096x32768x2": {"BLOCK_N": 4096, "ROWS": 4, "num_warps": 8, "UNROLL": 0}}
+
+
+def test_a_looped_tile_is_refined_over_its_blocks_a_trip(monkeypatch):
+    # Rows of 32768 in 2048 blocks: the rule's count (8 a trip) is timed first, then the fastest
+    # tiles with each other count; two a trip wins here (layer_norm float32 ran its fastest with
+    # fewer than the rule's at some warp counts on the H200).
+    def cost_of(shape, config):
+        if config["BLOCK_N"] != 2048:
+            return 5.0
+        return 1.0 if config["UNROLL"] == 2 else 3.0
+    module, op, do_bench = reduction_stand_in(cost_of)
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    best = tune.tune_module(module, op, [(4096, 32768)], lambda line: None)
+    assert best["32768x4096x2"]["BLOCK_N"] == 2048 and best["32768x4096x2"]["UNROLL"] == 2
 
 
 def test_each_key_is_reported_when_its_shape_is_done_so_a_run_cut_short_keeps_it(monkeypatch):

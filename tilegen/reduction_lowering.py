@@ -126,8 +126,9 @@ def _space(spec: Spec, backward: bool = False) -> str:
     fixed = dict(spec.configs.fixed)
     rows = [fixed["ROWS"]] if "ROWS" in fixed else []
     longest = ", backward=True" if backward else ""
+    unroll = f", unroll={[fixed['UNROLL']]}" if "UNROLL" in fixed else ""
     return (f"rt.ReductionSpace({tile.block!r}, {fixed_or(spec, tile.block, tile.sizes)}, "
-            f"{fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows}{longest})")
+            f"{fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows}{longest}{unroll})")
 
 
 def _backward(spec: Spec, roles: dict[str, str]) -> dict:

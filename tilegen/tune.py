@@ -83,13 +83,14 @@ def identity(config: dict) -> tuple:
 
 
 def brief(config: dict) -> str:
-    """A config on one short line: `BM128 BN256 BK64 w8 s3 TMA` (flags only where set)."""
+    """A config on one short line: `BM128 BN256 BK64 w8 s3 TMA` (flags only where set; a split or
+    a reduction's UNROLL only where not the default)."""
     short = {"num_warps": "w", "num_stages": "s"}
     parts = []
     for name, value in config.items():
         if name in ("TMA", "PERSISTENT"):
             parts += [name] if value else []
-        elif not (name == "SPLIT_K" and value == 1):
+        elif not (name == "SPLIT_K" and value == 1) and not (name == "UNROLL" and value == 0):
             parts.append(f"{short.get(name, name)}{value}")
     return " ".join(parts)
 

@@ -17,6 +17,7 @@ from .dtypes import (ACCUMULATE_DTYPES, DTYPES, ELEMENTWISE_DTYPES, FLOAT_DTYPES
 from .errors import ErrorLog
 from .expressions import Expression, ExpressionError, parse_expression
 from .rows import ELEMENT, LEVEL_NAMES, ROW, UNIFORM, level_of
+from .schema import UNROLL_SIZES
 from .naming import RESERVED, identifiers
 from .shape_rules import ShapeRules, matmul_axes
 from .spec import ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec
@@ -547,9 +548,14 @@ class _Validator(ShapeRules):
                 if type(value) is not int or value not in (1, 2, 4, 8, 16, 32, 64):
                     self.error(key, f"{_show(value)} is not allowed", "rows per program: 1, 2, 4, ... 64")
                     continue
+            elif name == "UNROLL" and self.kind == "reduction":
+                if type(value) is not int or value not in (0,) + UNROLL_SIZES:
+                    self.error(key, f"{_show(value)} is not allowed",
+                               "blocks a loop trip: 1, 2, 4 or 8, or 0 for the row's blocks up to 8")
+                    continue
             else:
                 self.unknown_key(key, name, list(sizes) + ["num_warps", "num_stages"]
-                                 + (["ROWS"] if self.kind == "reduction" else []))
+                                 + (["ROWS", "UNROLL"] if self.kind == "reduction" else []))
                 continue
             out[name] = value
         for block in sizes:

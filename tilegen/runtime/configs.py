@@ -12,7 +12,7 @@ import torch
 import triton
 
 from .device import INTERPRET, cdiv
-from ..schema import tile_of
+from ..schema import UNROLL_SIZES, tile_of
 
 # Doublings (summed over the key's sizes) past which a table entry is no better a guess than the
 # heuristic.
@@ -193,6 +193,19 @@ class ElementwiseSpace:
 MAX_ROW_TILE = 32768
 MAX_BACKWARD_ROW_TILE = 8192
 _ROWS_PER_PROGRAM = (1, 2, 4, 8, 16, 32, 64)
+# A looped row goes in groups of UNROLL blocks, a tl.static_range each, so that a group's loads
+# are issued together (Triton pipelines no loop along a row). A config's UNROLL of 0 leaves it to
+# the rule: the row's blocks, at most MAX_UNROLL (more would only lengthen the compile). 4-15%
+# faster than one block a trip on half-precision rows of 32768, but not for every warp count and
+# dtype (bench/probes/reduction_pipelining.txt: layer_norm float32 in 8192 blocks with 16 warps
+# lost 4%): tuning also tries the other group sizes.
+MAX_UNROLL = 8
+
+
+def row_unroll(unroll, n, block):
+    """Blocks a loop trip for a row of `n` in `block`-sized blocks, as a config's UNROLL asks (0:
+    the rule above); never more than the row has (1 for a row held whole)."""
+    return max(1, min(unroll or MAX_UNROLL, cdiv(n, block)))
 
 
 def reduction_warps(elements):
@@ -212,8 +225,9 @@ class ReductionSpace:
     against 394): the heuristic holds rows whole where a tile can, and the ops' own tables, from
     `tilegen tune`, say where looping wins."""
 
-    def __init__(self, block, blocks, warps, rows=(), backward=False):
+    def __init__(self, block, blocks, warps, rows=(), backward=False, unroll=()):
         self.block, self.blocks, self.warps, self.rows = block, list(blocks), list(warps), list(rows)
+        self.unroll = list(unroll)
         self.max_tile = MAX_BACKWARD_ROW_TILE if backward else MAX_ROW_TILE
         self.names = (block,)
 
@@ -237,6 +251,14 @@ class ReductionSpace:
         # Tuning also tries 32 warps (a whole block of threads) for the longest rows.
         return sorted({max(1, w // 2), w, min(32 if elements >= 16384 else 16, w * 2)}) if explore else [w]
 
+    def _unroll_options(self, n, block, explore):
+        if self.unroll:
+            return self.unroll
+        if not explore:
+            return [0]
+        ruled = row_unroll(0, n, block)
+        return [0] + [u for u in UNROLL_SIZES if u != ruled and u == row_unroll(u, n, block)]
+
     def candidates(self, facts, key, explore=False):
         n, count = key[0], key[1]
         out = []
@@ -244,11 +266,12 @@ class ReductionSpace:
         if whole <= self.max_tile:
             for rows in self._rows_options(whole, count, explore):
                 for w in self._warp_options(rows * whole, explore):
-                    out.append({self.block: whole, "ROWS": rows, "num_warps": w})
+                    out.append({self.block: whole, "ROWS": rows, "num_warps": w, "UNROLL": 0})
         for b in self.blocks:
             if b < n:
                 for w in self._warp_options(b * 2, explore):
-                    out.append({self.block: b, "ROWS": 1, "num_warps": w})
+                    for u in self._unroll_options(n, b, explore):
+                        out.append({self.block: b, "ROWS": 1, "num_warps": w, "UNROLL": u})
         return out
 
     def heuristic(self, fitting, facts, key):

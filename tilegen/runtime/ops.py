@@ -13,7 +13,7 @@ from . import library
 from .batch import batch_shape, folded, matrices
 from .callpath import CallPath
 from .checks import broadcast_leading
-from .configs import ConfigChooser
+from .configs import ConfigChooser, row_unroll
 from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
 from .sync import grid_wait_allowed
@@ -323,10 +323,8 @@ class MatmulOp(Op):
 class ReductionOp(Op):
     """An op over rows: each program reduces blocks of ROWS rows of the reduced axis (length N),
     loading a row that fits its tile once (ONE_TILE: the config's block holds N) and passing over
-    a longer one in block-sized steps, UNROLL blocks a group: the group's blocks are a
-    tl.static_range, so their loads are independent and issued together, where a plain loop
-    waits for each block's load before the next (bench/probes/reduction_pipelining.txt: 5-15%
-    at rows of 4096 and 32768).
+    a longer one in block-sized steps, UNROLL blocks a loop trip (configs.row_unroll): the
+    trip's blocks are a tl.static_range, so their loads are issued together.
 
     `roles` gives each tensor (inputs, then outputs) its lie along the rows: "element" ([..., N]),
     "column" ([N], the same for every row), "row" ([...], one value per row), or, for a
@@ -342,9 +340,6 @@ class ReductionOp(Op):
     # Programs per multiprocessor where programs loop over rows to sum columns and the last to
     # arrive finishes the sums (the interpreter; on a GPU: one, all resident).
     SUM_PROGRAMS_PER_SM = 2
-    # Blocks a group at most: a group is a row's blocks (one loop trip) up to this many; more
-    # would only lengthen the compile. Each count is its own binary: 2-8 for a block size.
-    MAX_UNROLL = 8
 
     def __init__(self, name, kernel, configs, *, roles, block="BLOCK", compute=tl.float32, listed=True):
         super().__init__(name, configs, kernel, listed)
@@ -446,7 +441,7 @@ class ReductionOp(Op):
             constexprs["SHARED_FINISH"] = shared
         strides = [int(s) for view in views for s in view.stride()]
         constexprs.update({self.block: block, "ROWS": per_program, "ONE_TILE": block >= n,
-                           "UNROLL": max(1, min(self.MAX_UNROLL, cdiv(n, block))),
+                           "UNROLL": row_unroll(config.get("UNROLL", 0), n, block),
                            "INDEX_64": needs_int64(*views, extra=block * per_program),
                            "MATH_64": self.compute == tl.float64 or any(v.dtype == torch.float64 for v in views)})
         varying = len(head) + len(views) + len(scalars)
