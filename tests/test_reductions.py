@@ -417,16 +417,22 @@ def test_a_looped_rows_blocks_a_trip_follow_the_config_or_the_rule():
     from tilegen.runtime.configs import MAX_UNROLL, row_unroll
 
     assert MAX_UNROLL == 8
-    # 0: the row's blocks, up to 8; a config's own count, never more than the row has.
-    assert [row_unroll(0, n, 1024) for n in (1000, 1024, 3000, 4096, 9000, 1 << 20)] == [1, 1, 3, 4, 8, 8]
-    assert [row_unroll(2, n, 1024) for n in (1000, 3000, 1 << 20)] == [1, 2, 2]
+    # 0: the row's blocks, up to 8 and up to 64 elements a thread a trip; a config's own count,
+    # never more than the row has.
+    assert [row_unroll(0, n, 1024, 4) for n in (1000, 1024, 3000, 4096, 9000, 1 << 20)] == [1, 1, 3, 4, 8, 8]
+    assert [row_unroll(0, 1 << 20, 8192, w) for w in (4, 8, 16, 32)] == [1, 2, 4, 8]
+    assert [row_unroll(2, n, 1024, 4) for n in (1000, 3000, 1 << 20)] == [1, 2, 2]
+    assert row_unroll(8, 1 << 20, 8192, 4) == 8  # a measured count is taken as it is
     space = ReductionSpace("BLOCK_N", [1024, 8192], [])
     key = (32768, 4096, 2)
     # Candidates leave it to the rule; tuning also tries each other count the row's blocks allow.
     assert {c["UNROLL"] for c in space.candidates(FACTS, key)} == {0}
     explored = space.candidates(FACTS, key, explore=True)
-    looped = {(c["BLOCK_N"], c["UNROLL"]) for c in explored if c["BLOCK_N"] < 32768}
-    assert looped == {(1024, 0), (1024, 1), (1024, 2), (1024, 4), (8192, 0), (8192, 1), (8192, 2)}
+    for block, warps in {(c["BLOCK_N"], c["num_warps"]) for c in explored if c["BLOCK_N"] < 32768}:
+        counts = {c["UNROLL"] for c in explored if (c["BLOCK_N"], c["num_warps"]) == (block, warps)}
+        ruled = row_unroll(0, 32768, block, warps)
+        assert counts == {0} | {u for u in (1, 2, 4, 8) if u <= 32768 // block and u != ruled}, (block, warps)
+    assert {c["UNROLL"] for c in explored if c["BLOCK_N"] == 8192} == {0, 1, 2, 4}  # 4 blocks: up to 4
     assert {c["UNROLL"] for c in explored if c["BLOCK_N"] == 32768} == {0}  # a whole row has one block
     # A fixed count (a spec's configs.fixed) is the only one.
     fixed = ReductionSpace("BLOCK_N", [1024], [4], unroll=[2])

@@ -193,19 +193,25 @@ class ElementwiseSpace:
 MAX_ROW_TILE = 32768
 MAX_BACKWARD_ROW_TILE = 8192
 _ROWS_PER_PROGRAM = (1, 2, 4, 8, 16, 32, 64)
-# A looped row goes in groups of UNROLL blocks, a tl.static_range each, so that a group's loads
+# A looped row goes UNROLL blocks a loop trip, a tl.static_range each, so that a trip's loads
 # are issued together (Triton pipelines no loop along a row). A config's UNROLL of 0 leaves it to
-# the rule: the row's blocks, at most MAX_UNROLL (more would only lengthen the compile). 4-15%
-# faster than one block a trip on half-precision rows of 32768, but not for every warp count and
-# dtype (bench/probes/reduction_pipelining.txt: layer_norm float32 in 8192 blocks with 16 warps
-# lost 4%): tuning also tries the other group sizes.
+# the rule: the row's blocks, at most MAX_UNROLL (more would only lengthen the compile) and at
+# most MAX_TRIP_ELEMENTS a thread a trip. 4-15% faster than one block a trip on half-precision
+# rows of 32768, but not for every warp count and dtype (bench/probes/reduction_pipelining.txt:
+# layer_norm float32 in 8192 blocks with 16 warps lost 4%): tuning also tries the other counts.
 MAX_UNROLL = 8
+# The most elements a thread loads in one trip that were measured (64, in 4096 blocks with 16
+# warps, 8 a trip); past them, registers would run out (a whole 32768 row spills at 32-64 a
+# thread where it keeps more values live: bench/probes/reduction_configs.txt).
+MAX_TRIP_ELEMENTS = 64
 
 
-def row_unroll(unroll, n, block):
-    """Blocks a loop trip for a row of `n` in `block`-sized blocks, as a config's UNROLL asks (0:
-    the rule above); never more than the row has (1 for a row held whole)."""
-    return max(1, min(unroll or MAX_UNROLL, cdiv(n, block)))
+def row_unroll(unroll, n, block, warps):
+    """Blocks a loop trip for a row of `n` in `block`-sized blocks with `warps` warps, as a
+    config's UNROLL asks (0: the rule above); never more than the row has (1 for a row held whole)."""
+    if not unroll:
+        unroll = max(1, min(MAX_UNROLL, MAX_TRIP_ELEMENTS * 32 * warps // block))
+    return max(1, min(unroll, cdiv(n, block)))
 
 
 def reduction_warps(elements):
@@ -251,13 +257,13 @@ class ReductionSpace:
         # Tuning also tries 32 warps (a whole block of threads) for the longest rows.
         return sorted({max(1, w // 2), w, min(32 if elements >= 16384 else 16, w * 2)}) if explore else [w]
 
-    def _unroll_options(self, n, block, explore):
+    def _unroll_options(self, n, block, warps, explore):
         if self.unroll:
             return self.unroll
         if not explore:
             return [0]
-        ruled = row_unroll(0, n, block)
-        return [0] + [u for u in UNROLL_SIZES if u != ruled and u == row_unroll(u, n, block)]
+        ruled = row_unroll(0, n, block, warps)
+        return [0] + [u for u in UNROLL_SIZES if u != ruled and u == row_unroll(u, n, block, warps)]
 
     def candidates(self, facts, key, explore=False):
         n, count = key[0], key[1]
@@ -270,7 +276,7 @@ class ReductionSpace:
         for b in self.blocks:
             if b < n:
                 for w in self._warp_options(b * 2, explore):
-                    for u in self._unroll_options(n, b, explore):
+                    for u in self._unroll_options(n, b, w, explore):
                         out.append({self.block: b, "ROWS": 1, "num_warps": w, "UNROLL": u})
         return out
 
