@@ -516,6 +516,31 @@ def test_every_identifier_the_templates_use_is_reserved_from_specs(tmp_path):
                 assert bare in RESERVED_OP_NAMES, f"an op named {bare!r} would define {identifier!r} twice"
 
 
+def test_every_constexpr_a_kernel_takes_is_a_block_of_its_spec_or_reserved():
+    """A block named like another constexpr of its kernel (EVEN, SPLIT_K, UNROLL, M_FACTOR...)
+    would define it twice: validation refuses every such name, so no spec reaches a template bug."""
+    import re
+
+    from tilegen.build import load_specs
+    from tilegen.render import Renderer
+    from tilegen.validate import RESERVED_BLOCK_NAMES, RESERVED_BLOCK_PREFIXES, RESERVED_BLOCK_SUFFIXES
+
+    renderer = Renderer()
+    for item in load_specs([REPO / "specs"], REPO):
+        blocks = {tile.block for tile in item.spec.tiles}
+        # Each kernel's signature on its own: a kernel that takes none of the spec's blocks (a
+        # matmul's epilogue backward, an elementwise kernel of its own BLOCK) cannot clash.
+        for kernel in renderer.op_module(item).split("@triton.jit\n")[1:]:
+            signature = kernel[:kernel.index("):")]
+            taken = set(re.findall(r"^\s+([A-Z][A-Z0-9_]*): tl\.constexpr", signature, flags=re.M))
+            if not taken & blocks:
+                continue
+            unreserved = {name for name in taken - blocks if not (
+                name in RESERVED_BLOCK_NAMES or name.startswith(RESERVED_BLOCK_PREFIXES)
+                or name.endswith(RESERVED_BLOCK_SUFFIXES))}
+            assert not unreserved, f"{item.spec.op}: constexprs a block could be named: {sorted(unreserved)}"
+
+
 @pytest.mark.parametrize("section, name", [("op", "rt"), ("op", "type"), ("op", "len"), ("op", "tl"),
                                            ("op", "route"), ("op", "compute"), ("inputs", "acc"),
                                            ("scalars", "out"), ("inputs", "float16"), ("scalars", "lambda")])

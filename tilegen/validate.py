@@ -44,10 +44,13 @@ BLOCK_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,30}$")
 LANGUAGE_NAMES = frozenset({"acc", "out"})
 # An op name is a module and the public function in it: it may not shadow what the module uses.
 RESERVED_OP_NAMES = RESERVED | {"generated", "support", "route", "is_compiling", "sum_split_k", "wait_for_every_program"}
-# The constexprs kernels take beside a spec's blocks (matmul's, then a reduction's).
-RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "NUM_SMS", "DOT_PRECISION", "EPILOGUE", "SAVE_ACC",
-                                  "ROWS", "ONE_TILE", "UNROLL", "MATH_64", "SHARED_FINISH"})
+# The constexprs generated kernels take beside a spec's blocks, which a block may not be named
+# (tests/test_build.py checks every kernel the specs render against these).
+RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "MATH_64", "NUM_SMS", "DOT_PRECISION", "EPILOGUE",
+                                  "SAVE_ACC", "SPLIT_K", "USE_TMA", "PEEL_K", "PERSISTENT", "BATCHED", "EVEN",
+                                  "ROWS", "ONE_TILE", "UNROLL", "SHARED_FINISH"})
 RESERVED_BLOCK_PREFIXES = ("EVEN_", "MASK_", "HAS_", "OUT_", "IN_")
+RESERVED_BLOCK_SUFFIXES = ("_FACTOR",)  # a size's or a stride's known factor (M_FACTOR, STRIDE_A_0_FACTOR)
 MAX_SIZES = 8
 MAX_TEST_SHAPES = 32
 MAX_DIM = 1 << 20
@@ -396,7 +399,8 @@ class _Validator(ShapeRules):
             if entry is None or "block" not in entry or "sizes" not in entry:
                 continue
             block = self.string(f"{key}.block", entry["block"], BLOCK_NAME, "constexpr name")
-            if block and (block in RESERVED_BLOCK_NAMES or block.startswith(RESERVED_BLOCK_PREFIXES)):
+            if block and (block in RESERVED_BLOCK_NAMES or block.startswith(RESERVED_BLOCK_PREFIXES)
+                          or block.endswith(RESERVED_BLOCK_SUFFIXES)):
                 self.error(f"{key}.block", f"block name {block!r} is reserved", "choose another name")
                 block = None
             if block and block in blocks:
