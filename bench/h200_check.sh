@@ -21,6 +21,7 @@
 #   OUT=/tmp/check STEPS="batched:forward batched:backward" bash bench/h200_check.sh   # about 3 minutes
 #   OUT=/tmp/check STEPS="fp8" bash bench/h200_check.sh                  # about 3 minutes
 #   OUT=/tmp/check STEPS="reductions:forward_compile" REDUCE_SHAPES=16384x1024,32768x4096 bash bench/h200_check.sh
+#   OUT=/tmp/check STEPS="reductions:tune build reductions:forward" bash bench/h200_check.sh  # about 8 minutes
 #
 # ARCHIVE=FILE packs everything into one .tar.gz at FILE when the steps are done (and removes
 # the folder), for machines that hand back only a few files:
@@ -43,8 +44,19 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $out/NAME.log
 
 # tune (only when STEPS names it): TUNE holds tune's arguments; the new table lands in $out too,
 # and the build step then renders it (instead of checking that generated/ is up to date).
-if [[ $steps == *" tune "* ]]; then
-    step tune 400 python3 -m tilegen tune ${TUNE:-matmul --dtype float16}
+# reductions:tune (only when STEPS names it) tunes each reduction op's own table at REDUCE_SHAPES
+# (default the long rows: 4096x32768,512x32768,32768x4096), one op at a time with a limit each
+# (REDUCE_TUNE_S, default 75 s), so one slow op leaves the others' keys written.
+reductions="softmax log_softmax rms_norm layer_norm add_rms_norm"
+if [[ $steps == *" reductions:tune "* ]]; then
+    for op in $reductions; do
+        timeout "${REDUCE_TUNE_S:-75}" python3 -m tilegen tune "$op" --scope op --jobs 14 \
+            --shapes "${REDUCE_SHAPES:-4096x32768,512x32768,32768x4096}" > "$out/reductions_tune_$op.log" 2>&1
+        echo "reductions:tune $op: exit $? ($(tail -1 "$out/reductions_tune_$op.log"))"
+    done
+fi
+if [[ $steps == *" tune "* || $steps == *" reductions:tune "* ]]; then
+    [[ $steps == *" tune "* ]] && step tune 400 python3 -m tilegen tune ${TUNE:-matmul --dtype float16}
     cp tilegen/tables/*.json "$out/"
     [[ -d tilegen/tables/ops ]] && cp -r tilegen/tables/ops "$out/"
     step build 60 python3 -m tilegen build specs/
@@ -65,7 +77,6 @@ step backward_compile:matmul 560 python3 -m tilegen bench matmul matmul_relu mat
 # Reductions (softmax, log_softmax, rms_norm, layer_norm, add_rms_norm), forward and training step,
 # against eager; the _compile steps add torch.compile (one compile per shape and dtype: REDUCE_SHAPES
 # picks the shapes, default the benchmark's).
-reductions="softmax log_softmax rms_norm layer_norm add_rms_norm"
 step reductions:forward 300 python3 -m tilegen bench $reductions --out "$out/reductions/forward"
 step reductions:backward 400 python3 -m tilegen bench $reductions --backward --out "$out/reductions/backward"
 step reductions:forward_compile 560 python3 -m tilegen bench $reductions ${REDUCE_SHAPES:+--shapes $REDUCE_SHAPES} \
