@@ -22,6 +22,7 @@
 #   OUT=/tmp/check STEPS="fp8" bash bench/h200_check.sh                  # about 3 minutes
 #   OUT=/tmp/check STEPS="reductions:forward_compile" REDUCE_SHAPES=16384x1024,32768x4096 bash bench/h200_check.sh
 #   OUT=/tmp/check STEPS="reductions:tune build reductions:forward" bash bench/h200_check.sh  # about 8 minutes
+#   OUT=/tmp/check STEPS="reductions:tests reductions:ab" BEFORE=.before bash bench/h200_check.sh  # kernels A/B
 #
 # ARCHIVE=FILE packs everything into one .tar.gz at FILE when the steps are done (and removes
 # the folder), for machines that hand back only a few files:
@@ -77,6 +78,23 @@ step backward_compile:matmul 560 python3 -m tilegen bench matmul matmul_relu mat
 # Reductions (softmax, log_softmax, rms_norm, layer_norm, add_rms_norm), forward and training step,
 # against eager; the _compile steps add torch.compile (one compile per shape and dtype: REDUCE_SHAPES
 # picks the shapes, default the benchmark's).
+step reductions:tests 200 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_reductions.py \
+    generated/tests/test_softmax.py generated/tests/test_log_softmax.py generated/tests/test_rms_norm.py \
+    generated/tests/test_layer_norm.py generated/tests/test_add_rms_norm.py
+# reductions:ab (not a default step): the forward at REDUCE_SHAPES (default the long rows) on BEFORE's
+# kernels (a folder holding another tree's generated/: `git archive main generated | tar -x -C .before`,
+# carried along) and on this tree's, in one run, eager and torch.compile beside this tree's. For
+# kernel changes that keep the launch's constexprs (the runtime is this tree's for both).
+before="${BEFORE:-.before}"
+ab_shapes="${REDUCE_SHAPES:-4096x32768,512x32768,32768x4096}"
+if [[ -d $before/generated ]]; then
+    before=$(cd "$before" && pwd)
+    step reductions:ab 560 bash -c "PYTHONPATH=$before:\$PYTHONPATH python3 -m tilegen bench $reductions \
+        --shapes $ab_shapes --package $before/generated --out $out/reductions/ab_before && \
+        python3 -m tilegen bench $reductions --shapes $ab_shapes --compile --out $out/reductions/ab"
+else
+    step reductions:ab 1 echo "no $before/generated: nothing to compare against"
+fi
 step reductions:forward 300 python3 -m tilegen bench $reductions --out "$out/reductions/forward"
 step reductions:backward 400 python3 -m tilegen bench $reductions --backward --out "$out/reductions/backward"
 step reductions:forward_compile 560 python3 -m tilegen bench $reductions ${REDUCE_SHAPES:+--shapes $REDUCE_SHAPES} \
