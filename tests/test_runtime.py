@@ -70,6 +70,16 @@ def test_table_is_filtered_to_each_specs_tile_sizes(sources):
     assert render_table({}) == "{}"
 
 
+def test_a_reductions_entries_carry_their_blocks_a_trip(sources):
+    # An entry tune wrote with UNROLL keeps it; one written before the field reads 0 (the rule's).
+    own = {"GPU": {"32768x4096x2": dict(BLOCK=8192, ROWS=1, num_warps=16, UNROLL=2),
+                   "4096x32768x2": dict(BLOCK=1024, ROWS=1, num_warps=4)}}
+    entries = table_for_spec(sources["rms_norm"], {}, own)["GPU"]
+    assert entries[(32768, 4096, 2)] == dict(BLOCK_N=8192, ROWS=1, num_warps=16, UNROLL=2)
+    assert entries[(4096, 32768, 2)] == dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0)
+    assert "(32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=16, UNROLL=2)," in render_table({"GPU": entries})
+
+
 def test_an_ops_own_table_comes_before_its_kinds(sources):
     kind = {"GPU": {"128x4096x4096x2": dict(BM=64, BN=64, BK=128, num_warps=4, num_stages=5),
                     "4096x4096x4096x2": dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)}}
