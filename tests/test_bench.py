@@ -152,6 +152,18 @@ def test_eager_equivalent_agrees_with_the_kernel(op, monkeypatch):
     assert module.bytes_moved(shape, inputs[0].dtype) > 0
 
 
+def test_the_eager_baseline_computes_no_step_its_outputs_do_not_read():
+    """A reduction whose reference is PyTorch's own op (torch.softmax) times that op alone: the
+    spec's steps it replaces (the max, the exp) would be eager work charged for nothing."""
+    from tilegen.build import load_specs
+    from tilegen.testgen import pytorch_lines
+
+    specs = {item.spec.op: item.spec for item in load_specs([REPO / "specs"], REPO)}
+    assert pytorch_lines(specs["softmax"], "eager") == ["y = torch.softmax(x, -1)"]
+    # Steps an output reads stay (rms_norm's rstd is its step r).
+    assert any(line.startswith("r = ") for line in pytorch_lines(specs["rms_norm"], "eager"))
+
+
 def test_cold_start_rows_reach_the_readme(tmp_path):
     from tilegen import coldstart
 

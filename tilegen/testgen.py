@@ -28,11 +28,21 @@ def _dtype_exprs(spec: Spec, tensors) -> list[str]:
 
 def pytorch_lines(spec: Spec, target: str, scalars: frozenset[str] = frozenset()) -> list[str]:
     """The op's math as PyTorch lines, for `target` "torch" (the float64 oracle) or "eager" (the
-    benchmark's baseline): a matmul's [M] inputs made columns, a reduction's steps first (its
-    outputs read them, where its reference does not say otherwise), the outputs, then the outputs
+    benchmark's baseline): a matmul's [M] inputs made columns, a reduction's steps first (those
+    its outputs read, where its reference does not say otherwise), the outputs, then the outputs
     given the op's shapes."""
     expressions = spec.output_expressions()
-    math = list(spec.steps) + [(t.name, expressions[t.name]) for t in spec.outputs]
+    outputs = [(t.name, expressions[t.name]) for t in spec.outputs]
+    # Only the steps an output reads: one a reference replaces (softmax's max and exp, beside
+    # torch.softmax) would be work the eager baseline does for nothing, and time it is charged.
+    steps = dict(spec.steps)
+    read, pending = set(), [n for _, e in outputs for n in e.names]
+    while pending:
+        name = pending.pop()
+        if name in steps and name not in read:
+            read.add(name)
+            pending.extend(steps[name].names)
+    math = [(n, e) for n, e in spec.steps if n in read] + outputs
     return matmul_columns(spec) + assignments(math, target, scalars) + rows_shaped(spec)
 
 
