@@ -22,7 +22,7 @@
 #   OUT=/tmp/check STEPS="fp8" bash bench/h200_check.sh                  # about 3 minutes
 #   OUT=/tmp/check STEPS="reductions:forward_compile" REDUCE_SHAPES=16384x1024,32768x4096 bash bench/h200_check.sh
 #   OUT=/tmp/check STEPS="reductions:tune build reductions:forward" bash bench/h200_check.sh  # about 8 minutes
-#   OUT=/tmp/check STEPS="reductions:tests reductions:ab" BEFORE=.before bash bench/h200_check.sh  # kernels A/B
+#   OUT=/tmp/check STEPS="reductions:tests reductions:ab reductions:ab_backward" BEFORE=.before bash bench/h200_check.sh
 #
 # ARCHIVE=FILE packs everything into one .tar.gz at FILE when the steps are done (and removes
 # the folder), for machines that hand back only a few files:
@@ -92,8 +92,13 @@ if [[ -d $before/generated ]]; then
     step reductions:ab 560 bash -c "PYTHONPATH=$before:\$PYTHONPATH python3 -m tilegen bench $reductions \
         --shapes $ab_shapes --package $before/generated --out $out/reductions/ab_before && \
         python3 -m tilegen bench $reductions --shapes $ab_shapes --compile --out $out/reductions/ab"
+    # The training step likewise (eager beside both; --compile adds about 9 s a point).
+    step reductions:ab_backward 400 bash -c "PYTHONPATH=$before:\$PYTHONPATH python3 -m tilegen bench $reductions \
+        --shapes $ab_shapes --backward --package $before/generated --out $out/reductions/ab_backward_before && \
+        python3 -m tilegen bench $reductions --shapes $ab_shapes --backward --out $out/reductions/ab_backward"
 else
     step reductions:ab 1 echo "no $before/generated: nothing to compare against"
+    step reductions:ab_backward 1 echo "no $before/generated: nothing to compare against"
 fi
 step reductions:forward 300 python3 -m tilegen bench $reductions --out "$out/reductions/forward"
 step reductions:backward 400 python3 -m tilegen bench $reductions --backward --out "$out/reductions/backward"
