@@ -32,18 +32,20 @@ def pytorch_lines(spec: Spec, target: str, scalars: frozenset[str] = frozenset()
     its outputs read, where its reference does not say otherwise), the outputs, then the outputs
     given the op's shapes."""
     expressions = spec.output_expressions()
-    outputs = [(t.name, expressions[t.name]) for t in spec.outputs]
     # Only the steps an output reads: one a reference replaces (softmax's max and exp, beside
     # torch.softmax) would be work the eager baseline does for nothing, and time it is charged.
-    steps = dict(spec.steps)
-    read, pending = set(), [n for _, e in outputs for n in e.names]
-    while pending:
-        name = pending.pop()
-        if name in steps and name not in read:
-            read.add(name)
-            pending.extend(steps[name].names)
-    math = [(n, e) for n, e in spec.steps if n in read] + outputs
+    reads = names_read(spec)
+    read = set().union(*(reads[t.name] for t in spec.outputs))
+    math = [(n, e) for n, e in spec.steps if n in read] + [(t.name, expressions[t.name]) for t in spec.outputs]
     return matmul_columns(spec) + assignments(math, target, scalars) + rows_shaped(spec)
+
+
+def names_read(spec: Spec) -> dict[str, set[str]]:
+    """Each step's and output's names, read directly or through the steps it reads."""
+    reads: dict[str, set[str]] = {}
+    for name, expression in list(spec.steps) + list(spec.output_expressions().items()):
+        reads[name] = set().union(*({n} | reads.get(n, set()) for n in expression.names))
+    return reads
 
 
 def _oracle(spec: Spec) -> tuple[list[str], str]:
@@ -71,9 +73,7 @@ def rows_shaped(spec: Spec) -> list[str]:
         return []
     roles = spec.row_roles()
     rows = {t.name for t in spec.inputs if roles[t.name] != "column"}
-    reads = {}  # each step's and output's names, steps read through
-    for name, expression in list(spec.steps) + list(spec.output_expressions().items()):
-        reads[name] = set().union(*({n} | reads.get(n, set()) for n in expression.names))
+    reads = names_read(spec)
     lines = []
     for t in spec.outputs:
         if not reads[t.name] & rows:
