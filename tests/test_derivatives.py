@@ -77,7 +77,8 @@ def test_maximum_and_minimum_split_ties_as_pytorch_does(function):
 
 @pytest.mark.parametrize("source", ["x + y", "x - y", "x * y", "x / y", "-x", "x ** 1", "x ** 2", "x ** 5",
                                     "where(x > y, x, y)", "where(x <= 0, x * y, 2 * y)",
-                                    "where(x > 0, x, 0)", "2.5 * x - y / 3"])
+                                    "where(x > 0, x, 0)", "2.5 * x - y / 3",
+                                    "x * detach(x * y)", "exp(x - detach(y)) + y"])
 def test_each_operator_rule_matches_autograd(source):
     _check(source, _grid())
 

@@ -249,6 +249,8 @@ def _contributions(term: Term, g: Term) -> list[tuple[Term, Term]]:
         half = mul(const(0.5), g)
         return [(x, where(compare("==", x, y), half, where(compare(losing, x, y), ZERO, g))),
                 (y, where(compare("==", x, y), half, where(compare(winning, x, y), ZERO, g)))]
+    if function == "detach":  # no gradient flows through it
+        return []
     if function == "sum":  # each element of the row gets the row's gradient
         return [(args[0], g)]
     if function in ("max", "min"):

@@ -54,6 +54,10 @@ FUNCTIONS: dict[str, Function] = {
     # The exact (erf) GELU, PyTorch's default.
     "gelu": Function(1, "(0.5 * ({0}) * (1.0 + tl.erf(({0}) * 0.7071067811865476)))",
                      "torch.nn.functional.gelu({0})"),
+    # Its argument's value, through which no gradient flows (Tensor.detach): for a value the
+    # result does not depend on, such as the max a softmax subtracts. (as_tensor: a scalar's
+    # argument may be a Python number in eager code.)
+    "detach": Function(1, "({0})", "torch.as_tensor({0}).detach()"),
 }
 
 # Row reductions (kind: reduction): a value per row from an expression along it. They never reach
