@@ -15,7 +15,7 @@ from pathlib import Path
 from .measure import (BenchError, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes,
                       settle_call_path, shape_label)
 from .runtime import device_facts, op_of
-from .schema import BLOCK_FIELDS, rename_blocks, tile_of
+from .schema import BLOCK_FIELDS, FIELD_DEFAULTS, rename_blocks, tile_of
 from .tables import SCOPES, TABLE_DIR, format_key, merge_entries
 
 
@@ -83,14 +83,14 @@ def identity(config: dict) -> tuple:
 
 
 def brief(config: dict) -> str:
-    """A config on one short line: `BM128 BN256 BK64 w8 s3 TMA` (flags only where set; a split or
-    a reduction's UNROLL only where not the default)."""
+    """A config on one short line: `BM128 BN256 BK64 w8 s3 TMA` (flags only where set; a field
+    with a default, a split or a reduction's UNROLL, only where not that)."""
     short = {"num_warps": "w", "num_stages": "s"}
     parts = []
     for name, value in config.items():
         if name in ("TMA", "PERSISTENT"):
             parts += [name] if value else []
-        elif not (name == "SPLIT_K" and value == 1) and not (name == "UNROLL" and value == 0):
+        elif name not in FIELD_DEFAULTS or value != FIELD_DEFAULTS[name]:
             parts.append(f"{short.get(name, name)}{value}")
     return " ".join(parts)
 
