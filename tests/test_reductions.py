@@ -504,3 +504,44 @@ def test_a_row_looped_in_trips_of_several_blocks_misses_no_block(length, unroll)
     torch.testing.assert_close(y, expected)
     for mine, theirs in zip(got, want):
         torch.testing.assert_close(mine.grad, theirs.grad)
+
+
+def test_softmaxs_normalizer_runs_online_in_the_max_pass():
+    # sum(exp(x - m)) with m = max(x): no pass of its own on a long row; other sums keep theirs.
+    softmax_program, _ = _program([("m", "max(x)"), ("e", "exp(x - m)"), ("y", "e / sum(e)")], {"x": ELEMENT})
+    assert softmax_program.online_sums() == {"_r1": softmax_program.reductions[0]}
+    assert softmax_program.folded(2) and not softmax_program.folded(1)
+    first = stage_pass(softmax_program, 1, "B")
+    assert "_acc0 = _n0" in first.body and first.after[-1] == "_r1 = tl.sum(_acc1 * tl.exp(_acc0 - _r0), axis=1, keep_dims=True)"
+    log_softmax, _ = _program([("m", "max(x)"), ("lse", "m + log(sum(exp(x - m)))"), ("y", "x - lse")], {"x": ELEMENT})
+    assert log_softmax.folded(2) and stage_pass(log_softmax, 1, "B").after[-1] == "lse = m + tl.log(_r1)"
+    for steps in ([("m", "max(x)"), ("y", "exp(2.0 * x - m) / sum(exp(2.0 * x - m))")],  # another u than the max's
+                  [("m", "max(x)"), ("y", "exp(x - m) / sum(exp(x - m)) + sum(x * m)")],  # a stage with another sum
+                  [("m", "min(x)"), ("y", "exp(x - m) / sum(exp(x - m))")]):  # not a max
+        program, _ = _program(steps, {"x": ELEMENT})
+        assert program.online_sums() == {} and not program.folded(2), steps
+
+
+@pytest.mark.parametrize("unroll", [0, 1])
+def test_an_online_normalizer_keeps_special_values_as_pytorch_does(unroll):
+    # A long row's running sums are rescaled as each lane's max grows: rows whose max comes last
+    # (rescaling from far below), lanes that only ever see -inf, a row of -inf, +inf and NaN.
+    from generated import log_softmax, softmax
+    from generated.log_softmax import _OP as _LOG_SOFTMAX
+    from generated.softmax import _OP as _SOFTMAX
+
+    n = 4 * 1024 + 37
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(7, n, generator=gen, dtype=torch.float64)
+    x[0] = torch.linspace(-2000.0, 50.0, n, dtype=torch.float64)  # rising: every block raises the max
+    x[1, 5::1024] = float("-inf")  # a lane of -inf in every block
+    x[2] = float("-inf")
+    x[3, 3000] = float("inf")
+    x[4, 17] = float("nan")
+    x[5] = torch.linspace(50.0, -2000.0, n, dtype=torch.float64)  # falling: the first block holds the max
+    x = x.to(DEVICE)
+    looped = dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=unroll)
+    with _SOFTMAX.configs.forcing(looped):
+        torch.testing.assert_close(softmax(x), torch.softmax(x, -1), equal_nan=True)
+    with _LOG_SOFTMAX.configs.forcing(looped):
+        torch.testing.assert_close(log_softmax(x), torch.log_softmax(x, -1), equal_nan=True)

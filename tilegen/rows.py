@@ -12,7 +12,9 @@ reads (a value's stage is the latest among the reductions it reads). Reductions 
 
 A row that fits one tile is loaded once and computed straight through (`whole_row`). A longer
 row runs one pass per stage, each accumulating its reductions tile by tile, then one pass that
-writes the outputs (`passes`).
+writes the outputs (`passes`). A stage whose reductions are all sums of exp(u - max(u)) (softmax's
+normalizer) needs no pass of its own: the max's pass keeps a running sum per lane beside the
+running max, rescaled as the max grows (`RowProgram.online_sums`).
 """
 
 from __future__ import annotations
@@ -129,6 +131,51 @@ class RowProgram:
     def level(self, name: str) -> int:
         return self.levels[name]
 
+    def _inlined(self, tree: ast.AST) -> ast.AST:
+        """`tree` (a copy) with each element-level assignment it reads replaced by its expression,
+        down to inputs and row values."""
+        by_name = {a.name: a for a in self.assignments if a.level == ELEMENT}
+
+        class Inline(ast.NodeTransformer):
+            def visit_Name(self, node):
+                if node.id in by_name:
+                    return self.visit(copy.deepcopy(by_name[node.id].expression.tree.body))
+                return node
+
+        return Inline().visit(copy.deepcopy(tree))
+
+    def online_sums(self) -> dict[str, Reduction]:
+        """Sum reductions that the pass of the max they read can accumulate, to that max: a
+        sum of exp(u - m), m being max(u) of the same u (the normalizer of softmax and
+        log_softmax). Each lane keeps a running sum of exp(u - its running max), rescaled by
+        exp(old max - new max) when that grows; the lanes' sums are then added up rescaled to the
+        row's max. Only stages whose reductions are all such sums are listed: another reduction
+        in the stage would need its pass anyway."""
+        maxima = {r.name: r for r in self.reductions if r.kind == "max"}
+        # Row values that are a max itself (a step `m: max(x)`).
+        aliases = {a.name: a.expression.tree.body.id for a in self.assignments
+                   if a.level == ROW and isinstance(a.expression.tree.body, ast.Name)
+                   and a.expression.tree.body.id in maxima}
+        found = {}
+        for r in self.reductions:
+            tree = self._inlined(r.argument.tree.body)
+            if not (r.kind == "sum" and isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name)
+                    and tree.func.id == "exp" and len(tree.args) == 1 and isinstance(tree.args[0], ast.BinOp)
+                    and isinstance(tree.args[0].op, ast.Sub) and isinstance(tree.args[0].right, ast.Name)):
+                continue
+            right = tree.args[0].right.id
+            peak = maxima.get(aliases.get(right, right))
+            if (peak is not None and r.stage == peak.stage + 1
+                    and ast.dump(tree.args[0].left) == ast.dump(self._inlined(peak.argument.tree.body))):
+                found[r.name] = peak
+        return {r.name: found[r.name] for r in self.reductions
+                if all(other.name in found for other in self.stage_reductions(r.stage))}
+
+    def folded(self, stage: int) -> bool:
+        """Whether `stage`'s reductions all run in the previous stage's pass (online_sums)."""
+        online = self.online_sums()
+        return bool(self.stage_reductions(stage)) and all(r.name in online for r in self.stage_reductions(stage))
+
     # ---- what each part of the kernel needs -----------------------------------------------------
 
     def _needed(self, names) -> list[Assignment]:
@@ -228,7 +275,11 @@ class Pass:
 
 
 def stage_pass(program: RowProgram, stage: int, block: str, prefix: str = "_p") -> Pass:
+    """The pass accumulating `stage`'s reductions, and the next stage's where they are sums it
+    can keep online (RowProgram.online_sums; that stage then has no pass of its own)."""
     reductions = program.stage_reductions(stage)
+    online = program.online_sums()
+    folded = program.stage_reductions(stage + 1) if program.folded(stage + 1) else []
     values = program.pass_values(stage)
     body = _lines([(a.name, a.expression) for a in values]
                   + [(f"_a{r.name[2:]}", r.argument) for r in reductions], f"{prefix}{stage}_")
@@ -236,13 +287,35 @@ def stage_pass(program: RowProgram, stage: int, block: str, prefix: str = "_p") 
     for r in reductions:
         acc, value = f"_acc{r.name[2:]}", f"_a{r.name[2:]}"
         before.append(f"{acc} = tl.full([ROWS, {block}], {_NEUTRAL[r.kind]}, compute)")
+        sums = [s for s in folded if online[s.name] is r]
         if r.kind == "sum":
             body.append(f"{acc} += {masked(r, value)}")
+        elif sums:
+            # Each lane's running sums of exp(value - running max), rescaled where the max grew
+            # (a lane whose max is unchanged, -inf included, keeps its sums as they are). A lane
+            # that has seen only -inf adds nothing: its values are 0 beside any finite max (and
+            # a row of -inf gets NaN from the lanes' final rescaling, as the plain sum would).
+            grown = f"_n{r.name[2:]}"
+            body.append(f"{grown} = tl.maximum({acc}, {masked(r, value)}, propagate_nan=tl.PropagateNan.ALL)")
+            for s in sums:
+                total = f"_acc{s.name[2:]}"
+                before.append(f"{total} = tl.full([ROWS, {block}], 0.0, compute)")
+                body.append(f"{total} = {total} * tl.where({acc} == {grown}, 1.0, tl.exp({acc} - {grown})) + "
+                            f"tl.where(mask & ({grown} != float(\"-inf\")), tl.exp({value} - {grown}), 0.0)")
+            body.append(f"{acc} = {grown}")
         else:
             pick = "maximum" if r.kind == "max" else "minimum"
             body.append(f"{acc} = tl.{pick}({acc}, {masked(r, value)}, propagate_nan=tl.PropagateNan.ALL)")
         after.extend(reduce_lines(r, acc))
     after.extend(_lines([(a.name, a.expression) for a in program.row_assignments(stage)], f"{prefix}{stage}r_"))
+    for s in folded:
+        # The lanes' sums, each rescaled from its lane's max to the row's.
+        peak = online[s.name]
+        after.append(f"{s.name} = tl.sum(_acc{s.name[2:]} * tl.exp(_acc{peak.name[2:]} - {peak.name}), axis=1, "
+                     "keep_dims=True)")
+    if folded:
+        after.extend(_lines([(a.name, a.expression) for a in program.row_assignments(stage + 1)],
+                            f"{prefix}{stage + 1}r_"))
     loads = program.inputs_read(values, [n for r in reductions for n in r.argument.names])
     return Pass(tuple(loads), tuple(before), tuple(body), tuple(after))
 
