@@ -82,6 +82,69 @@ def without_mean(tree: ast.AST) -> ast.AST:
     return ast.fix_missing_locations(Rewrite().visit(tree))
 
 
+def _row_factors(tree: ast.AST, levels: dict[str, int]):
+    """(inner, outside) for a sum's argument `tree`: the factors of its product (with its
+    quotients and negations) that do not vary along the row move out of the sum, so that
+    sum(tree) = outside(sum(inner)); `outside` is None where there are none. A backward's
+    sum(g * e / s / s) becomes sum(g * e) / s / s, a stage earlier than the s it divides by."""
+    factors = []  # (subtree, divides)
+    negations = 0
+
+    def collect(node, divides):
+        nonlocal negations
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            negations += 1
+            collect(node.operand, divides)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)):
+            collect(node.left, divides)
+            collect(node.right, divides != isinstance(node.op, ast.Div))
+        else:
+            factors.append((node, divides))
+
+    collect(tree, False)
+    along = [(f, d) for f, d in factors if level_of(f, levels) == ELEMENT]
+    per_row = [(f, d) for f, d in factors if level_of(f, levels) != ELEMENT]
+    if not per_row or not along:
+        return tree, None
+
+    def product(parts, start):
+        for node, divides in parts:
+            start = ast.BinOp(start, ast.Div() if divides else ast.Mult(), copy.deepcopy(node))
+        return start
+
+    first = next((i for i, (_, d) in enumerate(along) if not d), None)
+    inner = (product(along[:first] + along[first + 1:], copy.deepcopy(along[first][0])) if first is not None
+             else product(along, ast.Constant(1.0)))
+
+    def outside(reduced):
+        result = product(per_row, reduced)
+        return ast.UnaryOp(ast.USub(), result) if negations % 2 else result
+
+    return inner, outside
+
+
+def _exp_and_weight(tree: ast.AST):
+    """(the exp() call, the factor beside it or None) where `tree` is exp(...) or a product of
+    exp(...) and another factor; (None, None) otherwise."""
+    def is_exp(node):
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "exp"
+    if is_exp(tree):
+        return tree, None
+    if isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Mult):
+        if is_exp(tree.left):
+            return tree.left, tree.right
+        if is_exp(tree.right):
+            return tree.right, tree.left
+    return None, None
+
+
+def _undetached(tree: ast.AST) -> ast.AST:
+    """`tree` without a detach() around it: the same value (online_sums looks through it)."""
+    if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "detach":
+        return tree.args[0]
+    return tree
+
+
 def _expression(tree: ast.expr) -> Expression:
     wrapped = ast.fix_missing_locations(ast.Expression(tree))
     functions = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
@@ -117,6 +180,10 @@ class RowProgram:
                 self.generic_visit(node)  # inner reductions first
                 if not (isinstance(node.func, ast.Name) and node.func.id in REDUCTIONS):
                     return node
+                outside = None
+                if node.func.id == "sum":  # sum(r * e) = r * sum(e) for r one value per row
+                    inner, outside = _row_factors(node.args[0], program.levels)
+                    node.args[0] = inner
                 argument = _expression(node.args[0])
                 key = (node.func.id, ast.dump(argument.tree))
                 if key not in seen:
@@ -124,7 +191,8 @@ class RowProgram:
                     stage = 1 + max((program.stages[n] for n in argument.names), default=0)
                     program.reductions.append(Reduction(name, node.func.id, argument, stage))
                     program.levels[name], program.stages[name] = ROW, stage
-                return ast.Name(seen[key], ast.Load())
+                reduced = ast.Name(seen[key], ast.Load())
+                return outside(reduced) if outside is not None else reduced
 
         return ast.fix_missing_locations(Take().visit(tree))
 
@@ -152,24 +220,34 @@ class RowProgram:
         row's max. Only stages whose reductions are all such sums are listed: another reduction
         in the stage would need its pass anyway."""
         maxima = {r.name: r for r in self.reductions if r.kind == "max"}
-        # Row values that are a max itself (a step `m: max(x)`).
-        aliases = {a.name: a.expression.tree.body.id for a in self.assignments
-                   if a.level == ROW and isinstance(a.expression.tree.body, ast.Name)
-                   and a.expression.tree.body.id in maxima}
+        # Row values that are a max itself (a step `m: max(x)`, or `m: detach(max(x))`).
+        aliases = {a.name: _undetached(a.expression.tree.body).id for a in self.assignments
+                   if a.level == ROW and isinstance(_undetached(a.expression.tree.body), ast.Name)
+                   and _undetached(a.expression.tree.body).id in maxima}
         found = {}
         for r in self.reductions:
-            tree = self._inlined(r.argument.tree.body)
-            if not (r.kind == "sum" and isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name)
-                    and tree.func.id == "exp" and len(tree.args) == 1 and isinstance(tree.args[0], ast.BinOp)
-                    and isinstance(tree.args[0].op, ast.Sub) and isinstance(tree.args[0].right, ast.Name)):
+            if r.kind != "sum":
                 continue
-            right = tree.args[0].right.id
+            exponential, weight = _exp_and_weight(self._inlined(r.argument.tree.body))
+            if exponential is None:
+                continue
+            difference = exponential.args[0]
+            if not (isinstance(difference, ast.BinOp) and isinstance(difference.op, ast.Sub)
+                    and isinstance(_undetached(difference.right), ast.Name)):
+                continue
+            right = _undetached(difference.right).id
             peak = maxima.get(aliases.get(right, right))
-            if (peak is not None and r.stage == peak.stage + 1
-                    and ast.dump(tree.args[0].left) == ast.dump(self._inlined(peak.argument.tree.body))):
+            weight_stage = max((self.stages[n.id] for n in ast.walk(weight) if isinstance(n, ast.Name)), default=0) \
+                if weight is not None else 0
+            if (peak is not None and r.stage == peak.stage + 1 and weight_stage < peak.stage
+                    and ast.dump(difference.left) == ast.dump(self._inlined(peak.argument.tree.body))):
                 found[r.name] = peak
         return {r.name: found[r.name] for r in self.reductions
                 if all(other.name in found for other in self.stage_reductions(r.stage))}
+
+    def online_weight(self, reduction: Reduction) -> ast.AST | None:
+        """What an online sum multiplies its exp(u - m) by (None: nothing), inlined."""
+        return _exp_and_weight(self._inlined(reduction.argument.tree.body))[1]
 
     def folded(self, stage: int) -> bool:
         """Whether `stage`'s reductions all run in the previous stage's pass (online_sums)."""
@@ -283,7 +361,7 @@ def stage_pass(program: RowProgram, stage: int, block: str, prefix: str = "_p") 
     values = program.pass_values(stage)
     body = _lines([(a.name, a.expression) for a in values]
                   + [(f"_a{r.name[2:]}", r.argument) for r in reductions], f"{prefix}{stage}_")
-    before, after = [], []
+    before, after, weights = [], [], []
     for r in reductions:
         acc, value = f"_acc{r.name[2:]}", f"_a{r.name[2:]}"
         before.append(f"{acc} = tl.full([ROWS, {block}], {_NEUTRAL[r.kind]}, compute)")
@@ -299,9 +377,15 @@ def stage_pass(program: RowProgram, stage: int, block: str, prefix: str = "_p") 
             body.append(f"{grown} = tl.maximum({acc}, {masked(r, value)}, propagate_nan=tl.PropagateNan.ALL)")
             for s in sums:
                 total = f"_acc{s.name[2:]}"
+                term = f"tl.where({grown} != float(\"-inf\"), tl.exp({value} - {grown}), 0.0)"
+                weight = program.online_weight(s)
+                if weight is not None:  # sum(exp(u - m) * v): v along the row, from earlier stages
+                    body.extend(_lines([(f"_v{s.name[2:]}", _expression(weight))], f"{prefix}{stage}v{s.name[2:]}_"))
+                    term = f"{term} * _v{s.name[2:]}"  # (0 * v: a NaN v still gives NaN, as in the plain sum)
+                    weights.append(weight)
                 before.append(f"{total} = tl.full([ROWS, {block}], 0.0, compute)")
                 body.append(f"{total} = {total} * tl.where({acc} == {grown}, 1.0, tl.exp({acc} - {grown})) + "
-                            f"tl.where(mask & ({grown} != float(\"-inf\")), tl.exp({value} - {grown}), 0.0)")
+                            f"tl.where(mask, {term}, 0.0)")
             body.append(f"{acc} = {grown}")
         else:
             pick = "maximum" if r.kind == "max" else "minimum"
@@ -316,7 +400,8 @@ def stage_pass(program: RowProgram, stage: int, block: str, prefix: str = "_p") 
     if folded:
         after.extend(_lines([(a.name, a.expression) for a in program.row_assignments(stage + 1)],
                             f"{prefix}{stage + 1}r_"))
-    loads = program.inputs_read(values, [n for r in reductions for n in r.argument.names])
+    loads = program.inputs_read(values, [n for r in reductions for n in r.argument.names]
+                                + [n.id for w in weights for n in ast.walk(w) if isinstance(n, ast.Name)])
     return Pass(tuple(loads), tuple(before), tuple(body), tuple(after))
 
 
