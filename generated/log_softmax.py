@@ -72,9 +72,11 @@ def _log_softmax_kernel(
                     mask = row_mask & (cols < row_length)
                     x = tl.load(x_ptr + rows * stride_x_0 + cols * stride_x_1, mask=mask).to(compute)
                     _a0 = x
-                    _n0 = tl.maximum(_acc0, tl.where(mask, _a0, float("-inf")), propagate_nan=tl.PropagateNan.ALL)
-                    _acc1 = _acc1 * tl.where(_acc0 == _n0, 1.0, tl.exp(_acc0 - _n0)) + tl.where(mask, tl.where(_n0 != float("-inf"), tl.exp(_a0 - _n0), 0.0), 0.0)
-                    _acc0 = _n0
+                    _u0 = tl.where(mask, _a0, float("-inf"))
+                    _d0 = _u0 - _acc0
+                    _t0 = tl.exp(tl.where(_d0 == _d0, -tl.abs(_d0), float("-inf")))
+                    _acc1 = tl.where(mask, tl.where(_d0 > 0, _acc1 * _t0 + 1.0, _acc1 + _t0), _acc1)
+                    _acc0 = tl.maximum(_acc0, _u0, propagate_nan=tl.PropagateNan.ALL)
             _r0 = tl.max(_acc0, axis=1, keep_dims=True)
             _r0 = tl.where(tl.max((_acc0 != _acc0).to(tl.int32), axis=1, keep_dims=True) > 0, float("nan"), _r0)
             m = _r0
@@ -186,9 +188,11 @@ def _log_softmax_backward_kernel(
                     _g_y = tl.load(_g_y_ptr + rows * stride__g_y_0 + cols * stride__g_y_1, mask=mask).to(compute)
                     _a0 = x
                     _a1 = -_g_y
-                    _n0 = tl.maximum(_acc0, tl.where(mask, _a0, float("-inf")), propagate_nan=tl.PropagateNan.ALL)
-                    _acc2 = _acc2 * tl.where(_acc0 == _n0, 1.0, tl.exp(_acc0 - _n0)) + tl.where(mask, tl.where(_n0 != float("-inf"), tl.exp(_a0 - _n0), 0.0), 0.0)
-                    _acc0 = _n0
+                    _u0 = tl.where(mask, _a0, float("-inf"))
+                    _d0 = _u0 - _acc0
+                    _t0 = tl.exp(tl.where(_d0 == _d0, -tl.abs(_d0), float("-inf")))
+                    _acc2 = tl.where(mask, tl.where(_d0 > 0, _acc2 * _t0 + 1.0, _acc2 + _t0), _acc2)
+                    _acc0 = tl.maximum(_acc0, _u0, propagate_nan=tl.PropagateNan.ALL)
                     _acc1 += tl.where(mask, _a1, 0.0)
             _r0 = tl.max(_acc0, axis=1, keep_dims=True)
             _r0 = tl.where(tl.max((_acc0 != _acc0).to(tl.int32), axis=1, keep_dims=True) > 0, float("nan"), _r0)

@@ -369,24 +369,29 @@ def stage_pass(program: RowProgram, stage: int, block: str, prefix: str = "_p") 
         if r.kind == "sum":
             body.append(f"{acc} += {masked(r, value)}")
         elif sums:
-            # Each lane's running sums of exp(value - running max), rescaled where the max grew
-            # (a lane whose max is unchanged, -inf included, keeps its sums as they are). A lane
-            # that has seen only -inf adds nothing: its values are 0 beside any finite max (and
-            # a row of -inf gets NaN from the lanes' final rescaling, as the plain sum would).
-            grown = f"_n{r.name[2:]}"
-            body.append(f"{grown} = tl.maximum({acc}, {masked(r, value)}, propagate_nan=tl.PropagateNan.ALL)")
+            # Each lane's running sums of exp(value - running max). Of exp(value - max) and the
+            # rescaling exp(max - value) where the value is the new max, one is 1: both come from
+            # one exp of -|value - max|, so the pass costs one exp an element, as the sums' own
+            # pass would. A difference that is NaN (a lane of -inf meeting -inf, or a NaN, which
+            # the max carries to the row) adds nothing; a lane that only sees -inf keeps 0 (0
+            # beside any finite max; a row of -inf gets NaN from the final rescaling, as PyTorch).
+            value_masked, gap, step = f"_u{r.name[2:]}", f"_d{r.name[2:]}", f"_t{r.name[2:]}"
+            body.append(f"{value_masked} = {masked(r, value)}")
+            body.append(f"{gap} = {value_masked} - {acc}")
+            body.append(f"{step} = tl.exp(tl.where({gap} == {gap}, -tl.abs({gap}), float(\"-inf\")))")
             for s in sums:
                 total = f"_acc{s.name[2:]}"
-                term = f"tl.where({grown} != float(\"-inf\"), tl.exp({value} - {grown}), 0.0)"
                 weight = program.online_weight(s)
+                term = step
                 if weight is not None:  # sum(exp(u - m) * v): v along the row, from earlier stages
                     body.extend(_lines([(f"_v{s.name[2:]}", _expression(weight))], f"{prefix}{stage}v{s.name[2:]}_"))
-                    term = f"{term} * _v{s.name[2:]}"  # (0 * v: a NaN v still gives NaN, as in the plain sum)
                     weights.append(weight)
+                    term = f"{step} * _v{s.name[2:]}"  # (t * v where v is NaN: NaN, as in the plain sum)
+                own = f"_v{s.name[2:]}" if weight is not None else "1.0"  # the value's term where it is the max
                 before.append(f"{total} = tl.full([ROWS, {block}], 0.0, compute)")
-                body.append(f"{total} = {total} * tl.where({acc} == {grown}, 1.0, tl.exp({acc} - {grown})) + "
-                            f"tl.where(mask, {term}, 0.0)")
-            body.append(f"{acc} = {grown}")
+                body.append(f"{total} = tl.where(mask, tl.where({gap} > 0, {total} * {step} + {own}, "
+                            f"{total} + {term}), {total})")
+            body.append(f"{acc} = tl.maximum({acc}, {value_masked}, propagate_nan=tl.PropagateNan.ALL)")
         else:
             pick = "maximum" if r.kind == "max" else "minimum"
             body.append(f"{acc} = tl.{pick}({acc}, {masked(r, value)}, propagate_nan=tl.PropagateNan.ALL)")
