@@ -63,24 +63,28 @@ def _log_softmax_kernel(
             if INDEX_64:
                 rows = rows.to(tl.int64)
             row_mask = rows < n_rows
-            # Pass 1: the reductions of stages 1 and 2 (its sums online), a block of the row at a time.
+            # Pass 1: the reductions of stage 1, a block of the row at a time.
             _acc0 = tl.full([ROWS, BLOCK_N], float("-inf"), compute)
-            _acc1 = tl.full([ROWS, BLOCK_N], 0.0, compute)
             for group in range(0, row_length, BLOCK_N * UNROLL):
                 for block in tl.static_range(UNROLL):
                     cols = group + block * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
                     mask = row_mask & (cols < row_length)
                     x = tl.load(x_ptr + rows * stride_x_0 + cols * stride_x_1, mask=mask).to(compute)
                     _a0 = x
-                    _u0 = tl.where(mask, _a0, float("-inf"))
-                    _d0 = _u0 - _acc0
-                    _t0 = tl.exp(tl.where(_d0 == _d0, -tl.abs(_d0), float("-inf")))
-                    _acc1 = tl.where(mask, tl.where(_d0 > 0, _acc1 * _t0 + 1.0, _acc1 + _t0), _acc1)
-                    _acc0 = tl.maximum(_acc0, _u0, propagate_nan=tl.PropagateNan.ALL)
+                    _acc0 = tl.maximum(_acc0, tl.where(mask, _a0, float("-inf")), propagate_nan=tl.PropagateNan.ALL)
             _r0 = tl.max(_acc0, axis=1, keep_dims=True)
             _r0 = tl.where(tl.max((_acc0 != _acc0).to(tl.int32), axis=1, keep_dims=True) > 0, float("nan"), _r0)
             m = _r0
-            _r1 = tl.sum(_acc1 * tl.exp(_acc0 - _r0), axis=1, keep_dims=True)
+            # Pass 2: the reductions of stage 2, a block of the row at a time.
+            _acc1 = tl.full([ROWS, BLOCK_N], 0.0, compute)
+            for group in range(0, row_length, BLOCK_N * UNROLL):
+                for block in tl.static_range(UNROLL):
+                    cols = group + block * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+                    mask = row_mask & (cols < row_length)
+                    x = tl.load(x_ptr + rows * stride_x_0 + cols * stride_x_1, mask=mask).to(compute)
+                    _a1 = tl.exp(x - m)
+                    _acc1 += tl.where(mask, _a1, 0.0)
+            _r1 = tl.sum(_acc1, axis=1, keep_dims=True)
             lse = m + tl.log(_r1)
             # The outputs along the row.
             for group in range(0, row_length, BLOCK_N * UNROLL):
