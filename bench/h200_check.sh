@@ -48,7 +48,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $out/NAME.log
 # reductions:tune (only when STEPS names it) tunes each reduction op's own table at REDUCE_SHAPES
 # (default the long rows: 4096x32768,512x32768,32768x4096), one op at a time with a limit each
 # (REDUCE_TUNE_S, default 75 s), so one slow op leaves the others' keys written.
-reductions="softmax log_softmax rms_norm layer_norm add_rms_norm"
+reductions="${REDUCTIONS:-softmax log_softmax rms_norm layer_norm add_rms_norm}"  # REDUCTIONS: some of them
 if [[ $steps == *" reductions:tune "* ]]; then
     for op in $reductions; do
         timeout "${REDUCE_TUNE_S:-75}" python3 -m tilegen tune "$op" --scope op --jobs 14 \

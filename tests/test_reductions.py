@@ -206,10 +206,29 @@ def test_a_backward_is_a_row_program_whose_inner_sums_run_first():
     body = [("y", parse_expression("e / sum(e)", names | {"e"}, reductions=True))]
     backward = differentiate(body, ["x"], steps=parsed, levels={"x": ELEMENT})
     program = RowProgram(list(backward.steps), {"x": ELEMENT, "_g_y": ELEMENT})
-    # The softmax backward: sum(g * y) needs the row's sum of exp first, which needs its max; the
-    # gradient through the max (zero, up to rounding) sums what that gives.
-    assert [(r.kind, r.stage) for r in program.reductions] == [("max", 1), ("sum", 2), ("sum", 3), ("sum", 4),
+    # The softmax backward: the row's sum of exp needs its max, and so does sum(g * e) (the row's
+    # 1 / s^2 moves out of the sum); the gradient through the max (zero, up to rounding) sums
+    # what those give, a stage later, and counts the max's ties.
+    assert [(r.kind, r.stage) for r in program.reductions] == [("max", 1), ("sum", 2), ("sum", 2), ("sum", 3),
                                                                ("sum", 2)]
+    # With the max detached (specs/softmax.yaml: softmax does not depend on it) only the sums of
+    # exp are left, and a long row keeps them online in the max's pass: one pass, then the outputs.
+    detached = [("m", parse_expression("detach(max(x))", {"x"}, reductions=True)), parsed[1]]
+    backward = differentiate(body, ["x"], steps=detached, levels={"x": ELEMENT})
+    program = RowProgram(list(backward.steps), {"x": ELEMENT, "_g_y": ELEMENT})
+    assert [(r.kind, r.stage) for r in program.reductions] == [("max", 1), ("sum", 2), ("sum", 2)]
+    assert set(program.online_sums()) == {"_r1", "_r2"} and program.folded(2)
+
+
+def test_a_sum_takes_the_factors_that_do_not_vary_along_the_row_out():
+    program, _ = _program([("s", "sum(x)"), ("y", "x * sum(-(x * w / s / s))")], {"x": ELEMENT, "w": ELEMENT})
+    # sum(-(x * w / s / s)) = -(sum(x * w) / s / s): one stage, not two
+    assert [(r.kind, r.stage, r.argument.source) for r in program.reductions] == [("sum", 1, "x"),
+                                                                                  ("sum", 1, "x * w")]
+    assert program.last_stage == 1
+    # Nothing to take out (all along the row, or no factor along it): the sum as written.
+    program, _ = _program([("y", "x * sum(x * w)")], {"x": ELEMENT, "w": ELEMENT})
+    assert program.reductions[0].argument.source == "x * w"
 
 
 # ---- the runtime: configs and launch logic of every reduction op ---------------------------------
@@ -504,3 +523,69 @@ def test_a_row_looped_in_trips_of_several_blocks_misses_no_block(length, unroll)
     torch.testing.assert_close(y, expected)
     for mine, theirs in zip(got, want):
         torch.testing.assert_close(mine.grad, theirs.grad)
+
+
+def test_a_normalizer_runs_online_in_the_max_pass_where_that_pass_reads_more_than_x():
+    # sum(exp(x - m)) with m = max(x): no pass of its own on a long row where the max's pass reads
+    # another input along the row (a backward's gradient); other sums keep theirs.
+    weighted, _ = _program([("m", "max(x)"), ("y", "sum(exp(x - m) * w) / sum(exp(x - m))")], {"x": ELEMENT, "w": ELEMENT})
+    assert set(weighted.online_sums()) == {"_r1", "_r2"} and weighted.folded(2) and not weighted.folded(1)
+    first = stage_pass(weighted, 1, "B")
+    assert first.loads == ("x", "w")
+    # One exp an element: of -|x - the lane's max|, the term or the rescaling, whichever is not 1.
+    assert sum("tl.exp(" in line for line in first.body) == 1
+    assert {"_r1 = tl.sum(_acc1 * tl.exp(_acc0 - _r0), axis=1, keep_dims=True)",
+            "_r2 = tl.sum(_acc2 * tl.exp(_acc0 - _r0), axis=1, keep_dims=True)"} <= set(first.after)
+    # log_softmax's backward: sum(g) rides in the max's pass, and the normalizer joins them.
+    log_softmax_backward, _ = _program([("m", "max(x)"), ("lse", "m + log(sum(exp(x - m)))"),
+                                        ("d", "g - exp(x - lse) * sum(g)")], {"x": ELEMENT, "g": ELEMENT})
+    assert log_softmax_backward.folded(2) and stage_pass(log_softmax_backward, 1, "B").loads == ("x", "g")
+    assert "lse = m + tl.log(_r1)" in stage_pass(log_softmax_backward, 1, "B").after
+    # A forward softmax's max pass reads x alone: its normalizer keeps its pass (an L2 re-read
+    # cost less than the online update on the H200, bench/results/h200/reductions/online/).
+    for steps in ([("m", "max(x)"), ("e", "exp(x - m)"), ("y", "e / sum(e)")],
+                  [("m", "max(x)"), ("lse", "m + log(sum(exp(x - m)))"), ("y", "x - lse")]):
+        program, _ = _program(steps, {"x": ELEMENT})
+        assert program.online_sums() == {} and not program.folded(2), steps
+    for steps in ([("m", "max(x)"), ("y", "exp(2.0 * x - m) / sum(exp(2.0 * x - m))")],  # another u than the max's
+                  [("m", "max(x)"), ("y", "exp(x - m) / sum(exp(x - m)) + sum(x - m)")],  # a stage with another sum
+                  [("m", "min(x)"), ("y", "exp(x - m) / sum(exp(x - m))")]):  # not a max
+        program, _ = _program(steps, {"x": ELEMENT})
+        assert program.online_sums() == {} and not program.folded(2), steps
+
+
+@pytest.mark.parametrize("unroll", [0, 1])
+def test_an_online_normalizer_keeps_special_values_as_pytorch_does(unroll):
+    # A long row's running sums are rescaled as each lane's max grows: rows whose max comes last
+    # (rescaling from far below), lanes that only ever see -inf, a row of -inf, +inf and NaN.
+    from generated import log_softmax, softmax
+    from generated.log_softmax import _OP as _LOG_SOFTMAX
+    from generated.softmax import _OP as _SOFTMAX
+
+    n = 4 * 1024 + 37
+    gen = torch.Generator().manual_seed(5)
+    g = torch.randn(7, n, generator=gen, dtype=torch.float64)
+    g[1, 5] = float("nan")  # where x is -inf: PyTorch's gradient of that row is NaN (0 * NaN in sum(g * y))
+    x = torch.randn(7, n, generator=gen, dtype=torch.float64)
+    x[0] = torch.linspace(-2000.0, 50.0, n, dtype=torch.float64)  # rising: every block raises the max
+    x[1, 5::1024] = float("-inf")  # a lane of -inf in every block
+    x[2] = float("-inf")
+    x[3, 3000] = float("inf")
+    x[4, 17] = float("nan")
+    x[5] = torch.linspace(50.0, -2000.0, n, dtype=torch.float64)  # falling: the first block holds the max
+    x = x.to(DEVICE)
+    g = g.to(DEVICE)
+    looped = dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=unroll)
+    for op, chosen, want in ((softmax, _SOFTMAX, torch.softmax), (log_softmax, _LOG_SOFTMAX, torch.log_softmax)):
+        from importlib import import_module
+
+        backward = import_module(f"generated.{op.__name__}")._BACKWARD
+        mine, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+        with chosen.configs.forcing(looped), backward.configs.forcing(looped):
+            got = op(mine)
+            (grad,) = torch.autograd.grad(got, mine, g)
+        expected = want(theirs, -1)
+        torch.testing.assert_close(got, expected, equal_nan=True)
+        # The backward keeps its sums of exp online too (sum(e) and sum(g * e) beside the max).
+        (expected_grad,) = torch.autograd.grad(expected, theirs, g)
+        torch.testing.assert_close(grad, expected_grad, equal_nan=True)

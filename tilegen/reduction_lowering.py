@@ -61,9 +61,12 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     whole_reads = program.inputs_read(program.assignments, arguments)
     passes = []
     for stage in range(1, program.last_stage + 1):
+        if program.folded(stage):  # its sums run online in the previous stage's pass
+            continue
         step = stage_pass(program, stage, block)
+        what = f"stages {stage} and {stage + 1} (its sums online)" if program.folded(stage + 1) else f"stage {stage}"
         passes.append(dict(loads=[_load(n, along[n]) for n in step.loads], before=list(step.before),
-                           body=list(step.body), after=list(step.after)))
+                           body=list(step.body), after=list(step.after), what=what))
     final = output_pass(program, elements + sums)
     # A long row adds each block's column sums into the program's row of the workspace in turn
     # (zeroed first: the workspace is reused from launch to launch).

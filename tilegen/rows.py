@@ -12,7 +12,10 @@ reads (a value's stage is the latest among the reductions it reads). Reductions 
 
 A row that fits one tile is loaded once and computed straight through (`whole_row`). A longer
 row runs one pass per stage, each accumulating its reductions tile by tile, then one pass that
-writes the outputs (`passes`).
+writes the outputs (`passes`). A stage whose reductions are all sums of exp(u - max(u)) (softmax's
+normalizer) needs no pass of its own where the max's pass reads more than u's inputs (a backward):
+that pass keeps a running sum per lane beside the running max, rescaled as the max grows
+(`RowProgram.online_sums`).
 """
 
 from __future__ import annotations
@@ -80,6 +83,69 @@ def without_mean(tree: ast.AST) -> ast.AST:
     return ast.fix_missing_locations(Rewrite().visit(tree))
 
 
+def _row_factors(tree: ast.AST, levels: dict[str, int]):
+    """(inner, outside) for a sum's argument `tree`: the factors of its product (with its
+    quotients and negations) that do not vary along the row move out of the sum, so that
+    sum(tree) = outside(sum(inner)); `outside` is None where there are none. A backward's
+    sum(g * e / s / s) becomes sum(g * e) / s / s, a stage earlier than the s it divides by."""
+    factors = []  # (subtree, divides)
+    negations = 0
+
+    def collect(node, divides):
+        nonlocal negations
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            negations += 1
+            collect(node.operand, divides)
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)):
+            collect(node.left, divides)
+            collect(node.right, divides != isinstance(node.op, ast.Div))
+        else:
+            factors.append((node, divides))
+
+    collect(tree, False)
+    along = [(f, d) for f, d in factors if level_of(f, levels) == ELEMENT]
+    per_row = [(f, d) for f, d in factors if level_of(f, levels) != ELEMENT]
+    if not per_row or not along:
+        return tree, None
+
+    def product(parts, start):
+        for node, divides in parts:
+            start = ast.BinOp(start, ast.Div() if divides else ast.Mult(), copy.deepcopy(node))
+        return start
+
+    first = next((i for i, (_, d) in enumerate(along) if not d), None)
+    inner = (product(along[:first] + along[first + 1:], copy.deepcopy(along[first][0])) if first is not None
+             else product(along, ast.Constant(1.0)))
+
+    def outside(reduced):
+        result = product(per_row, reduced)
+        return ast.UnaryOp(ast.USub(), result) if negations % 2 else result
+
+    return inner, outside
+
+
+def _exp_and_weight(tree: ast.AST):
+    """(the exp() call, the factor beside it or None) where `tree` is exp(...) or a product of
+    exp(...) and another factor; (None, None) otherwise."""
+    def is_exp(node):
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "exp"
+    if is_exp(tree):
+        return tree, None
+    if isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Mult):
+        if is_exp(tree.left):
+            return tree.left, tree.right
+        if is_exp(tree.right):
+            return tree.right, tree.left
+    return None, None
+
+
+def _undetached(tree: ast.AST) -> ast.AST:
+    """`tree` without a detach() around it: the same value (online_sums looks through it)."""
+    if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "detach":
+        return tree.args[0]
+    return tree
+
+
 def _expression(tree: ast.expr) -> Expression:
     wrapped = ast.fix_missing_locations(ast.Expression(tree))
     functions = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
@@ -115,6 +181,10 @@ class RowProgram:
                 self.generic_visit(node)  # inner reductions first
                 if not (isinstance(node.func, ast.Name) and node.func.id in REDUCTIONS):
                     return node
+                outside = None
+                if node.func.id == "sum":  # sum(r * e) = r * sum(e) for r one value per row
+                    inner, outside = _row_factors(node.args[0], program.levels)
+                    node.args[0] = inner
                 argument = _expression(node.args[0])
                 key = (node.func.id, ast.dump(argument.tree))
                 if key not in seen:
@@ -122,12 +192,88 @@ class RowProgram:
                     stage = 1 + max((program.stages[n] for n in argument.names), default=0)
                     program.reductions.append(Reduction(name, node.func.id, argument, stage))
                     program.levels[name], program.stages[name] = ROW, stage
-                return ast.Name(seen[key], ast.Load())
+                reduced = ast.Name(seen[key], ast.Load())
+                return outside(reduced) if outside is not None else reduced
 
         return ast.fix_missing_locations(Take().visit(tree))
 
     def level(self, name: str) -> int:
         return self.levels[name]
+
+    def _inlined(self, tree: ast.AST) -> ast.AST:
+        """`tree` (a copy) with each element-level assignment it reads replaced by its expression,
+        down to inputs and row values."""
+        by_name = {a.name: a for a in self.assignments if a.level == ELEMENT}
+
+        class Inline(ast.NodeTransformer):
+            def visit_Name(self, node):
+                if node.id in by_name:
+                    return self.visit(copy.deepcopy(by_name[node.id].expression.tree.body))
+                return node
+
+        return Inline().visit(copy.deepcopy(tree))
+
+    def online_sums(self) -> dict[str, Reduction]:
+        """Sum reductions that the pass of the max they read can accumulate, to that max: a
+        sum of exp(u - m), m being max(u) of the same u (the normalizer of softmax and
+        log_softmax). Each lane keeps a running sum of exp(u - its running max), rescaled by
+        exp(old max - new max) when that grows; the lanes' sums are then added up rescaled to the
+        row's max. Only stages whose reductions are all such sums are listed: another reduction
+        in the stage would need its pass anyway."""
+        maxima = {r.name: r for r in self.reductions if r.kind == "max"}
+        # Row values that are a max itself (a step `m: max(x)`, or `m: detach(max(x))`).
+        aliases = {a.name: _undetached(a.expression.tree.body).id for a in self.assignments
+                   if a.level == ROW and isinstance(_undetached(a.expression.tree.body), ast.Name)
+                   and _undetached(a.expression.tree.body).id in maxima}
+        found = {}
+        for r in self.reductions:
+            if r.kind != "sum":
+                continue
+            exponential, weight = _exp_and_weight(self._inlined(r.argument.tree.body))
+            if exponential is None:
+                continue
+            difference = exponential.args[0]
+            if not (isinstance(difference, ast.BinOp) and isinstance(difference.op, ast.Sub)
+                    and isinstance(_undetached(difference.right), ast.Name)):
+                continue
+            right = _undetached(difference.right).id
+            peak = maxima.get(aliases.get(right, right))
+            weight_stage = max((self.stages[n.id] for n in ast.walk(weight) if isinstance(n, ast.Name)), default=0) \
+                if weight is not None else 0
+            if (peak is not None and r.stage == peak.stage + 1 and weight_stage < peak.stage
+                    and ast.dump(difference.left) == ast.dump(self._inlined(peak.argument.tree.body))):
+                found[r.name] = peak
+        whole = {r.name: found[r.name] for r in self.reductions
+                 if all(other.name in found for other in self.stage_reductions(r.stage))}
+        # Where the max's pass reads nothing along the row but the max's own input (a forward
+        # softmax), the normalizer keeps its pass: that re-read of a row the pass just read comes
+        # from L2, and on the H200 it cost less than the online update (the fold measured 0.68-0.89x
+        # on long half-precision rows, bench/results/h200/reductions/online/). Where the merged pass
+        # reads more (a backward's incoming gradient) the fold measured 1.07-1.20x.
+        return {name: peak for name, peak in whole.items()
+                if self._merged_inputs(peak, [s for s, p in whole.items() if p is peak]) - self._row_inputs(peak.argument.tree.body)}
+
+    def _row_inputs(self, tree: ast.AST) -> set[str]:
+        """The inputs along the row that `tree` reads, through the assignments it reads."""
+        return {n.id for n in ast.walk(self._inlined(tree)) if isinstance(n, ast.Name)
+                and self.levels.get(n.id) == ELEMENT and n.id not in {a.name for a in self.assignments}}
+
+    def _merged_inputs(self, peak: Reduction, sums: list[str]) -> set[str]:
+        """The inputs along the row that the max's pass reads with `sums` folded into it."""
+        by_name = {r.name: r for r in self.reductions}
+        read = set()
+        for r in self.stage_reductions(peak.stage) + [by_name[s] for s in sums]:
+            read |= self._row_inputs(r.argument.tree.body)
+        return read
+
+    def online_weight(self, reduction: Reduction) -> ast.AST | None:
+        """What an online sum multiplies its exp(u - m) by (None: nothing), inlined."""
+        return _exp_and_weight(self._inlined(reduction.argument.tree.body))[1]
+
+    def folded(self, stage: int) -> bool:
+        """Whether `stage`'s reductions all run in the previous stage's pass (online_sums)."""
+        online = self.online_sums()
+        return bool(self.stage_reductions(stage)) and all(r.name in online for r in self.stage_reductions(stage))
 
     # ---- what each part of the kernel needs -----------------------------------------------------
 
@@ -228,22 +374,60 @@ class Pass:
 
 
 def stage_pass(program: RowProgram, stage: int, block: str, prefix: str = "_p") -> Pass:
+    """The pass accumulating `stage`'s reductions, and the next stage's where they are sums it
+    can keep online (RowProgram.online_sums; that stage then has no pass of its own)."""
     reductions = program.stage_reductions(stage)
+    online = program.online_sums()
+    folded = program.stage_reductions(stage + 1) if program.folded(stage + 1) else []
     values = program.pass_values(stage)
     body = _lines([(a.name, a.expression) for a in values]
                   + [(f"_a{r.name[2:]}", r.argument) for r in reductions], f"{prefix}{stage}_")
-    before, after = [], []
+    before, after, weights = [], [], []
     for r in reductions:
         acc, value = f"_acc{r.name[2:]}", f"_a{r.name[2:]}"
         before.append(f"{acc} = tl.full([ROWS, {block}], {_NEUTRAL[r.kind]}, compute)")
+        sums = [s for s in folded if online[s.name] is r]
         if r.kind == "sum":
             body.append(f"{acc} += {masked(r, value)}")
+        elif sums:
+            # Each lane's running sums of exp(value - running max). Of exp(value - max) and the
+            # rescaling exp(max - value) where the value is the new max, one is 1: both come from
+            # one exp of -|value - max|, so the pass costs one exp an element, as the sums' own
+            # pass would. A difference that is NaN (a lane of -inf meeting -inf, or a NaN, which
+            # the max carries to the row) adds nothing; a lane that only sees -inf keeps 0 (0
+            # beside any finite max; a row of -inf gets NaN from the final rescaling, as PyTorch).
+            value_masked, gap, step = f"_u{r.name[2:]}", f"_d{r.name[2:]}", f"_t{r.name[2:]}"
+            body.append(f"{value_masked} = {masked(r, value)}")
+            body.append(f"{gap} = {value_masked} - {acc}")
+            body.append(f"{step} = tl.exp(tl.where({gap} == {gap}, -tl.abs({gap}), float(\"-inf\")))")
+            for s in sums:
+                total = f"_acc{s.name[2:]}"
+                weight = program.online_weight(s)
+                term = step
+                if weight is not None:  # sum(exp(u - m) * v): v along the row, from earlier stages
+                    body.extend(_lines([(f"_v{s.name[2:]}", _expression(weight))], f"{prefix}{stage}v{s.name[2:]}_"))
+                    weights.append(weight)
+                    term = f"{step} * _v{s.name[2:]}"  # (t * v where v is NaN: NaN, as in the plain sum)
+                own = f"_v{s.name[2:]}" if weight is not None else "1.0"  # the value's term where it is the max
+                before.append(f"{total} = tl.full([ROWS, {block}], 0.0, compute)")
+                body.append(f"{total} = tl.where(mask, tl.where({gap} > 0, {total} * {step} + {own}, "
+                            f"{total} + {term}), {total})")
+            body.append(f"{acc} = tl.maximum({acc}, {value_masked}, propagate_nan=tl.PropagateNan.ALL)")
         else:
             pick = "maximum" if r.kind == "max" else "minimum"
             body.append(f"{acc} = tl.{pick}({acc}, {masked(r, value)}, propagate_nan=tl.PropagateNan.ALL)")
         after.extend(reduce_lines(r, acc))
     after.extend(_lines([(a.name, a.expression) for a in program.row_assignments(stage)], f"{prefix}{stage}r_"))
-    loads = program.inputs_read(values, [n for r in reductions for n in r.argument.names])
+    for s in folded:
+        # The lanes' sums, each rescaled from its lane's max to the row's.
+        peak = online[s.name]
+        after.append(f"{s.name} = tl.sum(_acc{s.name[2:]} * tl.exp(_acc{peak.name[2:]} - {peak.name}), axis=1, "
+                     "keep_dims=True)")
+    if folded:
+        after.extend(_lines([(a.name, a.expression) for a in program.row_assignments(stage + 1)],
+                            f"{prefix}{stage + 1}r_"))
+    loads = program.inputs_read(values, [n for r in reductions for n in r.argument.names]
+                                + [n.id for w in weights for n in ast.walk(w) if isinstance(n, ast.Name)])
     return Pass(tuple(loads), tuple(before), tuple(body), tuple(after))
 
 
