@@ -22,6 +22,8 @@
 #   OUT=/tmp/check STEPS="fp8" bash bench/h200_check.sh                  # about 3 minutes
 #   OUT=/tmp/check STEPS="reductions:forward_compile" REDUCE_SHAPES=16384x1024,32768x4096 bash bench/h200_check.sh
 #   OUT=/tmp/check STEPS="reductions:tune build reductions:forward" bash bench/h200_check.sh  # about 8 minutes
+#   OUT=/tmp/check STEPS="reductions:tune_backward build reductions:backward" REDUCTIONS="softmax log_softmax" \
+#       REDUCE_SHAPES=4096x32768 REDUCE_TUNE_S=120 bash bench/h200_check.sh
 #   OUT=/tmp/check STEPS="reductions:tests reductions:ab reductions:ab_backward" BEFORE=.before bash bench/h200_check.sh
 #
 # ARCHIVE=FILE packs everything into one .tar.gz at FILE when the steps are done (and removes
@@ -56,7 +58,16 @@ if [[ $steps == *" reductions:tune "* ]]; then
         echo "reductions:tune $op: exit $? ($(tail -1 "$out/reductions_tune_$op.log"))"
     done
 fi
-if [[ $steps == *" tune "* || $steps == *" reductions:tune "* ]]; then
+# reductions:tune_backward (only when STEPS names it) likewise tunes each one's backward kernel
+# (`tilegen tune --backward`: tables/ops/<op>_backward.json), the backward of a training step timed.
+if [[ $steps == *" reductions:tune_backward "* ]]; then
+    for op in $reductions; do
+        timeout "${REDUCE_TUNE_S:-75}" python3 -m tilegen tune "$op" --backward --jobs 14 \
+            --shapes "${REDUCE_SHAPES:-4096x32768,512x32768,32768x4096}" > "$out/reductions_tune_backward_$op.log" 2>&1
+        echo "reductions:tune_backward $op: exit $? ($(tail -1 "$out/reductions_tune_backward_$op.log"))"
+    done
+fi
+if [[ $steps == *" tune "* || $steps == *" reductions:tune "* || $steps == *" reductions:tune_backward "* ]]; then
     [[ $steps == *" tune "* ]] && step tune 400 python3 -m tilegen tune ${TUNE:-matmul --dtype float16}
     cp tilegen/tables/*.json "$out/"
     [[ -d tilegen/tables/ops ]] && cp -r tilegen/tables/ops "$out/"

@@ -97,6 +97,37 @@ def test_an_ops_own_table_comes_before_its_kinds(sources):
     assert table_for_spec(sources["matmul"], kind)["GPU"][(4096, 4096, 4096, 2)]["BM"] == 128
 
 
+def test_a_backward_kernel_reads_its_own_table_ahead_of_its_ops(sources, monkeypatch):
+    # tables/ops/<op>_backward.json (tune --backward): the backward's chooser reads it, with the
+    # op's entries beneath; without one it reads the op's _TABLE, and the forward never sees it.
+    from tilegen import lowering
+    from tilegen.reduction_lowering import reduction_context
+
+    own = {"GPU": {"4096x32768x4": dict(BLOCK=8192, ROWS=1, num_warps=32, UNROLL=0)}}
+    backward = {"GPU": {"4096x32768x4": dict(BLOCK=4096, ROWS=1, num_warps=16, UNROLL=4),
+                        "512x32768x4": dict(BLOCK=2048, ROWS=1, num_warps=8, UNROLL=2)}}
+    tables = {("rms_norm", "op"): own, ("rms_norm_backward", "op"): backward}
+    monkeypatch.setattr(lowering, "load_table", lambda name, scope="kind": tables.get((name, scope), {}))
+    spec = sources["rms_norm"]
+    both = table_for_spec(spec, {}, own, backward)["GPU"]
+    assert both[(4096, 32768, 4)] == dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=4)
+    assert both[(512, 32768, 4)]["BLOCK_N"] == 2048
+    context = reduction_context(spec, "")
+    assert context["backward_table"] == render_table({"GPU": both})
+    assert context["table"] == render_table(table_for_spec(spec, {}, own))
+    # Rendered: the backward's chooser (reduction and elementwise alike) reads _BACKWARD_TABLE.
+    tables[("scaled_silu_mul_backward", "op")] = {"GPU": {"16777216x2": dict(BLOCK=2048, num_warps=4)}}
+    items = {i.spec.op: i for i in load_specs([REPO / "specs"], REPO)}
+    for op, kernel in (("rms_norm", "_rms_norm_backward_kernel"), ("scaled_silu_mul", "_scaled_silu_mul_backward_kernel")):
+        source = Renderer().op_module(items[op])
+        assert source.count("_BACKWARD_TABLE") == 2 and "\n_BACKWARD_TABLE = {\n    'GPU': {" in source, op
+        chooser = source[source.index(f"_BACKWARD = rt."):].split("\n")[2]
+        assert "_BACKWARD_TABLE, key_mask=" in chooser, (op, chooser)
+    tables.clear()
+    assert reduction_context(spec, "")["backward_table"] is None
+    assert "_BACKWARD_TABLE" not in Renderer().op_module(items["rms_norm"])
+
+
 def test_tuned_entries_merge_into_the_table_of_their_scope(tmp_path):
     from tilegen.tables import load_table, merge_entries
 

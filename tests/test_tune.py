@@ -10,7 +10,9 @@ import triton.testing
 from triton.runtime.errors import OutOfResources
 
 import tilegen.runtime as rt
+from tests.conftest import REPO
 from tilegen import tune
+from tilegen.measure import BenchError
 
 FACTS = (132, 232448, "stand-in GPU")
 
@@ -381,3 +383,51 @@ def test_each_key_is_reported_when_its_shape_is_done_so_a_run_cut_short_keeps_it
                          on_key=lambda key, config: reported.append((key, config["BLOCK_N"])))
     # The first shape's key, decided over both dtypes that share it, was written before the stop.
     assert reported == [("4096x32768x2", 4096)]
+
+
+@pytest.mark.parametrize("op", ["add_rms_norm", "scaled_silu_mul"])
+def test_a_backward_is_timed_as_a_training_steps_backward_and_checked_against_autograd(op, monkeypatch):
+    # tune --backward: each call is the backward alone (the forward ran once and kept its graph),
+    # through the op's backward kernel, whose chooser sees the key; a config's gradients are held
+    # to PyTorch autograd's of the same math.
+    import importlib
+
+    monkeypatch.syspath_prepend(str(REPO))
+    module = importlib.import_module(f"generated.bench.bench_{op}")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    inputs = module.make_inputs(module.SMALL_SHAPE, torch.float32, device=device)
+    call, check = tune.backward_calls(module, inputs, torch.float32)
+    chooser = rt.backward_op_of(f"generated.{op}").configs
+    with chooser.recording() as chosen:
+        first = call()
+    assert len(chosen) == 1
+    second = call()  # again on the same graph
+    assert len(first) == sum(t.is_floating_point() for t in inputs)
+    check(second, op)
+    with pytest.raises(BenchError, match="disagrees with eager autograd"):
+        check([g * 1.5 + 1 for g in second], op)
+
+
+def test_tune_module_times_what_its_calls_give(monkeypatch):
+    # The search is the same for a backward: it forces configs on `op`'s chooser and times `calls`' call.
+    fp16 = cost({(64, 64): 10, (64, 128): 3, (128, 64): 12, (128, 128): 13}, {})
+    module, op_module, timed, do_bench = stand_in({torch.float16: fp16}, [torch.float16])
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    made, checked = [], []
+
+    def calls(module_, inputs, dtype):
+        made.append(dtype)
+        return (lambda: module_.run_tilegen(inputs)), lambda got, label: checked.append(label)
+
+    best = tune.tune_module(module, op_module, None, lambda line: None, calls=calls)
+    assert best["1024x1024x1024x2"]["BN"] == 128 and best["1024x1024x1024x2"]["BM"] == 64
+    assert made and set(made) == {torch.float16} and len(checked) == len(timed)
+
+
+def test_backward_tuning_writes_the_ops_backward_table_only(monkeypatch):
+    with pytest.raises(BenchError, match="its scope is op"):
+        tune.run(["softmax"], "generated", None, scope="kind", backward=True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(BenchError, match="matmul_relu: --backward tunes the backward kernel of an elementwise or reduction op"):
+        tune.run(["matmul_relu"], str(REPO / "generated"), None, scope="op", backward=True)
+    assert tune.backward_table_name("softmax") == "softmax_backward"

@@ -314,10 +314,13 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, timer,
               "so float16 also serves bfloat16); default: every dtype the benchmark runs.")
 @click.option("--jobs", type=int, default=min(16, os.cpu_count() or 1), show_default=True,
               help="Processes that compile candidate configs ahead of timing (1: compile while timing).")
-@click.option("--scope", type=click.Choice(SCOPES), default="kind", show_default=True,
-              help="kind: entries every op of the kind may use; op: entries for each op alone "
+@click.option("--scope", type=click.Choice(SCOPES), default=None,
+              help="kind (the default): entries every op of the kind may use; op: entries for each op alone "
               "(tables/ops/<op>.json), ahead of its kind's.")
-def tune(ops, package, shapes, tables, dtypes, jobs, scope):
+@click.option("--backward", is_flag=True, help="Tune each op's backward kernel (an elementwise or reduction "
+              "op's), timing the backward of a training step, into tables/ops/<op>_backward.json (scope op); "
+              "without one it reads the forward's entries.")
+def tune(ops, package, shapes, tables, dtypes, jobs, scope, backward):
     """Measure candidate configs of OPS (default: matmul, add) on this GPU; record the best.
 
     Every candidate tile is timed with default warps and stages (a tile only tuning tries, such
@@ -330,20 +333,21 @@ def tune(ops, package, shapes, tables, dtypes, jobs, scope):
     (power-of-two bucket and element size): give one shape per key. Each key's entry is written
     as soon as its shape is done in every dtype, so a run stopped early keeps the shapes it finished.
 
-    Writes <kind>.json tables (with --scope op, ops/<op>.json); run `tilegen build` afterwards
-    so the ops launch the measured configs.
+    Writes <kind>.json tables (with --scope op, ops/<op>.json; with --backward,
+    ops/<op>_backward.json); run `tilegen build` afterwards so the ops launch the measured configs.
 
     \b
     Examples:
       tilegen tune matmul add && tilegen build specs/
       tilegen tune matmul_residual_scaled --scope op --shapes 128x4096x4096 && tilegen build specs/
+      tilegen tune softmax --backward --shapes 4096x32768 && tilegen build specs/
     """
     from . import tune as tune_module
     from .bench import BenchError
 
     try:
         written = tune_module.run(list(ops), package, shapes, Path(tables) if tables else TABLE_DIR,
-                                  list(dtypes), jobs, scope)
+                                  list(dtypes), jobs, scope or ("op" if backward else "kind"), backward)
     except BenchError as exc:
         _fail(f"tilegen tune: {exc}")
     click.echo(f"wrote {', '.join(str(p) for p in written)}; now run `tilegen build`")

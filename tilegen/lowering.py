@@ -14,7 +14,7 @@ from .derivatives import Backward, differentiate
 from .expressions import assignments
 from .spec import Spec, TensorSpec, fixed_axes
 from .schema import RUNTIME_VERSION
-from .tables import load_table, render_table, table_for_spec
+from .tables import backward_table_name, load_table, render_table, table_for_spec
 
 
 
@@ -130,6 +130,7 @@ def common_context(spec: Spec, header: str) -> dict:
         config_mode=spec.configs.mode,
         key_mask=_key_mask(spec),
         table=render_table(table_for_spec(spec, load_table(spec.kind), load_table(spec.op, scope="op"))),
+        backward_table=_backward_table(spec),
         runtime_version=RUNTIME_VERSION,
         scalar_params=", ".join(s.name for s in spec.scalars),
         scalar_names="".join(f"{s.name}, " for s in spec.scalars).rstrip(" "),
@@ -144,6 +145,15 @@ def common_context(spec: Spec, header: str) -> dict:
         "tuple[" + ", ".join("torch.Tensor" for _ in spec.outputs) + "]",
         input_pairs=f"[{_named_pairs(spec.inputs)}]",
     )
+
+
+def _backward_table(spec: Spec) -> str | None:
+    """The backward kernel's table literal where it has a table of its own (ahead of the op's
+    entries), else None: it reads the forward's _TABLE."""
+    own = load_table(backward_table_name(spec.op), scope="op")
+    if not own:
+        return None
+    return render_table(table_for_spec(spec, load_table(spec.kind), load_table(spec.op, scope="op"), own))
 
 
 def _typed_params(spec: Spec) -> str:

@@ -7,7 +7,9 @@ tuning. Keys are "M x N x K x itemsize" buckets (matmul) or "numel x itemsize" (
 An op may also have a table of its own (tilegen/tables/ops/<op>.json, `tilegen tune --scope op`),
 measured on that op: its entries take the place of the kind's at the same key. Ops of one kind
 share the kind's entries where their tile menus allow, but an op with a narrower menu, or an
-epilogue that changes which tile is fastest, only gets its own best from its own table.
+epilogue that changes which tile is fastest, only gets its own best from its own table. An op's
+backward kernel reads the op's entries, and ahead of them its own (tilegen/tables/ops/<op>_backward.json,
+`tilegen tune --backward`): a backward holds more of a row at once, so its best tile can differ.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ TABLE_DIR = Path(__file__).resolve().parent / "tables"
 
 
 SCOPES = ("kind", "op")
+
+
+def backward_table_name(op: str) -> str:
+    """The name of `op`'s backward kernel's own table (scope "op")."""
+    return f"{op}_backward"
 
 
 def table_path(name: str, folder: Path = TABLE_DIR, scope: str = "kind") -> Path:
@@ -70,10 +77,11 @@ def _block_sizes(spec: Spec) -> tuple[tuple[int, ...], ...]:
     return tuple(spec.tile(axis).sizes for axis in (parts.m, parts.n, parts.k)) + (spec.split_k,)
 
 
-def table_for_spec(spec: Spec, table: dict, own: dict | None = None) -> dict:
-    """The entries this op can use: those of its kind's `table` and of its `own` table (which
-    wins at a key both hold), with its own tile sizes only, their block fields named as the
-    spec names them; none for fixed configs."""
+def table_for_spec(spec: Spec, table: dict, *own: dict | None) -> dict:
+    """The entries this op can use: those of its kind's `table` and of its `own` tables (each
+    winning at a key it shares with those before it: the op's, then its backward kernel's), with
+    its own tile sizes only, their block fields named as the spec names them; none for fixed
+    configs."""
     if spec.configs.mode != "auto":
         return {}
     fields = CONFIG_FIELDS[spec.kind]
@@ -94,10 +102,10 @@ def table_for_spec(spec: Spec, table: dict, own: dict | None = None) -> dict:
                 entries[parse_key(key_text)] = rename_blocks(canonical, BLOCK_FIELDS[spec.kind], block_names(spec))
         return entries
 
-    own = own or {}
+    tables = [table, *(t or {} for t in own)]
     out = {}
-    for gpu in sorted(set(table) | set(own)):
-        entries = {**usable(table.get(gpu, {})), **usable(own.get(gpu, {}))}
+    for gpu in sorted(set().union(*tables)):
+        entries = {key: entry for t in tables for key, entry in usable(t.get(gpu, {})).items()}
         if entries:
             out[gpu] = {key: entries[key] for key in sorted(entries)}
     return out

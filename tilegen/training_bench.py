@@ -23,6 +23,16 @@ def leaves(inputs):
     return [t.detach().requires_grad_() if t.is_floating_point() else t for t in inputs]
 
 
+def output_seeds(module, inputs):
+    """Fixed gradients for the op's float outputs on `inputs` (what a loss would send back)."""
+    import torch
+
+    outputs = [o for o in as_tuple(module.run_torch(inputs)) if o.is_floating_point()]
+    generator = torch.Generator(device=outputs[0].device).manual_seed(7)
+    return [torch.randn(o.shape, device=o.device, generator=generator, dtype=torch.float32).to(o.dtype)
+            for o in outputs]
+
+
 def step_function(forward, inputs, seeds):
     """One training step: forward on `inputs` (float ones: leaves that require grad), then the
     gradients of every float input for the float outputs' gradients `seeds` (int and bool
@@ -90,11 +100,7 @@ def bench_module(module, shapes, compile_too, progress, measure, make_row):
         for shape in shapes or module.SHAPES:
             label = f"{module.OP}{SUFFIX} {name} {shape_label(shape)}"
             inputs = leaves(module.make_inputs(shape, dtype))
-            outputs = [o for o in as_tuple(module.run_torch(inputs)) if o.is_floating_point()]
-            generator = torch.Generator(device="cuda").manual_seed(7)
-            seeds = [torch.randn(o.shape, device="cuda", generator=generator, dtype=torch.float32).to(o.dtype)
-                     for o in outputs]
-            del outputs
+            seeds = output_seeds(module, inputs)
             forwards = {"tilegen": module.run_tilegen, "torch": module.run_torch}
             if compile_too:
                 for provider, mode in COMPILE_MODES.items():
@@ -103,7 +109,7 @@ def bench_module(module, shapes, compile_too, progress, measure, make_row):
             want = steps["torch"]()
             for provider, step in steps.items():
                 if provider != "torch":  # every provider's gradients agree with eager autograd's
-                    gradients_agree(step(), want, _gradient_tolerance(dtype, module), f"{label} ({provider})")
+                    gradients_agree(step(), want, gradient_tolerance(dtype, module), f"{label} ({provider})")
             del want
             flops, nbytes = step_work(module, shape, dtype)
             times = []
@@ -142,7 +148,7 @@ def gradients_agree(got, want, tolerance, label):
                              f"of its elements (max difference {(g - w).abs().max().item():.3g})")
 
 
-def _gradient_tolerance(dtype, module):
+def gradient_tolerance(dtype, module):
     """Gradients of half-precision matmuls sum over a whole axis of half-precision values."""
     import torch
 

@@ -3,20 +3,23 @@
 The result is merged into tilegen/tables/<kind>.json under the GPU's name; the next
 `tilegen build` renders it into each op of that kind, which then launches the measured config
 with no runtime tuning. With scope "op" it goes to the op's own table instead
-(tilegen/tables/ops/<op>.json), which only that op reads, ahead of its kind's.
+(tilegen/tables/ops/<op>.json), which only that op reads, ahead of its kind's. With --backward it
+times an op's backward kernel, as a training step's backward runs it, into that kernel's own table
+(tilegen/tables/ops/<op>_backward.json).
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 from pathlib import Path
 
-from .measure import (BenchError, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes,
+from .measure import (BenchError, as_tuple, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes,
                       settle_call_path, shape_label)
-from .runtime import device_facts, op_of
+from .runtime import backward_op_of, device_facts, op_of
 from .schema import BLOCK_FIELDS, FIELD_DEFAULTS, rename_blocks, tile_of
-from .tables import SCOPES, TABLE_DIR, format_key, merge_entries
+from .tables import SCOPES, TABLE_DIR, backward_table_name, format_key, merge_entries
 
 
 def _warm_up_gpu(seconds: float = 1.0) -> None:
@@ -95,7 +98,38 @@ def brief(config: dict) -> str:
     return " ".join(parts)
 
 
-def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=None) -> dict[str, dict]:
+def forward_calls(module, inputs, dtype):
+    """(call, check) for the op's forward kernel: a call on `inputs`, and a check (raising, naming
+    its label) that a config's result matches PyTorch's."""
+    want = functools.cache(lambda: module.run_torch(inputs))  # computed when a check first needs it
+    return (lambda: module.run_tilegen(inputs)), lambda got, label: check_agreement(got, want(), label, tolerance=5e-2)
+
+
+def backward_calls(module, inputs, dtype):
+    """(call, check) for the op's backward kernel: the backward of one training step on `inputs`
+    (the forward runs once, here, and keeps its graph: each call is the backward alone, as a
+    training step runs it), and a check of a config's gradients against PyTorch autograd's of the
+    same math for the same output gradients."""
+    import torch
+
+    from .training_bench import gradient_tolerance, gradients_agree, leaves, output_seeds
+
+    seeds = output_seeds(module, inputs)
+
+    def graph(forward):
+        tensors = leaves(inputs)
+        outputs = [o for o in as_tuple(forward(tensors)) if o.is_floating_point()]
+        return outputs, [t for t in tensors if t.is_floating_point()]
+
+    outputs, floats = graph(module.run_tilegen)
+    want = torch.autograd.grad(*graph(module.run_torch), seeds)
+    tolerance = gradient_tolerance(dtype, module)
+    return ((lambda: torch.autograd.grad(outputs, floats, seeds, retain_graph=True)),
+            lambda got, label: gradients_agree(got, want, tolerance, label))
+
+
+def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=None,
+                calls=forward_calls) -> dict[str, dict]:
     """{key: best config} for one op over its dtypes and shapes; `on_key(key, config)` hears of
     each key as soon as its shape is done in every dtype (so a run cut short keeps what it found).
 
@@ -111,7 +145,9 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
     work outlasts both its kernel and the other configs' host work pays the excess (call_cost).
     Dtypes of one element size share a key: among the configs timed for all of them, the least total time,
     each dtype's times taken relative to its fastest, wins. `compiler` (a ParallelCompiler)
-    compiles each pass's configs on several cores before the timing loop needs them.
+    compiles each pass's configs on several cores before the timing loop needs them. `calls`
+    says what is timed: the forward (forward_calls), or with `op` the op's backward kernel, its
+    backward (backward_calls).
     """
     import torch
     from triton.runtime.errors import OutOfResources
@@ -127,15 +163,15 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
     scores: dict[tuple, dict[tuple, list[float]]] = {}
     configs: dict[tuple, dict] = {}
     chosen_dtypes = [d for d in module.DTYPES if not dtypes or dtype_name(d) in dtypes]
-    _refuse_shapes_sharing_a_key(module, chooser, shapes or module.SHAPES, chosen_dtypes[:1])
+    _refuse_shapes_sharing_a_key(module, chooser, shapes or module.SHAPES, chosen_dtypes[:1], calls)
     best = {}
     for shape in shapes or module.SHAPES:
         keys = []
         for dtype in chosen_dtypes:
             inputs = module.make_inputs(shape, dtype)
-            want = module.run_torch(inputs)
+            call, check = calls(module, inputs, dtype)
             with chooser.recording() as chosen:
-                module.run_tilegen(inputs)
+                call()
             key = chosen[-1][0]
             keys.append(key)
             samples: dict[tuple, list[float]] = {}  # kernel ms per config identity, in timing order
@@ -145,12 +181,11 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
                 """(kernel ms, host ms) of a call with `config`, or None where it does not fit the GPU."""
                 with chooser.forcing(config):
                     try:
-                        got = module.run_tilegen(inputs)
+                        got = call()
                     except OutOfResources as exc:  # the estimate of shared memory was short
                         progress(f"{module.OP}: skipped {config}: {exc}")
                         return None
-                    check_agreement(got, want, f"{module.OP} {shape_label(shape)} {config}", tolerance=5e-2)
-                    call = lambda: module.run_tilegen(inputs)  # noqa: E731
+                    check(got, f"{module.OP} {shape_label(shape)} {config}")
                     return do_bench(call, warmup=10, rep=40, return_mode="median"), host_ms(call)
 
             def record(ident, timing):
@@ -162,7 +197,7 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
                 # path again, and could win by noise an entry that aligned shapes then follow.
                 candidates = [c for c in candidates if not c.get("TMA") or loads_through_descriptors(c, inputs)]
                 if compiler is not None:
-                    compiler.compile(module.OP, shape, dtype, candidates)
+                    compiler.compile(module.OP, shape, dtype, candidates, calls)
                 by_ident = {identity(c): dict(c) for c in candidates}
                 timings = alternate_rounds(list(by_ident), lambda ident: time_config(by_ident[ident]), SWEEPS)
                 for ident, timed in timings.items():  # in the order first timed
@@ -265,7 +300,7 @@ def alternate_rounds(items: list, time, rounds: int) -> dict:
     return timings
 
 
-def _refuse_shapes_sharing_a_key(module, chooser, shapes, dtypes) -> None:
+def _refuse_shapes_sharing_a_key(module, chooser, shapes, dtypes, calls=forward_calls) -> None:
     """Raise BenchError where two shapes fall in one table key (bucket and element size).
 
     One entry serves the whole bucket, and each shape's search refines its own leading tiles, so
@@ -275,8 +310,9 @@ def _refuse_shapes_sharing_a_key(module, chooser, shapes, dtypes) -> None:
     for dtype in dtypes:
         seen: dict[tuple, tuple] = {}
         for shape in shapes:
+            call, _ = calls(module, module.make_inputs(shape, dtype), dtype)
             with chooser.recording() as chosen:
-                module.run_tilegen(module.make_inputs(shape, dtype))
+                call()
             key = chosen[-1][0]
             if key in seen:
                 raise BenchError(f"{module.OP}: shapes {shape_label(seen[key])} and {shape_label(shape)} share the "
@@ -296,44 +332,64 @@ class ParallelCompiler:
         self.jobs = jobs
         self.pool = concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
 
-    def compile(self, op, shape, dtype, configs):
+    def compile(self, op, shape, dtype, configs, calls=forward_calls):
         name = dtype_name(dtype)
         chunks = [configs[i::self.jobs] for i in range(self.jobs)]
-        for future in [self.pool.submit(_compile_configs, self.package, op, shape, name, c) for c in chunks if c]:
+        backward = calls is backward_calls
+        for future in [self.pool.submit(_compile_configs, self.package, op, shape, name, c, backward)
+                       for c in chunks if c]:
             future.result()
 
     def close(self):
         self.pool.shutdown()
 
 
-def _compile_configs(package, op, shape, dtype_name, configs):
-    """Worker: launch each config once. Failures are left for the timing loop to meet and report."""
+def _compile_configs(package, op, shape, dtype_name, configs, backward=False):
+    """Worker: launch each config once (of the op's backward kernel with `backward`). Failures are
+    left for the timing loop to meet and report."""
     import torch
 
     module = load_bench_modules([op], package)[0]
-    chooser = op_of(f"{Path(package).name}.{op}").configs
-    inputs = module.make_inputs(shape, getattr(torch, dtype_name))
+    module_name = f"{Path(package).name}.{op}"
+    chooser = (backward_op_of(module_name) if backward else op_of(module_name)).configs
+    dtype = getattr(torch, dtype_name)
+    call, _ = (backward_calls if backward else forward_calls)(module, module.make_inputs(shape, dtype), dtype)
     for config in configs:
         with chooser.forcing(config):
             try:
-                module.run_tilegen(inputs)
+                call()
             except Exception:  # noqa: BLE001 - the timing loop compiles it again and reports
                 pass
     torch.cuda.synchronize()
 
 
+# The kinds whose backward kernel reads a table (its own, else the forward's): a matmul's backward
+# runs tilegen's matmul kernels, tuned as matmuls, and an elementwise pass over its epilogue.
+BACKWARD_KINDS = ("elementwise", "reduction")
+
+
 def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TABLE_DIR,
-        dtypes: list[str] | None = None, jobs: int = 1, scope: str = "kind") -> list[Path]:
+        dtypes: list[str] | None = None, jobs: int = 1, scope: str = "kind", backward: bool = False) -> list[Path]:
+    """Tune `ops` (their backward kernels with `backward`, into tables of their own: scope "op")."""
     import torch
 
     # As bench: the flags first, then the GPU, then what needs the package (ops, their dtypes).
     if scope not in SCOPES:
         raise BenchError(f"--scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+    if backward and scope != "op":
+        raise BenchError("--backward writes each op's backward table (tables/ops/<op>_backward.json): "
+                         f"its scope is op, not {scope!r}")
     if jobs < 1:
         raise BenchError(f"--jobs must be at least 1, got {jobs}")
     if not torch.cuda.is_available():
         raise BenchError("no CUDA GPU found; `tilegen tune` measures compiled kernels and needs one")
     modules = load_bench_modules(ops or ["matmul", "add"], package)
+    for module in modules if backward else ():
+        if module.KIND not in BACKWARD_KINDS or not getattr(module, "DIFFERENTIABLE", True):
+            why = ("no input holds floats, so it has no backward" if module.KIND in BACKWARD_KINDS else
+                   "a matmul's backward runs tilegen's matmul kernels: tune those as matmuls")
+            raise BenchError(f"{module.OP}: --backward tunes the backward kernel of an elementwise or "
+                             f"reduction op; {why}")
     known = sorted({dtype_name(d) for m in modules for d in m.DTYPES})
     unknown = [d for d in dtypes or () if d not in known]
     if unknown:
@@ -351,7 +407,8 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
         """Each key's entry into the table as soon as it is found: a run stopped by a time limit
         keeps the shapes it finished (every table write replaces those keys only)."""
         # Tables store block fields under the kind's names; the op's spec may name them otherwise.
-        spec_names, name = op.configs.space.names, module.KIND if scope == "kind" else module.OP
+        spec_names = op.configs.space.names
+        name = module.KIND if scope == "kind" else backward_table_name(module.OP) if backward else module.OP
 
         def on_key(key, config):
             entry = {key: rename_blocks(config, spec_names, BLOCK_FIELDS[module.KIND])}
@@ -361,9 +418,11 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
 
     try:
         for module in modules:
-            op = op_of(f"{Path(package).name}.{module.OP}")
+            module_name = f"{Path(package).name}.{module.OP}"
+            op = backward_op_of(module_name) if backward else op_of(module_name)
             shapes = parse_shapes(shapes_text, module.KIND, getattr(module, "BATCHED", False))
-            tune_module(module, op, shapes, progress, dtypes or (), compiler, on_key=writer(module, op))
+            tune_module(module, op, shapes, progress, dtypes or (), compiler, on_key=writer(module, op),
+                        calls=backward_calls if backward else forward_calls)
     finally:
         if compiler is not None:
             compiler.close()

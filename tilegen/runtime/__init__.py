@@ -28,7 +28,7 @@ from .device import INTERPRET, cdiv, device_facts, on_device
 from .autograd import Gradients, call
 from .library import copy_out, refuse_functorch, refuse_grad, refuse_out_with_grad, register, tracing, wants_grad
 from . import autograd, launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
-from .ops import ElementwiseOp, MatmulOp, ReductionOp, op_of
+from .ops import ElementwiseOp, MatmulOp, ReductionOp, backward_op_of, op_of
 from .sync import wait_for_every_program
 from ..schema import RUNTIME_VERSION as VERSION, bucket, tile_of
 
@@ -51,6 +51,7 @@ __all__ = [
     "broadcast_shape", "check_axes", "check_dim", "check_divisible", "epilogue_view", "check_interpretable", "check_same_device", "check_same_dtype",
     "check_scalar", "check_tensor", "prepare_out", "split_out",
     "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ReductionSpace", "ElementwiseOp", "MatmulOp", "ReductionOp",
+    "backward_op_of",
     "op_of",
     "bucket", "tile_of", "call", "copy_out", "Gradients", "refuse_functorch", "refuse_grad", "refuse_out_with_grad", "register",
     "tracing", "wants_grad", "wait_for_every_program",

@@ -22,8 +22,10 @@ from .layout import (MAX_STRIDED_RANK, collapse, described, k_rows_load_wide, ne
 from ..schema import bucket
 
 
-# Every op made, by the module its kernels are defined in (op_of).
+# Every op made, by the module its kernels are defined in (op_of); a module's backward kernel's
+# op likewise (backward_op_of).
 _REGISTRY = {}
+_BACKWARDS = {}
 
 
 def op_of(module_name):
@@ -33,6 +35,15 @@ def op_of(module_name):
         return _REGISTRY[module_name]
     except KeyError:
         raise LookupError(f"no tilegen op is defined in module {module_name!r} (is it imported?)") from None
+
+
+def backward_op_of(module_name):
+    """The runtime object of the backward kernel of the op whose generated module is
+    `module_name` (`tilegen tune --backward` tunes its configs)."""
+    try:
+        return _BACKWARDS[module_name]
+    except KeyError:
+        raise LookupError(f"no tilegen backward kernel is defined in module {module_name!r}") from None
 
 
 class Op:
@@ -46,8 +57,9 @@ class Op:
         # A changed choice (a forced config, another mode) makes learned calls stale.
         configs.on_change.append(self.call_path.forget)
         self.module = getattr(getattr(kernel, "fn", kernel), "__module__", None)
-        if listed:  # a backward's op is not the one tools reach through its module
-            _REGISTRY[self.module] = self
+        # A backward's op is not the one tools reach through its module, but tune reaches it as
+        # the module's backward.
+        (_REGISTRY if listed else _BACKWARDS)[self.module] = self
 
     def fast(self, *args):
         return self.call_path.call(*args)
