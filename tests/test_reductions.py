@@ -354,6 +354,25 @@ tiles:
 DETACHED = TEMPERED.replace("op: tempered_softmax", "op: detached_softmax").replace("m: max(s)", "m: detach(max(s))")
 
 
+# Softmax-weighted pooling (attention over one row): its forward's max pass also reads v, so the
+# normalizer and the weighted sum run online there.
+POOLED = """\
+op: pooled_softmax
+kind: reduction
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  v: {dtype: x, shape: [..., N]}
+outputs:
+  y: {dtype: x, shape: [...]}
+steps:
+  m: detach(max(x))
+compute:
+  y: sum(exp(x - m) * v) / sum(exp(x - m))
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+"""
+
+
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory):
     from click.testing import CliRunner
@@ -365,7 +384,7 @@ def variants(tmp_path_factory):
     scaffold = CliRunner().invoke(main, ["new", "scaled_softmax", "--kind", "reduction", "--specs", str(root / "specs")])
     assert scaffold.exit_code == 0, scaffold.output
     with built_package(root, "variant_ops", {"gemma_rms.yaml": GEMMA, "tempered_softmax.yaml": TEMPERED,
-                                             "detached_softmax.yaml": DETACHED}) as module:
+                                             "detached_softmax.yaml": DETACHED, "pooled_softmax.yaml": POOLED}) as module:
         yield module
 
 
@@ -589,3 +608,35 @@ def test_an_online_normalizer_keeps_special_values_as_pytorch_does(unroll):
         # The backward keeps its sums of exp online too (sum(e) and sum(g * e) beside the max).
         (expected_grad,) = torch.autograd.grad(expected, theirs, g)
         torch.testing.assert_close(grad, expected_grad, equal_nan=True)
+
+
+@pytest.mark.parametrize("looped", [False, True], ids=["whole_rows", "looped_rows"])
+def test_a_forward_whose_max_pass_reads_more_keeps_its_sums_online_as_pytorch_computes_them(variants, looped):
+    # pooled_softmax's forward folds both sums (exp(x - m) and exp(x - m) * v) into the max's pass:
+    # rows whose max comes last, a lane of -inf, +inf, NaN in v, and a row of -inf, against PyTorch.
+    import importlib
+
+    module = importlib.import_module(f"{variants.__name__}.pooled_softmax")
+    source = Path(module.__file__).read_text()
+    forward = source[source.index("def _pooled_softmax_kernel"):source.index("def _pooled_softmax_backward_kernel")]
+    assert "(its sums online)" in forward
+    generator = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 100, dtype=torch.float64, generator=generator)
+    v = torch.randn(6, 100, dtype=torch.float64, generator=generator)
+    x[0] = torch.linspace(-800.0, 40.0, 100, dtype=torch.float64)
+    x[1, 3::16] = float("-inf")
+    x[2, 50] = float("inf")
+    v[3, 7] = float("nan")
+    x[4] = float("-inf")
+    x, v = x.to(DEVICE).requires_grad_(), v.to(DEVICE).requires_grad_()
+    config = {"BLOCK_N": 16, "ROWS": 1, "num_warps": 2, "UNROLL": 2} if looped else None
+    with module._OP.configs.forcing(config) if config else contextlib.nullcontext(), \
+            module._BACKWARD.configs.forcing(config) if config else contextlib.nullcontext():
+        y = variants.pooled_softmax(x, v)
+        seed = torch.randn(y.shape, dtype=torch.float64, generator=generator).to(DEVICE)
+        got = torch.autograd.grad(y, (x, v), seed)
+    want = (torch.softmax(x, -1) * v).sum(-1)
+    torch.testing.assert_close(y, want, equal_nan=True)
+    finite = torch.isfinite(x).all(-1) & torch.isfinite(v).all(-1)  # rows whose gradients are numbers
+    for g, w in zip(got, torch.autograd.grad(want, (x, v), seed)):
+        torch.testing.assert_close(g[finite], w[finite])
