@@ -385,7 +385,18 @@ def test_each_key_is_reported_when_its_shape_is_done_so_a_run_cut_short_keeps_it
     assert reported == [("4096x32768x2", 4096)]
 
 
-@pytest.mark.parametrize("op", ["add_rms_norm", "scaled_silu_mul"])
+def _backward_tuned_ops():
+    """The generated ops with a backward kernel that tune --backward takes (elementwise and
+    reduction ops whose gradients need a kernel; the interpreter runs them in float32)."""
+    import yaml
+
+    specs = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "specs").glob("*.yaml"))]
+    return [s["op"] for s in specs if s["kind"] in tune.BACKWARD_KINDS
+            and "\n_BACKWARD = rt." in (REPO / "generated" / f"{s['op']}.py").read_text()
+            and any(isinstance(t["dtype"], list) and "float32" in t["dtype"] for t in s["inputs"].values())]
+
+
+@pytest.mark.parametrize("op", _backward_tuned_ops())
 def test_a_backward_is_timed_as_a_training_steps_backward_and_checked_against_autograd(op, monkeypatch):
     # tune --backward: each call is the backward alone (the forward ran once and kept its graph),
     # through the op's backward kernel, whose chooser sees the key; a config's gradients are held
@@ -430,4 +441,8 @@ def test_backward_tuning_writes_the_ops_backward_table_only(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(BenchError, match="matmul_relu: --backward tunes the backward kernel of an elementwise or reduction op"):
         tune.run(["matmul_relu"], str(REPO / "generated"), None, scope="op", backward=True)
+    with pytest.raises(BenchError, match="add: .*its gradients need no kernel"):
+        tune.run(["add"], str(REPO / "generated"), None, scope="op", backward=True)
+    with pytest.raises(BenchError, match="clamp_add: .*no input holds floats"):
+        tune.run(["clamp_add"], str(REPO / "generated"), None, scope="op", backward=True)
     assert tune.backward_table_name("softmax") == "softmax_backward"

@@ -368,6 +368,21 @@ def _compile_configs(package, op, shape, dtype_name, configs, backward=False):
 BACKWARD_KINDS = ("elementwise", "reduction")
 
 
+def _refuse_backward_without_kernel(module, package) -> None:
+    """Raise BenchError unless `module`'s op has a backward kernel that reads a table."""
+    if module.KIND not in BACKWARD_KINDS:
+        why = "a matmul's backward runs tilegen's matmul kernels: tune those as matmuls"
+    elif not getattr(module, "DIFFERENTIABLE", True):
+        why = "no input holds floats, so it has no backward"
+    else:
+        try:
+            backward_op_of(f"{Path(package).name}.{module.OP}")
+            return
+        except LookupError:
+            why = "its gradients need no kernel (each is an incoming gradient, or none)"
+    raise BenchError(f"{module.OP}: --backward tunes the backward kernel of an elementwise or reduction op; {why}")
+
+
 def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TABLE_DIR,
         dtypes: list[str] | None = None, jobs: int = 1, scope: str = "kind", backward: bool = False) -> list[Path]:
     """Tune `ops` (their backward kernels with `backward`, into tables of their own: scope "op")."""
@@ -385,11 +400,7 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
         raise BenchError("no CUDA GPU found; `tilegen tune` measures compiled kernels and needs one")
     modules = load_bench_modules(ops or ["matmul", "add"], package)
     for module in modules if backward else ():
-        if module.KIND not in BACKWARD_KINDS or not getattr(module, "DIFFERENTIABLE", True):
-            why = ("no input holds floats, so it has no backward" if module.KIND in BACKWARD_KINDS else
-                   "a matmul's backward runs tilegen's matmul kernels: tune those as matmuls")
-            raise BenchError(f"{module.OP}: --backward tunes the backward kernel of an elementwise or "
-                             f"reduction op; {why}")
+        _refuse_backward_without_kernel(module, package)
     known = sorted({dtype_name(d) for m in modules for d in m.DTYPES})
     unknown = [d for d in dtypes or () if d not in known]
     if unknown:
