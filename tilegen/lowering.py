@@ -120,6 +120,7 @@ def output_context(spec: Spec) -> tuple[list[dict], list[str], str]:
 
 
 def common_context(spec: Spec, header: str) -> dict:
+    kind_table, op_table = load_table(spec.kind), load_table(spec.op, scope="op")
     return dict(
         header=header,
         op=spec.op,
@@ -129,8 +130,8 @@ def common_context(spec: Spec, header: str) -> dict:
         arg_docs=_arg_docs(spec),
         config_mode=spec.configs.mode,
         key_mask=_key_mask(spec),
-        table=render_table(table_for_spec(spec, load_table(spec.kind), load_table(spec.op, scope="op"))),
-        backward_table=_backward_table(spec),
+        table=render_table(table_for_spec(spec, kind_table, op_table)),
+        backward_table=_backward_table(spec, kind_table, op_table),
         runtime_version=RUNTIME_VERSION,
         scalar_params=", ".join(s.name for s in spec.scalars),
         scalar_names="".join(f"{s.name}, " for s in spec.scalars).rstrip(" "),
@@ -147,13 +148,13 @@ def common_context(spec: Spec, header: str) -> dict:
     )
 
 
-def _backward_table(spec: Spec) -> str | None:
+def _backward_table(spec: Spec, kind_table: dict, op_table: dict) -> str | None:
     """The backward kernel's table literal where it has a table of its own (ahead of the op's
     entries), else None: it reads the forward's _TABLE."""
     own = load_table(backward_table_name(spec.op), scope="op")
     if not own:
         return None
-    return render_table(table_for_spec(spec, load_table(spec.kind), load_table(spec.op, scope="op"), own))
+    return render_table(table_for_spec(spec, kind_table, op_table, own))
 
 
 def _typed_params(spec: Spec) -> str:
