@@ -251,20 +251,18 @@ class RowProgram:
         # on long half-precision rows, bench/results/h200/reductions/online/). Where the merged pass
         # reads more (a backward's incoming gradient) the fold measured 1.07-1.20x.
         return {name: peak for name, peak in whole.items()
-                if self._merged_inputs(peak, [s for s, p in whole.items() if p is peak]) - self._row_inputs(peak.argument.tree.body)}
+                if self._merged_inputs(peak, [s for s, p in whole.items() if p is peak])
+                - self._row_inputs(peak.argument.names)}
 
-    def _row_inputs(self, tree: ast.AST) -> set[str]:
-        """The inputs along the row that `tree` reads, through the assignments it reads."""
-        return {n.id for n in ast.walk(self._inlined(tree)) if isinstance(n, ast.Name)
-                and self.levels.get(n.id) == ELEMENT and n.id not in {a.name for a in self.assignments}}
+    def _row_inputs(self, names) -> set[str]:
+        """The inputs along the row that computing `names` reads, through the assignments they read."""
+        return set(self.inputs_read(self._needed(names), names))
 
     def _merged_inputs(self, peak: Reduction, sums: list[str]) -> set[str]:
         """The inputs along the row that the max's pass reads with `sums` folded into it."""
         by_name = {r.name: r for r in self.reductions}
-        read = set()
-        for r in self.stage_reductions(peak.stage) + [by_name[s] for s in sums]:
-            read |= self._row_inputs(r.argument.tree.body)
-        return read
+        reduced = self.stage_reductions(peak.stage) + [by_name[s] for s in sums]
+        return self._row_inputs([n for r in reduced for n in r.argument.names])
 
     def online_weight(self, reduction: Reduction) -> ast.AST | None:
         """What an online sum multiplies its exp(u - m) by (None: nothing), inlined."""
