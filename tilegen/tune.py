@@ -344,16 +344,23 @@ class ParallelCompiler:
         self.pool.shutdown()
 
 
+def _target(package, op, backward):
+    """(the runtime op whose configs tune forces, the calls it times): `op`'s forward, or with
+    `backward` its backward kernel."""
+    module_name = f"{Path(package).name}.{op}"
+    return (backward_op_of(module_name), backward_calls) if backward else (op_of(module_name), forward_calls)
+
+
 def _compile_configs(package, op, shape, dtype_name, configs, backward=False):
     """Worker: launch each config once (of the op's backward kernel with `backward`). Failures are
     left for the timing loop to meet and report."""
     import torch
 
     module = load_bench_modules([op], package)[0]
-    module_name = f"{Path(package).name}.{op}"
-    chooser = (backward_op_of(module_name) if backward else op_of(module_name)).configs
+    target, calls = _target(package, op, backward)
     dtype = getattr(torch, dtype_name)
-    call, _ = (backward_calls if backward else forward_calls)(module, module.make_inputs(shape, dtype), dtype)
+    call, _ = calls(module, module.make_inputs(shape, dtype), dtype)
+    chooser = target.configs
     for config in configs:
         with chooser.forcing(config):
             try:
@@ -376,7 +383,7 @@ def _refuse_backward_without_kernel(module, package) -> None:
         why = "no input holds floats, so it has no backward"
     else:
         try:
-            backward_op_of(f"{Path(package).name}.{module.OP}")
+            _target(package, module.OP, backward=True)
             return
         except LookupError:
             why = "its gradients need no kernel (each is an incoming gradient, or none)"
@@ -429,11 +436,9 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
 
     try:
         for module in modules:
-            module_name = f"{Path(package).name}.{module.OP}"
-            op = backward_op_of(module_name) if backward else op_of(module_name)
+            op, calls = _target(package, module.OP, backward)
             shapes = parse_shapes(shapes_text, module.KIND, getattr(module, "BATCHED", False))
-            tune_module(module, op, shapes, progress, dtypes or (), compiler, on_key=writer(module, op),
-                        calls=backward_calls if backward else forward_calls)
+            tune_module(module, op, shapes, progress, dtypes or (), compiler, on_key=writer(module, op), calls=calls)
     finally:
         if compiler is not None:
             compiler.close()
