@@ -56,3 +56,18 @@ def test_op_names_colliding_across_files(cli, project):
     result = cli("check", "specs")
     assert result.exit_code == 2
     assert "op 'add' is already defined in specs/add.yaml" in result.output
+
+
+@pytest.mark.parametrize("file, op, other", [("softmax_backward.yaml", "softmax_backward", "softmax"),
+                                             ("a_first.yaml", "matmul_relu_training", "matmul_relu")])
+def test_an_op_named_as_another_ops_registered_backward_or_training_op_is_refused(cli, project, file, op, other):
+    # softmax registers softmax_backward (its backward kernel), a matmul <op>_training: a spec of
+    # that name would take over the registration, and a traced backward would call it. Either
+    # file may come first.
+    source = (project / "specs" / "softmax.yaml").read_text().replace("op: softmax", f"op: {op}", 1)
+    (project / "specs" / file).write_text(source)
+    result = cli("check", "specs")
+    assert result.exit_code == 2 and result.output.endswith("tilegen: 1 error\n"), result.output
+    first, second = sorted([(file, op), (f"{other}.yaml", other)])
+    assert result.output.startswith(f"specs/{second[0]}:2: op: op {second[1]!r} registers {op!r}, which op "
+                                    f"{first[1]!r} in specs/{first[0]} also registers"), result.output

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ErrorLog, SpecFailure
+from .naming import registered_ops
 from .render import HEADER_PREFIX, Renderer, SpecSource
 from .spec import Spec
 from .validate import validate_document
@@ -69,6 +70,7 @@ def load_specs(paths: list[Path], root: Path | None = None) -> list[SpecSource]:
         errors.add(", ".join(str(p) for p in paths), 0, "", "no spec files found", "*.yaml or *.yml files")
     sources: list[SpecSource] = []
     seen: dict[str, str] = {}
+    registered: dict[str, tuple[str, str]] = {}  # op name registered -> (the spec's file, its op)
     for file in files:
         shown = display_path(file, root)
         doc = load_document(file, errors, shown)
@@ -81,7 +83,15 @@ def load_specs(paths: list[Path], root: Path | None = None) -> list[SpecSource]:
             errors.add(shown, doc.line("op"), "op", f"op {spec.op!r} is already defined in {seen[spec.op]}",
                        "each op name once")
             continue
+        taken = next(((n, registered[n]) for n in registered_ops(spec.op, spec.kind) if n in registered), None)
+        if taken is not None:
+            name, (where, owner) = taken
+            errors.add(shown, doc.line("op"), "op",
+                       f"op {spec.op!r} registers {name!r}, which op {owner!r} in {where} also registers",
+                       "a name no other op registers: not <op>, <op>_backward nor a matmul's <op>_training")
+            continue
         seen[spec.op] = shown
+        registered.update({n: (shown, spec.op) for n in registered_ops(spec.op, spec.kind)})
         sources.append(SpecSource(spec, shown, file.read_bytes()))
     if errors:
         raise SpecFailure(errors)

@@ -12,6 +12,7 @@ from .dtypes import DTYPES
 from .escaping import docstring_text
 from .derivatives import Backward, differentiate
 from .expressions import assignments
+from .naming import backward_op_name
 from .spec import Spec, TensorSpec, fixed_axes
 from .schema import RUNTIME_VERSION
 from .tables import backward_table_name, load_table, render_table, table_for_spec
@@ -231,7 +232,7 @@ def _elementwise_backward(spec: Spec) -> dict:
     seeds = [backward.seeds[o] for o in outputs]
     results = [backward.results[n] for n in computed]
     scalars = [s.name for s in spec.scalars]
-    name = f"{spec.op}_backward"
+    name = backward_op_name(spec.op)
     sources = gradient_sources(backward, inputs, outputs)
     return dict(
         name=name,
@@ -377,7 +378,7 @@ def _matmul_backward(spec: Spec) -> dict:
             sources.append("None")
             continue
         sources.append(f'("result", {len(results) - 1})')
-    name = f"{spec.op}_backward"
+    name = backward_op_name(spec.op)
     scalars = [sc.name for sc in spec.scalars]
     kernel_results = [backward.results[x] for x in computed]
     return dict(

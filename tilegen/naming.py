@@ -40,6 +40,19 @@ _DERIVED = re.compile(r"^(?:(?P<base>.+)_(?:ptr|ptrs|offsets|out|view)|stride_(?
 RESERVED = TEMPLATE_NAMES | BUILTIN_NAMES
 
 
+def backward_op_name(op: str) -> str:
+    """The name `op`'s backward kernel is registered as (torch.ops.<package>.<op>_backward)."""
+    return f"{op}_backward"
+
+
+def registered_ops(op: str, kind: str) -> tuple[str, ...]:
+    """Every op name the module of a spec `op` of `kind` registers: the op, its backward's, and a
+    matmul's training forward (templates/matmul.py.jinja's `<op>_training`, which keeps its
+    accumulator). Two specs must not share one: the second registration would take the first's
+    name, and a traced backward would call another op."""
+    return (op, backward_op_name(op)) + ((f"{op}_training",) if kind == "matmul" else ())
+
+
 def _base(identifier: str) -> str | None:
     """The value identifier that `identifier` is derived from, if it has a derived form."""
     derived = _DERIVED.match(identifier)

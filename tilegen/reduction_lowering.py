@@ -4,6 +4,7 @@ stores, the wrapper's checks, and the backward derived from its math (itself a r
 from __future__ import annotations
 
 from .derivatives import differentiate
+from .naming import backward_op_name
 from .lowering import (common_context, fixed_or, gradient_sources, gradients_formula, input_checks, output_context,
                        scalar_params, tuple_source)
 from .rows import ELEMENT, ROW, RowProgram, first_row_lines, output_pass, stage_pass, whole_row_lines
@@ -150,7 +151,7 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
                                                 **{s.name: levels[s.name] for s in spec.scalars}})
     results = {backward.results[n]: {"row": "row", "column": "column_sum"}.get(roles[n], "element") for n in computed}
     scalars = [s.name for s in spec.scalars]
-    name = f"{spec.op}_backward"
+    name = backward_op_name(spec.op)
     sources = gradient_sources(backward, inputs, outputs)
     kernel_inputs = {**{n: roles[n] for n in saved}, **{backward.seeds[o]: roles[o] for o in outputs}}
     # Gradients are made in the dtype of the first incoming gradient along the rows (autograd

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .naming import backward_op_name
 from .schema import BLOCK_FIELDS, CONFIG_FIELDS, FIELD_DEFAULTS, SCHEDULE_FIELDS, rename_blocks
 from .spec import Spec
 
@@ -27,8 +28,8 @@ SCOPES = ("kind", "op")
 
 
 def backward_table_name(op: str) -> str:
-    """The name of `op`'s backward kernel's own table (scope "op")."""
-    return f"{op}_backward"
+    """The name of `op`'s backward kernel's own table (scope "op"): the kernel's op name."""
+    return backward_op_name(op)
 
 
 def table_path(name: str, folder: Path = TABLE_DIR, scope: str = "kind") -> Path:
