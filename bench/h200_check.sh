@@ -53,16 +53,17 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $out/NAME.log
 reductions="${REDUCTIONS:-softmax log_softmax rms_norm layer_norm add_rms_norm}"  # REDUCTIONS: some of them
 if [[ $steps == *" reductions:tune "* ]]; then
     for op in $reductions; do
-        timeout "${REDUCE_TUNE_S:-75}" python3 -m tilegen tune "$op" --scope op --jobs 14 \
+        timeout "${REDUCE_TUNE_S:-75}" python3 -m tilegen tune "$op" --scope op --jobs 14 ${REDUCE_TUNE_ARGS:-} \
             --shapes "${REDUCE_SHAPES:-4096x32768,512x32768,32768x4096}" > "$out/reductions_tune_$op.log" 2>&1
         echo "reductions:tune $op: exit $? ($(tail -1 "$out/reductions_tune_$op.log"))"
     done
 fi
 # reductions:tune_backward (only when STEPS names it) likewise tunes each one's backward kernel
 # (`tilegen tune --backward`: tables/ops/<op>_backward.json), the backward of a training step timed.
+# REDUCE_TUNE_ARGS (both tunes): more tune arguments (`--dtype float16 --dtype float32`: one dtype an element size).
 if [[ $steps == *" reductions:tune_backward "* ]]; then
     for op in $reductions; do
-        timeout "${REDUCE_TUNE_S:-75}" python3 -m tilegen tune "$op" --backward --jobs 14 \
+        timeout "${REDUCE_TUNE_S:-75}" python3 -m tilegen tune "$op" --backward --jobs 14 ${REDUCE_TUNE_ARGS:-} \
             --shapes "${REDUCE_SHAPES:-4096x32768,512x32768,32768x4096}" > "$out/reductions_tune_backward_$op.log" 2>&1
         echo "reductions:tune_backward $op: exit $? ($(tail -1 "$out/reductions_tune_backward_$op.log"))"
     done

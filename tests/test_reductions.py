@@ -640,3 +640,58 @@ def test_a_forward_whose_max_pass_reads_more_keeps_its_sums_online_as_pytorch_co
     finite = torch.isfinite(x).all(-1) & torch.isfinite(v).all(-1)  # rows whose gradients are numbers
     for g, w in zip(got, torch.autograd.grad(want, (x, v), seed)):
         torch.testing.assert_close(g[finite], w[finite])
+
+
+@pytest.mark.parametrize("length, config", [
+    (64, dict(BLOCK_N=64, ROWS=2, num_warps=1, UNROLL=0)),
+    (3000, dict(BLOCK_N=1024, ROWS=2, num_warps=4, UNROLL=0)),
+    (3000, dict(BLOCK_N=1024, ROWS=4, num_warps=4, UNROLL=2)),
+], ids=["whole_two_rows_a_step", "looped_two_rows_a_step", "looped_four_rows_trips_of_two"])
+def test_a_backward_that_sums_columns_takes_several_steps_a_program(monkeypatch, length, config):
+    # The norms' backward kernels add up a weight's gradient: their grid is a program or two a
+    # multiprocessor, so each program takes many row blocks, a whole row's loads issued a step
+    # ahead, a looped row's workspace block read and written once a step of ROWS rows. Three
+    # multiprocessors here: 23 rows in steps of 2 or 4 leave programs with several steps, the
+    # last partial, and loads ahead past the last row.
+    from generated import layer_norm, rms_norm
+    from generated.layer_norm import _BACKWARD as _LAYER_NORM_BACKWARD
+    from generated.rms_norm import _BACKWARD as _RMS_NORM_BACKWARD
+    import tilegen.runtime.ops as ops
+
+    monkeypatch.setattr(ops, "device_facts", lambda device: (3, 1 << 30, ""))
+    gen = torch.Generator().manual_seed(11)
+    x = (torch.randn(23, length, generator=gen, dtype=torch.float64) * 3).to(DEVICE)
+    w = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
+    b = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
+    g = torch.randn(23, length, generator=gen, dtype=torch.float64).to(DEVICE)
+    cases = [(layer_norm, _LAYER_NORM_BACKWARD, (x, w, b),
+              lambda x, w, b: torch.nn.functional.layer_norm(x, (length,), w, b, eps=1e-5)),
+             (rms_norm, _RMS_NORM_BACKWARD, (x, w), lambda x, w: torch.nn.functional.rms_norm(x, (length,), w, eps=1e-6))]
+    for op, backward, args, reference in cases:
+        got = [t.clone().requires_grad_() for t in args]
+        want = [t.clone().requires_grad_() for t in args]
+        with backward.configs.forcing(config):
+            op(*got)[0].backward(g)
+        reference(*want).backward(g)
+        for name, mine, theirs in zip("xwb", got, want):
+            torch.testing.assert_close(mine.grad, theirs.grad, msg=lambda m: f"{op.__name__} d{name}: {m}")
+
+
+def test_a_backward_space_tries_several_looped_rows_a_step_and_a_table_may_choose_them():
+    from tilegen.runtime.configs import ConfigChooser, ReductionSpace, row_unroll
+
+    key = (32768, 4096, 2)
+    backward = ReductionSpace("BLOCK_N", [1024, 4096, 8192], [], backward=True)
+    looped = {(c["BLOCK_N"], c["ROWS"]) for c in backward.candidates(FACTS, key, explore=True)}
+    # Up to 16384 elements a step: 8192 by 2 rows, 4096 and 1024 by 4.
+    assert looped == {(1024, 1), (1024, 2), (1024, 4), (4096, 1), (4096, 2), (4096, 4), (8192, 1), (8192, 2)}
+    # Launches without a table, and forwards even when tuned, keep one row a step.
+    assert {c["ROWS"] for c in backward.candidates(FACTS, key)} == {1}
+    forward = ReductionSpace("BLOCK_N", [1024, 4096, 8192], [])
+    assert {c["ROWS"] for c in forward.candidates(FACTS, key, explore=True) if c["BLOCK_N"] < 32768} == {1}
+    # The rule's blocks a trip count every row of the step: 64 elements a thread at most.
+    assert row_unroll(0, 32768, 4096, 16) == 8 and row_unroll(0, 32768, 4096, 16, rows=4) == 2
+    # A tuned entry whose tile only tuning tries is launched where it applies.
+    tuned = dict(BLOCK_N=4096, ROWS=4, num_warps=16, UNROLL=0)
+    assert ConfigChooser("auto", backward, {"GPU": {key: tuned}}).choose(key, (132, 1 << 30, "GPU"), None) == tuned
+    assert ConfigChooser("auto", backward, {"GPU": {key: tuned}}).choose(key, (132, 1 << 30, "other"), None) != tuned

@@ -41,6 +41,13 @@ def _load(name: str, role: str) -> str:
     return f"{name} = tl.load({_ADDRESS[role].format(n=name)}, mask={_MASK[role]}).to(compute)"
 
 
+def _load_ahead(name: str) -> str:
+    """The load of a whole-row input's next row block (rows `_ahead`), kept in its own dtype until
+    its trip takes it (_prefetch)."""
+    address = _ADDRESS["element"].format(n=name).replace("rows * ", "_ahead * ")
+    return f"_p_{name} = tl.load({address}, mask=(_ahead < n_rows) & (cols < row_length))"
+
+
 def _store(name: str, role: str) -> str:
     return f"tl.store({_ADDRESS[role].format(n=name)}, {name}.to({name}_ptr.dtype.element_ty), mask={_MASK[role]})"
 
@@ -60,6 +67,7 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     rows_out = [n for n, role in outputs.items() if role == "row"]
     arguments = [n for r in program.reductions for n in r.argument.names]
     whole_reads = program.inputs_read(program.assignments, arguments)
+    whole_elements = [n for n in whole_reads if along[n] == "element"]
     passes = []
     for stage in range(1, program.last_stage + 1):
         if program.folded(stage):  # its sums run online in the previous stage's pass
@@ -102,6 +110,12 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         # A row held whole: weights ([N]) are loaded once per program, before its rows.
         column_loads=[_load(n, along[n]) for n in whole_reads if along[n] == "column"],
         whole_loads=[_load(n, along[n]) for n in whole_reads if along[n] == "element"],
+        # Where the column sums keep the grid to one program a multiprocessor (their grid-wide
+        # finish), nothing else hides a row block's load latency: each trip takes the loads the
+        # trip before issued, and issues the next block's before its own math.
+        prefetch=dict(first=[_load_ahead(n) for n in whole_elements],
+                      take=[f"{n} = _p_{n}.to(compute)" for n in whole_elements],
+                      next=[_load_ahead(n) for n in whole_elements]) if sums and whole_elements else None,
         whole_lines=whole_row_lines(program),
         element_stores=[_store(n, outputs[n]) for n in elements],
         row_stores=[_store(n, "row") for n in rows_out],

@@ -127,7 +127,10 @@ class ConfigChooser:
             return min(timings)[2]
         if self.mode == "fixed":
             return fitting[0]
-        tuned = nearest_entry(self.table.get(facts[2], {}), key, fitting)
+        entries = self.table.get(facts[2], {})
+        # A table entry may hold a tile only tuning tries (several rows a program): it stands if
+        # it is among the explored candidates, every one of which launches.
+        tuned = nearest_entry(entries, key, self.candidates(facts, key, explore=True)) if entries else None
         return tuned if tuned is not None else self.space.heuristic(fitting, facts, key)
 
 
@@ -193,6 +196,9 @@ class ElementwiseSpace:
 MAX_ROW_TILE = 32768
 MAX_BACKWARD_ROW_TILE = 8192
 _ROWS_PER_PROGRAM = (1, 2, 4, 8, 16, 32, 64)
+# The largest tile (rows by block) of a looped row's step that tuning tries, as for several
+# rows held whole (ReductionSpace._rows_options).
+MAX_LOOPED_TILE = 16384
 # A looped row goes UNROLL blocks a loop trip, a tl.static_range each, so that a trip's loads
 # are issued together (Triton pipelines no loop along a row). A config's UNROLL of 0 leaves it to
 # the rule: the row's blocks, at most MAX_UNROLL (more would only lengthen the compile) and at
@@ -206,11 +212,12 @@ MAX_UNROLL = 8
 MAX_TRIP_ELEMENTS = 64
 
 
-def row_unroll(unroll, n, block, warps):
-    """Blocks a loop trip for a row of `n` in `block`-sized blocks with `warps` warps, as a
-    config's UNROLL asks (0: the rule above); never more than the row has (1 for a row held whole)."""
+def row_unroll(unroll, n, block, warps, rows=1):
+    """Blocks a loop trip for rows of `n` in `block`-sized blocks, `rows` rows a step, with `warps`
+    warps, as a config's UNROLL asks (0: the rule above); never more than the row has (1 for a row
+    held whole)."""
     if not unroll:
-        unroll = max(1, min(MAX_UNROLL, MAX_TRIP_ELEMENTS * 32 * warps // block))
+        unroll = max(1, min(MAX_UNROLL, MAX_TRIP_ELEMENTS * 32 * warps // (block * rows)))
     return max(1, min(unroll, cdiv(n, block)))
 
 
@@ -235,6 +242,7 @@ class ReductionSpace:
         self.block, self.blocks, self.warps, self.rows = block, list(blocks), list(warps), list(rows)
         self.unroll = list(unroll)
         self.max_tile = MAX_BACKWARD_ROW_TILE if backward else MAX_ROW_TILE
+        self.backward = backward
         self.names = (block,)
 
     def _rows_options(self, whole, count, explore):
@@ -257,13 +265,21 @@ class ReductionSpace:
         # Tuning also tries 32 warps (a whole block of threads) for the longest rows.
         return sorted({max(1, w // 2), w, min(32 if elements >= 16384 else 16, w * 2)}) if explore else [w]
 
-    def _unroll_options(self, n, block, warps, explore):
+    def _unroll_options(self, n, block, warps, rows, explore):
         if self.unroll:
             return self.unroll
         if not explore:
             return [0]
-        ruled = row_unroll(0, n, block, warps)
-        return [0] + [u for u in UNROLL_SIZES if u != ruled and u == row_unroll(u, n, block, warps)]
+        ruled = row_unroll(0, n, block, warps, rows)
+        return [0] + [u for u in UNROLL_SIZES if u != ruled and u == row_unroll(u, n, block, warps, rows)]
+
+    def _looped_rows_options(self, block, explore):
+        # A backward that sums columns (a weight's gradient) reads and writes its workspace row's
+        # block on every block of a looped row: a few rows a step share that traffic. Tuning
+        # tries them there; a forward loops one row a step.
+        if not (explore and self.backward):
+            return [1]
+        return [r for r in (1, 2, 4) if r * block <= MAX_LOOPED_TILE]
 
     def candidates(self, facts, key, explore=False):
         n, count = key[0], key[1]
@@ -275,9 +291,10 @@ class ReductionSpace:
                     out.append({self.block: whole, "ROWS": rows, "num_warps": w, "UNROLL": 0})
         for b in self.blocks:
             if b < n:
-                for w in self._warp_options(b * 2, explore):
-                    for u in self._unroll_options(n, b, w, explore):
-                        out.append({self.block: b, "ROWS": 1, "num_warps": w, "UNROLL": u})
+                for rows in self._looped_rows_options(b, explore):
+                    for w in self._warp_options(b * 2 * rows, explore):
+                        for u in self._unroll_options(n, b, w, rows, explore):
+                            out.append({self.block: b, "ROWS": rows, "num_warps": w, "UNROLL": u})
         return out
 
     def heuristic(self, fitting, facts, key):

@@ -453,7 +453,7 @@ class ReductionOp(Op):
             constexprs["SHARED_FINISH"] = shared
         strides = [int(s) for view in views for s in view.stride()]
         constexprs.update({self.block: block, "ROWS": per_program, "ONE_TILE": block >= n,
-                           "UNROLL": row_unroll(config.get("UNROLL", 0), n, block, config["num_warps"]),
+                           "UNROLL": row_unroll(config.get("UNROLL", 0), n, block, config["num_warps"], per_program),
                            "INDEX_64": needs_int64(*views, extra=block * per_program),
                            "MATH_64": self.compute == tl.float64 or any(v.dtype == torch.float64 for v in views)})
         varying = len(head) + len(views) + len(scalars)
