@@ -19,6 +19,14 @@ _TABLE = {
         (32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=0),
     },
 }
+# The backward kernel's: its own measured configs (`tilegen tune --backward`), ahead of the op's.
+_BACKWARD_TABLE = {
+    'NVIDIA H200': {
+        (32768, 512, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=0),
+        (32768, 4096, 2): dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=0),
+        (32768, 4096, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=2),
+    },
+}
 
 
 @triton.jit
@@ -216,7 +224,7 @@ def _log_softmax_backward_kernel(
 
 _BACKWARD = rt.ReductionOp(
     "log_softmax_backward", _log_softmax_backward_kernel,
-    rt.ConfigChooser("auto", rt.ReductionSpace('BLOCK_N', [1024, 2048, 4096, 8192], [], [], backward=True), _TABLE, key_mask=(True, True, True)),
+    rt.ConfigChooser("auto", rt.ReductionSpace('BLOCK_N', [1024, 2048, 4096, 8192], [], [], backward=True), _BACKWARD_TABLE, key_mask=(True, True, True)),
     roles=('element', 'element', 'element',), block="BLOCK_N", compute=tl.float32, listed=False,
 )
 
