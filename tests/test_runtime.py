@@ -98,8 +98,10 @@ def test_an_ops_own_table_comes_before_its_kinds(sources):
 
 
 def test_a_backward_kernel_reads_its_own_table_ahead_of_its_ops(sources, monkeypatch):
-    # tables/ops/<op>_backward.json (tune --backward): the backward's chooser reads it, with the
-    # op's entries beneath; without one it reads the op's _TABLE, and the forward never sees it.
+    # tables/ops/<op>_backward.json (tune --backward): the backward's chooser reads it, and the
+    # forward never sees it. An elementwise backward has the op's entries beneath, and reads the
+    # op's _TABLE without one; a reduction's backward reads its own entries only (the forward's
+    # row configs misled it), the heuristic's without them.
     from tilegen import lowering
     from tilegen.reduction_lowering import reduction_context
 
@@ -109,12 +111,16 @@ def test_a_backward_kernel_reads_its_own_table_ahead_of_its_ops(sources, monkeyp
     tables = {("rms_norm", "op"): own, ("rms_norm_backward", "op"): backward}
     monkeypatch.setattr(lowering, "load_table", lambda name, scope="kind": tables.get((name, scope), {}))
     spec = sources["rms_norm"]
-    both = table_for_spec(spec, {}, own, backward)["GPU"]
-    assert both[(4096, 32768, 4)] == dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=4)
-    assert both[(512, 32768, 4)]["BLOCK_N"] == 2048
+    alone = table_for_spec(spec, {}, backward)["GPU"]
+    assert alone[(4096, 32768, 4)] == dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=4)
+    assert alone[(512, 32768, 4)]["BLOCK_N"] == 2048
     context = reduction_context(spec, "")
-    assert context["backward_table"] == render_table({"GPU": both})
+    assert context["backward_table"] == render_table({"GPU": alone})
     assert context["table"] == render_table(table_for_spec(spec, {}, own))
+    # The op's own entry at a key the backward's table lacks stays the forward's.
+    tables[("rms_norm", "op")] = {"GPU": {"128x32768x4": dict(BLOCK=128, ROWS=32, num_warps=8, UNROLL=0)}}
+    assert (32768, 128, 4) not in eval(reduction_context(spec, "")["backward_table"])["GPU"]
+    tables[("rms_norm", "op")] = own
     # Rendered: the backward's chooser (reduction and elementwise alike) reads _BACKWARD_TABLE.
     tables[("scaled_silu_mul_backward", "op")] = {"GPU": {"16777216x2": dict(BLOCK=2048, num_warps=4)}}
     items = {i.spec.op: i for i in load_specs([REPO / "specs"], REPO)}
@@ -124,8 +130,11 @@ def test_a_backward_kernel_reads_its_own_table_ahead_of_its_ops(sources, monkeyp
         chooser = source[source.index(f"_BACKWARD = rt."):].split("\n")[2]
         assert "_BACKWARD_TABLE, key_mask=" in chooser, (op, chooser)
     tables.clear()
-    assert reduction_context(spec, "")["backward_table"] is None
-    assert "_BACKWARD_TABLE" not in Renderer().op_module(items["rms_norm"])
+    tables[("rms_norm", "op")] = own
+    tables[("scaled_silu_mul", "op")] = {"GPU": {"16777216x2": dict(BLOCK=1024, num_warps=4)}}
+    assert reduction_context(spec, "")["backward_table"] == "{}"
+    assert "\n_BACKWARD_TABLE = {}\n" in Renderer().op_module(items["rms_norm"])
+    assert "_BACKWARD_TABLE" not in Renderer().op_module(items["scaled_silu_mul"])
 
 
 def test_tuned_entries_merge_into_the_table_of_their_scope(tmp_path):
