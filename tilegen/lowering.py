@@ -150,11 +150,11 @@ def common_context(spec: Spec, header: str) -> dict:
 
 
 def _backward_table(spec: Spec, kind_table: dict, op_table: dict) -> str | None:
-    """The backward kernel's table literal where it has a table of its own (ahead of the op's
-    entries), else None: it reads the forward's _TABLE. A reduction's backward reads its own
-    entries only (none: the heuristic's): it holds more of a row live than the forward, whose
-    measured configs misled it (layer_norm 32768x4096: the forward's 1024-element loop on 4 warps,
-    a whole float32 row on 2, made the training step 3.5x rms_norm's, bench/results/h200/
+    """The backward kernel's table literal. An elementwise backward's: its own entries ahead of
+    the op's where it has a table of its own, else None (it reads the forward's _TABLE). A
+    reduction's: its own entries only, `{}` without them (the heuristic's): it holds more of a row
+    live than the forward, whose measured configs misled it (layer_norm 32768x4096: the forward's
+    1024-element loop on 4 warps made the training step 3.5x rms_norm's; bench/results/h200/
     reductions/backward_tune/)."""
     own = load_table(backward_table_name(spec.op), scope="op")
     if spec.kind == "reduction":

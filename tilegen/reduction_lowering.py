@@ -12,9 +12,9 @@ from .spec import Spec
 
 # The tensor roles along the rows (Spec.row_roles) and how a kernel addresses each.
 _ADDRESS = {
-    "element": "{n}_ptr + rows * stride_{n}_0 + cols * stride_{n}_1",
+    "element": "{n}_ptr + {rows} * stride_{n}_0 + cols * stride_{n}_1",
     "column": "{n}_ptr + cols * stride_{n}_0",
-    "row": "{n}_ptr + rows * stride_{n}_0",
+    "row": "{n}_ptr + {rows} * stride_{n}_0",
     # A backward's gradient of a column input ([N]): each program sums its rows into its own row of
     # a float32 workspace, and the last program to finish adds those rows up in order (below).
     "column_sum": "{n}_ptr + cols * stride_{n}_0",
@@ -37,19 +37,22 @@ def _column_sum(name: str) -> str:
     return f"tl.sum(tl.where(mask, {name}, 0.0), axis=0, keep_dims=True)"
 
 
+def _address(name: str, role: str, rows: str = "rows") -> str:
+    return _ADDRESS[role].format(n=name, rows=rows)
+
+
 def _load(name: str, role: str) -> str:
-    return f"{name} = tl.load({_ADDRESS[role].format(n=name)}, mask={_MASK[role]}).to(compute)"
+    return f"{name} = tl.load({_address(name, role)}, mask={_MASK[role]}).to(compute)"
 
 
 def _load_ahead(name: str) -> str:
     """The load of a whole-row input's next row block (rows `_ahead`), kept in its own dtype until
-    its trip takes it (_prefetch)."""
-    address = _ADDRESS["element"].format(n=name).replace("rows * ", "_ahead * ")
-    return f"_p_{name} = tl.load({address}, mask=(_ahead < n_rows) & (cols < row_length))"
+    its step takes it (row_kernel's prefetch)."""
+    return f"_p_{name} = tl.load({_address(name, 'element', '_ahead')}, mask=(_ahead < n_rows) & (cols < row_length))"
 
 
 def _store(name: str, role: str) -> str:
-    return f"tl.store({_ADDRESS[role].format(n=name)}, {name}.to({name}_ptr.dtype.element_ty), mask={_MASK[role]})"
+    return f"tl.store({_address(name, role)}, {name}.to({name}_ptr.dtype.element_ty), mask={_MASK[role]})"
 
 
 def _strides(name: str, role: str) -> list[str]:
@@ -113,9 +116,8 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         # Where the column sums keep the grid to one program a multiprocessor (their grid-wide
         # finish), nothing else hides a row block's load latency: each trip takes the loads the
         # trip before issued, and issues the next block's before its own math.
-        prefetch=dict(first=[_load_ahead(n) for n in whole_elements],
-                      take=[f"{n} = _p_{n}.to(compute)" for n in whole_elements],
-                      next=[_load_ahead(n) for n in whole_elements]) if sums and whole_elements else None,
+        prefetch=dict(loads=[_load_ahead(n) for n in whole_elements],
+                      take=[f"{n} = _p_{n}.to(compute)" for n in whole_elements]) if sums and whole_elements else None,
         whole_lines=whole_row_lines(program),
         element_stores=[_store(n, outputs[n]) for n in elements],
         row_stores=[_store(n, "row") for n in rows_out],
