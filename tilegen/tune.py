@@ -197,7 +197,7 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
                 # path again, and could win by noise an entry that aligned shapes then follow.
                 candidates = [c for c in candidates if not c.get("TMA") or loads_through_descriptors(c, inputs)]
                 if compiler is not None:
-                    compiler.compile(module.OP, shape, dtype, candidates, calls)
+                    compiler.compile(module.OP, shape, dtype, candidates)
                 by_ident = {identity(c): dict(c) for c in candidates}
                 timings = alternate_rounds(list(by_ident), lambda ident: time_config(by_ident[ident]), SWEEPS)
                 for ident, timed in timings.items():  # in the order first timed
@@ -324,19 +324,19 @@ class ParallelCompiler:
     """Compiles configs in worker processes ahead of timing: Triton's disk cache then hands the
     timing loop each binary at once, instead of one compile after another on one core."""
 
-    def __init__(self, package: str, jobs: int):
+    def __init__(self, package: str, jobs: int, backward: bool = False):
         import concurrent.futures
         import multiprocessing
 
         self.package = package
         self.jobs = jobs
+        self.backward = backward  # the ops' backward kernels (tune --backward), as _target says
         self.pool = concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"))
 
-    def compile(self, op, shape, dtype, configs, calls=forward_calls):
+    def compile(self, op, shape, dtype, configs):
         name = dtype_name(dtype)
         chunks = [configs[i::self.jobs] for i in range(self.jobs)]
-        backward = calls is backward_calls
-        for future in [self.pool.submit(_compile_configs, self.package, op, shape, name, c, backward)
+        for future in [self.pool.submit(_compile_configs, self.package, op, shape, name, c, self.backward)
                        for c in chunks if c]:
             future.result()
 
@@ -370,8 +370,9 @@ def _compile_configs(package, op, shape, dtype_name, configs, backward=False):
     torch.cuda.synchronize()
 
 
-# The kinds whose backward kernel reads a table (its own, else the forward's): a matmul's backward
-# runs tilegen's matmul kernels, tuned as matmuls, and an elementwise pass over its epilogue.
+# The kinds whose backward kernel reads a table (its own; an elementwise one's, else the
+# forward's: lowering._backward_table): a matmul's backward runs tilegen's matmul kernels, tuned
+# as matmuls, and an elementwise pass over its epilogue.
 BACKWARD_KINDS = ("elementwise", "reduction")
 
 
@@ -414,7 +415,7 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
         raise BenchError(f"--dtype {unknown[0]!r} is not a dtype these ops benchmark (one of: {', '.join(known)})")
     gpu = torch.cuda.get_device_name()
     settle_call_path()
-    compiler = ParallelCompiler(package, jobs) if jobs > 1 else None
+    compiler = ParallelCompiler(package, jobs, backward) if jobs > 1 else None
     _warm_up_gpu()
     written: dict[str, Path] = {}
 
