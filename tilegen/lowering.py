@@ -12,7 +12,7 @@ from .dtypes import DTYPES
 from .escaping import docstring_text
 from .derivatives import Backward, differentiate
 from .expressions import assignments
-from .naming import backward_op_name
+from .naming import backward_op_name, training_op_name
 from .spec import Spec, TensorSpec, fixed_axes
 from .schema import RUNTIME_VERSION
 from .tables import backward_table_name, load_table, render_table, table_for_spec
@@ -321,7 +321,7 @@ def _matmul_backward(spec: Spec) -> dict:
     a, b, m, n, k = parts.a.name, parts.b.name, parts.m, parts.n, parts.k
     placeholders = tuple_source(_PLACEHOLDERS[sc.type] for sc in spec.scalars)
     if spec.no_gradient():
-        return dict(no_gradient=spec.no_gradient(), reads_acc=False, gradients="None", placeholders=placeholders)
+        return dict(no_gradient=spec.no_gradient(), reads_acc=False, training_name="", gradients="None", placeholders=placeholders)
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
     extras = {t.name: parts.matrix(t) for t in parts.extras}
@@ -390,6 +390,7 @@ def _matmul_backward(spec: Spec) -> dict:
     return dict(
         name=name,
         reads_acc=reads_acc,
+        training_name=training_op_name(spec.op) if reads_acc else "",
         kernel_inputs=kernel_inputs,
         kernel_results=kernel_results,
         pointer_params=", ".join(f"{x}_ptr" for x in kernel_inputs + kernel_results),

@@ -45,12 +45,17 @@ def backward_op_name(op: str) -> str:
     return f"{op}_backward"
 
 
+def training_op_name(op: str) -> str:
+    """The name a matmul `op`'s training forward is registered as: the op that also returns the
+    accumulator it kept for its backward."""
+    return f"{op}_training"
+
+
 def registered_ops(op: str, kind: str) -> tuple[str, ...]:
     """Every op name the module of a spec `op` of `kind` registers: the op, its backward's, and a
-    matmul's training forward (templates/matmul.py.jinja's `<op>_training`, which keeps its
-    accumulator). Two specs must not share one: the second registration would take the first's
-    name, and a traced backward would call another op."""
-    return (op, backward_op_name(op)) + ((f"{op}_training",) if kind == "matmul" else ())
+    matmul's training forward. Two specs must not share one: the second registration would take
+    the first's name, and a traced backward would call another op."""
+    return (op, backward_op_name(op)) + ((training_op_name(op),) if kind == "matmul" else ())
 
 
 def _base(identifier: str) -> str | None:
