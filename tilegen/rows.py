@@ -172,6 +172,7 @@ class RowProgram:
             self.levels[name], self.stages[name] = level, stage
             self.assignments.append(Assignment(name, body, level, stage))
         self.last_stage = max((r.stage for r in self.reductions), default=0)
+        self._online: dict[str, Reduction] | None = None
 
     def _take_reductions(self, tree: ast.AST, seen: dict) -> ast.AST:
         program = self
@@ -214,7 +215,14 @@ class RowProgram:
         return Inline().visit(copy.deepcopy(tree))
 
     def online_sums(self) -> dict[str, Reduction]:
-        """Sum reductions that the pass of the max they read can accumulate, to that max: a
+        """Sum reductions that the pass of the max they read can accumulate, to that max
+        (found once: every stage's pass asks)."""
+        if self._online is None:
+            self._online = self._find_online_sums()
+        return self._online
+
+    def _find_online_sums(self) -> dict[str, Reduction]:
+        """online_sums: a
         sum of exp(u - m), m being max(u) of the same u (the normalizer of softmax and
         log_softmax). Each lane keeps a running sum of exp(u - its running max), rescaled by
         exp(old max - new max) when that grows; the lanes' sums are then added up rescaled to the
