@@ -631,3 +631,29 @@ def test_a_grid_wide_wait_only_where_every_program_can_be_resident(monkeypatch):
     monkeypatch.setattr(sync, "INTERPRET", True)
     monkeypatch.delenv("TILEGEN_GRID_WAIT")
     assert not sync.grid_wait_allowed(gpu)
+
+
+# The GPUs whose facts (multiprocessors, shared memory a block) the committed tables were measured on.
+_TABLE_GPU_FACTS = {"NVIDIA H200": (132, 232448, "NVIDIA H200")}
+
+
+@pytest.mark.parametrize("table", sorted(p.stem for p in (REPO / "tilegen" / "tables" / "ops").glob("*.json")))
+def test_every_entry_of_an_ops_own_table_is_launched_at_its_key(table):
+    # An op's own entries (tune --scope op, tune --backward) were measured on that op: each must
+    # be a config its chooser can launch at its key, or the op would quietly run another (a
+    # backward's several looped rows a step were passed over at launch until the chooser took
+    # every explored tile).
+    import importlib
+
+    from tilegen.naming import backward_op_name
+    from tilegen.tables import load_table, parse_key
+
+    op = table[:-len("_backward")] if table.endswith("_backward") else table
+    module = importlib.import_module(f"generated.{op}")
+    runtime_op = module._BACKWARD if table == backward_op_name(op) else module._OP
+    for gpu, entries in load_table(table, scope="op").items():
+        facts = _TABLE_GPU_FACTS[gpu]
+        for key_text in entries:
+            key = parse_key(key_text)
+            entry = runtime_op.configs.table[gpu][key]
+            assert runtime_op.configs._pick(key, facts, None) == entry, (table, key_text, entry)
