@@ -4,6 +4,7 @@ backward, against PyTorch's autograd of the same math."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 from pathlib import Path
 
 import pytest
@@ -647,15 +648,14 @@ def test_a_forward_whose_max_pass_reads_more_keeps_its_sums_online_as_pytorch_co
     (3000, dict(BLOCK_N=1024, ROWS=2, num_warps=4, UNROLL=0)),
     (3000, dict(BLOCK_N=1024, ROWS=4, num_warps=4, UNROLL=2)),
 ], ids=["whole_two_rows_a_step", "looped_two_rows_a_step", "looped_four_rows_trips_of_two"])
-def test_a_backward_that_sums_columns_takes_several_steps_a_program(monkeypatch, length, config):
+def test_a_backward_takes_several_rows_a_step(monkeypatch, length, config):
     # The norms' backward kernels add up a weight's gradient: their grid is a program or two a
     # multiprocessor, so each program takes many row blocks, a whole row's loads issued a step
     # ahead, a looped row's workspace block read and written once a step of ROWS rows. Three
     # multiprocessors here: 23 rows in steps of 2 or 4 leave programs with several steps, the
-    # last partial, and loads ahead past the last row.
-    from generated import layer_norm, rms_norm
-    from generated.layer_norm import _BACKWARD as _LAYER_NORM_BACKWARD
-    from generated.rms_norm import _BACKWARD as _RMS_NORM_BACKWARD
+    # last partial, and loads ahead past the last row. softmax's and log_softmax's backward (sums
+    # online, no column sums) and add_rms_norm's (two outputs) take the same steps.
+    from generated import add_rms_norm, layer_norm, log_softmax, rms_norm, softmax
     import tilegen.runtime.ops as ops
 
     monkeypatch.setattr(ops, "device_facts", lambda device: (3, 1 << 30, ""))
@@ -663,18 +663,25 @@ def test_a_backward_that_sums_columns_takes_several_steps_a_program(monkeypatch,
     x = (torch.randn(23, length, generator=gen, dtype=torch.float64) * 3).to(DEVICE)
     w = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
     b = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
+    r = torch.randn(23, length, generator=gen, dtype=torch.float64).to(DEVICE)
     g = torch.randn(23, length, generator=gen, dtype=torch.float64).to(DEVICE)
-    cases = [(layer_norm, _LAYER_NORM_BACKWARD, (x, w, b),
-              lambda x, w, b: torch.nn.functional.layer_norm(x, (length,), w, b, eps=1e-5)),
-             (rms_norm, _RMS_NORM_BACKWARD, (x, w), lambda x, w: torch.nn.functional.rms_norm(x, (length,), w, eps=1e-6))]
-    for op, backward, args, reference in cases:
+    f = torch.nn.functional
+    # (op, its arguments, its output the gradient enters at, PyTorch's math for that output)
+    cases = [(layer_norm, (x, w, b), 0, lambda x, w, b: f.layer_norm(x, (length,), w, b, eps=1e-5)),
+             (rms_norm, (x, w), 0, lambda x, w: f.rms_norm(x, (length,), w, eps=1e-6)),
+             (add_rms_norm, (x, r, w), 1, lambda x, r, w: f.rms_norm(x + r, (length,), w, eps=1e-6)),
+             (softmax, (x,), None, lambda x: torch.softmax(x, -1)),
+             (log_softmax, (x,), None, lambda x: torch.log_softmax(x, -1))]
+    for op, args, output, reference in cases:
+        backward = importlib.import_module(f"generated.{op.__name__}")._BACKWARD
         got = [t.clone().requires_grad_() for t in args]
         want = [t.clone().requires_grad_() for t in args]
         with backward.configs.forcing(config):
-            op(*got)[0].backward(g)
+            result = op(*got)
+            (result if output is None else result[output]).backward(g)
         reference(*want).backward(g)
-        for name, mine, theirs in zip("xwb", got, want):
-            torch.testing.assert_close(mine.grad, theirs.grad, msg=lambda m: f"{op.__name__} d{name}: {m}")
+        for index, (mine, theirs) in enumerate(zip(got, want)):
+            torch.testing.assert_close(mine.grad, theirs.grad, msg=lambda m: f"{op.__name__} input {index}: {m}")
 
 
 def test_a_backward_space_tries_several_looped_rows_a_step_and_a_table_may_choose_them():
