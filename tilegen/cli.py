@@ -319,7 +319,7 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, timer,
               "(tables/ops/<op>.json), ahead of its kind's.")
 @click.option("--backward", is_flag=True, help="Tune each op's backward kernel (an elementwise or reduction "
               "op's), timing the backward of a training step, into tables/ops/<op>_backward.json (scope op); "
-              "without one it reads the forward's entries.")
+              "without one an elementwise backward reads the op's entries, a reduction's the heuristic.")
 def tune(ops, package, shapes, tables, dtypes, jobs, scope, backward):
     """Measure candidate configs of OPS (default: matmul, add) on this GPU; record the best.
 

@@ -222,17 +222,16 @@ class RowProgram:
         return self._online
 
     def _find_online_sums(self) -> dict[str, Reduction]:
-        """online_sums: a
-        sum of exp(u - m), m being max(u) of the same u (the normalizer of softmax and
-        log_softmax). Each lane keeps a running sum of exp(u - its running max), rescaled by
+        """online_sums: each sum of exp(u - m), m being max(u) of the same u (the normalizer of
+        softmax and log_softmax). Each lane keeps a running sum of exp(u - its running max), rescaled by
         exp(old max - new max) when that grows; the lanes' sums are then added up rescaled to the
         row's max. Only stages whose reductions are all such sums are listed: another reduction
         in the stage would need its pass anyway."""
         maxima = {r.name: r for r in self.reductions if r.kind == "max"}
         # Row values that are a max itself (a step `m: max(x)`, or `m: detach(max(x))`).
-        aliases = {a.name: _undetached(a.expression.tree.body).id for a in self.assignments
-                   if a.level == ROW and isinstance(_undetached(a.expression.tree.body), ast.Name)
-                   and _undetached(a.expression.tree.body).id in maxima}
+        aliases = {a.name: value.id for a in self.assignments
+                   if a.level == ROW and isinstance(value := _undetached(a.expression.tree.body), ast.Name)
+                   and value.id in maxima}
         found = {}
         for r in self.reductions:
             if r.kind != "sum":

@@ -8,8 +8,10 @@ An op may also have a table of its own (tilegen/tables/ops/<op>.json, `tilegen t
 measured on that op: its entries take the place of the kind's at the same key. Ops of one kind
 share the kind's entries where their tile menus allow, but an op with a narrower menu, or an
 epilogue that changes which tile is fastest, only gets its own best from its own table. An op's
-backward kernel reads the op's entries, and ahead of them its own (tilegen/tables/ops/<op>_backward.json,
-`tilegen tune --backward`): a backward holds more of a row at once, so its best tile can differ.
+backward kernel reads its own entries (tilegen/tables/ops/<op>_backward.json, `tilegen tune
+--backward`): a backward holds more of a row at once, so its best tile can differ. An elementwise
+backward also reads the op's entries beneath them; a reduction's reads its own only, the
+heuristic without them (lowering._backward_table).
 """
 
 from __future__ import annotations
