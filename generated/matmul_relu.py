@@ -280,28 +280,24 @@ def _route(a, b, out):
     if rt.tracing((a, b,)) or rt.wants_grad((a, b,)):
         # torch.compile, export, make_fx, fake tensors and autograd: they see the registered op.
         rt.refuse_out_with_grad("matmul_relu", out, a=a, b=b)
-        if rt.wants_grad((a, b,)):
-            # Recorded for autograd: the variant that keeps what the backward reads.
-            result = rt.call(_matmul_relu_training, a, b)[0]
-        else:
-            result = rt.call(_matmul_relu, a, b)
+        result = rt.call(_matmul_relu, a, b)
         return result if out is None else rt.copy_out(out, result)
     return _compute(a, b, out)
 
 
 @triton.jit
-def _matmul_relu_backward_math(acc, _g_c, MATH_64: tl.constexpr):
+def _matmul_relu_backward_math(c, _g_c, MATH_64: tl.constexpr):
     # The gradient at the accumulator (and at the epilogue inputs), derived from the epilogue.
     compute = tl.float64 if MATH_64 else tl.float32
-    acc = acc.to(compute)
+    c = c.to(compute)
     _g_c = _g_c.to(compute)
-    _d_acc = tl.where(acc > 0.0, _g_c, 0.0)
+    _d_acc = tl.where(c > 0.0, _g_c, 0.0)
     return _d_acc
 
 
 @triton.jit
 def _matmul_relu_backward_kernel(
-    acc_ptr, _g_c_ptr, _d_acc_ptr,  # pointers: inputs, then outputs
+    c_ptr, _g_c_ptr, _d_acc_ptr,  # pointers: inputs, then outputs
     numel,
     BLOCK: tl.constexpr,
     EVEN: tl.constexpr,  # numel % BLOCK == 0: no tail tile, so no mask
@@ -316,18 +312,18 @@ def _matmul_relu_backward_kernel(
         mask = None
     else:
         mask = offsets < numel
-    acc = tl.load(acc_ptr + offsets, mask=mask)
+    c = tl.load(c_ptr + offsets, mask=mask)
     _g_c = tl.load(_g_c_ptr + offsets, mask=mask)
-    _d_acc = _matmul_relu_backward_math(acc, _g_c, MATH_64)
+    _d_acc = _matmul_relu_backward_math(c, _g_c, MATH_64)
     tl.store(_d_acc_ptr + offsets, _d_acc.to(_d_acc_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _matmul_relu_backward_strided_kernel(
-    acc_ptr, _g_c_ptr, _d_acc_ptr,  # pointers: inputs, then outputs
+    c_ptr, _g_c_ptr, _d_acc_ptr,  # pointers: inputs, then outputs
     numel,
     size_1, size_2, size_3,  # the collapsed logical shape (size_0 is implied by numel)
-    stride_acc_0, stride_acc_1, stride_acc_2, stride_acc_3,
+    stride_c_0, stride_c_1, stride_c_2, stride_c_3,
     stride__g_c_0, stride__g_c_1, stride__g_c_2, stride__g_c_3,
     stride__d_acc_0, stride__d_acc_1, stride__d_acc_2, stride__d_acc_3,
     BLOCK: tl.constexpr,
@@ -350,9 +346,9 @@ def _matmul_relu_backward_strided_kernel(
     rest = rest // size_2
     i_1 = rest % size_1
     i_0 = rest // size_1
-    acc = tl.load(acc_ptr + i_0 * stride_acc_0 + i_1 * stride_acc_1 + i_2 * stride_acc_2 + i_3 * stride_acc_3, mask=mask)
+    c = tl.load(c_ptr + i_0 * stride_c_0 + i_1 * stride_c_1 + i_2 * stride_c_2 + i_3 * stride_c_3, mask=mask)
     _g_c = tl.load(_g_c_ptr + i_0 * stride__g_c_0 + i_1 * stride__g_c_1 + i_2 * stride__g_c_2 + i_3 * stride__g_c_3, mask=mask)
-    _d_acc = _matmul_relu_backward_math(acc, _g_c, MATH_64)
+    _d_acc = _matmul_relu_backward_math(c, _g_c, MATH_64)
     _d_acc_offsets = i_0 * stride__d_acc_0 + i_1 * stride__d_acc_1 + i_2 * stride__d_acc_2 + i_3 * stride__d_acc_3
     tl.store(_d_acc_ptr + _d_acc_offsets, _d_acc.to(_d_acc_ptr.dtype.element_ty), mask=mask)
 
@@ -364,19 +360,17 @@ _EPILOGUE_BACKWARD = rt.ElementwiseOp(
 
 
 @rt.register("generated::matmul_relu_backward")
-def _matmul_relu_backward(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, _g_c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _matmul_relu_backward(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, c: torch.Tensor, _g_c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """torch.ops.generated.matmul_relu_backward: the gradients of matmul_relu's inputs. `acc` is the
     accumulator A @ B the forward kept, or None (then recomputed, where the epilogue needs it)."""
     M, K = a.shape
     N = b.shape[1]
-    if acc is None:
-        acc = _OP.product(a, b)
-    _computed = _EPILOGUE_BACKWARD.fast(acc, _g_c)  # a repeat call: the compiled call path
+    _computed = _EPILOGUE_BACKWARD.fast(c, _g_c)  # a repeat call: the compiled call path
     if _computed is None:
         _d_acc = torch.empty((M, N), dtype=_g_c.dtype, device=_g_c.device)
         _computed = (_d_acc,)
-        _EPILOGUE_BACKWARD.run((acc, _g_c,), _computed, (),
-                               call=(acc, _g_c,), result=_computed)
+        _EPILOGUE_BACKWARD.run((c, _g_c,), _computed, (),
+                               call=(c, _g_c,), result=_computed)
     _d_acc, = _computed
     return (
         _OP.product(_d_acc, b.t()),
@@ -384,7 +378,7 @@ def _matmul_relu_backward(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | 
     )
 
 
-@rt.register("generated::matmul_relu", rt.Gradients(_matmul_relu_backward, tensors=2, saved=(0, 1,), sources=(("result", 0), ("result", 1),), outputs=1, saved_outputs=(None,)))
+@rt.register("generated::matmul_relu", rt.Gradients(_matmul_relu_backward, tensors=2, saved=(0, 1,), sources=(("result", 0), ("result", 1),), outputs=1, saved_outputs=(None, 0,)))
 def _matmul_relu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """torch.ops.generated.matmul_relu: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""
@@ -395,18 +389,8 @@ def _matmul_relu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return _compute(a, b, None)
 
 
-@rt.register("generated::matmul_relu_training", rt.Gradients(_matmul_relu_backward, tensors=2, saved=(0, 1,), sources=(("result", 0), ("result", 1),), outputs=1, saved_outputs=(1,)))
-def _matmul_relu_training(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """torch.ops.generated.matmul_relu_training: matmul_relu, and the accumulator A @ B it kept for
-    its backward (calls that record autograd take it: the backward then need not recompute A @ B)."""
-    _served = _OP.fast_training(a, b)  # a repeat call: the compiled call path
-    if _served is not None:
-        return _served
-    return _compute(a, b, None, keep_acc=True)
-
-
-def _compute(a, b, out, keep_acc=False):
-    """Check, allocate, launch: an eager call the compiled call path did not serve, or one with out=; with keep_acc, also return the accumulator A @ B."""
+def _compute(a, b, out):
+    """Check, allocate, launch: an eager call the compiled call path did not serve, or one with out=."""
     rt.check_tensor("matmul_relu", "a", a, _A_DTYPES, ndim=2)
     rt.check_tensor("matmul_relu", "b", b, _A_DTYPES, ndim=2)
     rt.check_same_dtype("matmul_relu", "b", b, "a", a)
@@ -417,7 +401,5 @@ def _compute(a, b, out, keep_acc=False):
     M, K = a.shape
     N = b.shape[1]
     c = rt.prepare_out("matmul_relu", out, (M, N), a.dtype, a.device, [("a", a), ("b", b)], name="out")
-    acc = torch.empty((M, N), dtype=a.dtype, device=a.device) if keep_acc else None
-    result = (c, acc) if keep_acc else c
-    _OP.run((a, b, c,), (), M, N, K, call=(a, b,) if out is None else None, result=result, saved=acc)
-    return result
+    _OP.run((a, b, c,), (), M, N, K, call=(a, b,) if out is None else None, result=c)
+    return c

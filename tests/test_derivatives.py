@@ -191,3 +191,42 @@ def test_random_expressions_match_autograd_of_the_oracle(source, points):
     b = torch.tensor(points[::-1] + [0.0, 1.0], dtype=torch.float64)
     # Scalars reach the oracle as float64 tensors, as in the generated tests.
     _check(source, {"a": a, "b": b}, scalars={"alpha": torch.tensor(0.75, dtype=torch.float64)})
+
+
+@pytest.mark.parametrize("source, reads_output", [
+    ("where(acc > 0, acc, 0)", True),       # relu as the example matmul_relu writes it
+    ("relu(acc)", True),
+    ("where(acc <= 0, 0, acc)", True),      # the threshold's other form: k = 0 passes `<= 0`
+    ("where(acc >= 1.5, acc, -2.0)", True),
+    ("sigmoid(acc + bias)", True),          # sigmoid's slope is read from its result
+    ("tanh(acc) ", True),
+    ("exp(acc + bias)", True),
+    ("exp(acc * bias)", False),             # d/dbias = g * c * acc: the accumulator is read anyway
+    ("where(acc > 0, acc, 0.5)", False),    # 0.5 > 0: o > 0 does not tell where acc > 0
+    ("where(acc > bias, acc, 0)", False),   # a threshold that is no constant
+    ("gelu(acc + bias)", False),            # gelu's slope needs its argument
+    ("relu(acc) * 2.0", False),             # relu's result is no output
+])
+def test_a_gradient_reads_the_output_instead_of_the_accumulator_where_that_spares_it(source, reads_output):
+    # A matmul epilogue `c = f(acc, ...)` whose derivative needs only c (as PyTorch's backward of
+    # relu, sigmoid, tanh and exp reads the result) keeps no accumulator: its backward reads c.
+    # The gradients, computed from c, match autograd's at every point (ties, NaN, infinities).
+    names = {"acc", "bias"}
+    backward = differentiate([("c", parse_expression(source, names))], ["acc", "bias"], outputs_instead_of=("acc",))
+    assert ("acc" not in backward.reads and "c" in backward.reads) == reads_output, backward.reads
+    values = _grid()
+    values = {"acc": values["x"], "bias": values["y"]}
+    scope = {"torch": torch, **values}
+    out = eval(parse_expression(source, names).to_torch(), scope)
+    seeds = torch.linspace(-1.5, 2.0, out.numel(), dtype=torch.float64)
+    scope.update(c=out, _g_c=seeds)
+    exec("\n".join(backward.lines("torch")), scope)
+    theirs = _autograd_grads(source, ["acc", "bias"], values, seeds)
+    for name in ("acc", "bias"):
+        if name in backward.zero:
+            continue
+        ours = scope[backward.results[backward.aliases.get(name, name)]]
+        torch.testing.assert_close(ours.expand_as(values[name]), theirs[name], rtol=1e-9, atol=1e-12, equal_nan=True,
+                                   msg=lambda m: f"d({source})/d{name}: {m}")
+    # Without the request, the gradients read the forward's names as before.
+    assert "c" not in differentiate([("c", parse_expression(source, names))], ["acc", "bias"]).reads

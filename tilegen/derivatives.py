@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import math
+import operator
 from dataclasses import dataclass
 
 from .expressions import Expression, assignments
@@ -239,8 +240,9 @@ def _contributions(term: Term, g: Term) -> list[tuple[Term, Term]]:
     # A call.
     function, args = term[1], term[2:]
     if function == "relu":
-        # threshold_backward: the gradient where the result is > 0 (NaN passes), else 0.
-        return [(args[0], where(compare("<=", args[0], ZERO), ZERO, g))]
+        # threshold_backward: the gradient where the result is > 0 (NaN passes), else 0. Read
+        # from the result, as PyTorch reads it: relu(x) <= 0 where x <= 0, NaN neither.
+        return [(args[0], where(compare("<=", term, ZERO), ZERO, g))]
     if function in ("maximum", "minimum"):
         x, y = args
         # x loses where it is below y (above, for minimum); a tie splits the gradient evenly.
@@ -355,30 +357,37 @@ def _substituted(term: Term, defined: dict[str, Term]) -> Term:
     """`term` with each name in `defined` replaced by its term (rebuilt, so it simplifies)."""
     if not defined:
         return term
+    return _rebuilt(term, lambda t: defined.get(t[1], t) if t[0] == "var" else None)
+
+
+def _rebuilt(term: Term, replace) -> Term:
+    """`term` rebuilt bottom-up (so it simplifies), each subterm `t` for which `replace(t)` is
+    not None replaced by that."""
     memo: dict[Term, Term] = {}
 
     def rebuild(t: Term) -> Term:
         if t in memo:
             return memo[t]
-        kind = t[0]
-        if kind == "const":
-            out = t
-        elif kind == "var":
-            out = defined.get(t[1], t)
-        elif kind == "pow":
-            out = power(rebuild(t[1]), t[2])
-        elif kind == "cmp":
-            out = compare(t[1], rebuild(t[2]), rebuild(t[3]))
-        elif kind == "call":
-            out = call(t[1], *(rebuild(a) for a in t[2:]))
-        elif kind == "where":
-            out = where(*(rebuild(a) for a in t[1:]))
-        else:
-            out = {"add": add, "sub": sub, "mul": mul, "div": div, "neg": neg}[kind](*(rebuild(a) for a in t[1:]))
-        memo[t] = out
+        out = memo[t] = replace(t) or _rebuilt_parts(t, rebuild)
         return out
 
     return rebuild(term)
+
+
+def _rebuilt_parts(t: Term, rebuild) -> Term:
+    """`t` built again from its rebuilt operands."""
+    kind = t[0]
+    if kind in ("const", "var"):
+        return t
+    if kind == "pow":
+        return power(rebuild(t[1]), t[2])
+    if kind == "cmp":
+        return compare(t[1], rebuild(t[2]), rebuild(t[3]))
+    if kind == "call":
+        return call(t[1], *(rebuild(a) for a in t[2:]))
+    if kind == "where":
+        return where(*(rebuild(a) for a in t[1:]))
+    return {"add": add, "sub": sub, "mul": mul, "div": div, "neg": neg}[kind](*(rebuild(a) for a in t[1:]))
 
 
 def to_tree(term: Term, names: dict[Term, str] | None = None) -> ast.expr:
@@ -437,9 +446,50 @@ class Backward:
                 if name not in self.zero and name not in self.aliases and name not in self.passed]
 
 
+def _reading_outputs(grads: dict[str, Term], outputs: dict[str, Term], avoided) -> dict[str, Term]:
+    """`grads` with each output's term read as that output (a var of its name), where that way
+    they read no name in `avoided` any more; else `grads` as they are. A matmul epilogue whose
+    derivative needs only its result (relu, sigmoid, tanh, exp, sqrt as the last function) then
+    needs no kept accumulator, as PyTorch's backward of those reads their result."""
+    def names(terms):
+        return {t[1] for t in _postorder(list(terms)) if t[0] == "var"}
+
+    if not names(grads.values()) & set(avoided):
+        return grads
+    by_term = {}
+    for name, term in outputs.items():
+        if term[0] not in ("var", "const"):
+            by_term[term] = var(name)
+            by_term.update(_threshold_condition(term, var(name)))
+    rewritten = {name: _rebuilt(g, by_term.get) for name, g in grads.items()}
+    return grads if names(rewritten.values()) & set(avoided) else rewritten
+
+
+_HOLDS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
+          "!=": operator.ne}
+
+
+def _threshold_condition(term: Term, output: Term) -> dict[Term, Term]:
+    """{condition: the same condition on `output`} for an output `o = where(u > t, u, k)` (any
+    comparison of u with a constant t, k a constant the comparison rejects; or `where(u > t, k,
+    u)`, k one it accepts): `u > t` holds exactly where `o > t` does (a relu written as a where:
+    its gradient, routed by `u > 0`, is routed by `o > 0`). NaN fails both."""
+    if term[0] != "where" or term[1][0] != "cmp":
+        return {}
+    condition, chosen, other = term[1:]
+    symbol, u, t = condition[1:]
+    if not _is_const(t) or u[0] == "const":
+        return {}
+    if chosen == u and _is_const(other) and not _HOLDS[symbol](other[1], t[1]):
+        return {condition: compare(symbol, output, t)}
+    if other == u and _is_const(chosen) and _HOLDS[symbol](chosen[1], t[1]):
+        return {condition: compare(symbol, output, t)}
+    return {}
+
+
 def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{output}",
                   result_name=lambda name: f"_d_{name}", temp_prefix: str = "_s",
-                  steps: list = (), levels: dict[str, int] | None = None) -> Backward:
+                  steps: list = (), levels: dict[str, int] | None = None, outputs_instead_of=()) -> Backward:
     """The backward of the outputs `body` ((name, Expression) in spec order) with respect to
     the names `wrt` (the tensors; scalars are left out). Terms used more than once are bound
     once to temporaries `<temp_prefix><i>`; gradients that are the same term are computed once.
@@ -447,7 +497,11 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
     A reduction op also passes its `steps` (named values the body reads, in order; each is
     substituted where it is read) and the `levels` of its inputs and scalars (rows.py); its
     gradients then hold row sums, and an incoming gradient passes as an input's gradient only
-    where the two have the same level."""
+    where the two have the same level.
+
+    `outputs_instead_of`: names the gradients should not read (a matmul's accumulator) where
+    reading the op's outputs instead spares them (_reading_outputs); `reads` then holds those
+    outputs' names."""
     _INTERNED.clear()  # terms live for one op's backward: the table never outgrows the largest
     _INTERNED.update({ZERO: ZERO, ONE: ONE})
     defined: dict[str, Term] = {}
@@ -458,6 +512,8 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
     level = _level_of(levels) if levels is not None else None
     grads = gradients(outputs, {name: var(seed) for name, seed in seeds.items()}, wrt,
                       None if levels is None else {**levels, **{seeds[o]: level(t) for o, t in outputs.items()}})
+    if outputs_instead_of:
+        grads = _reading_outputs(grads, outputs, outputs_instead_of)
     results = {name: result_name(name) for name in wrt}
     zero = frozenset(name for name, term in grads.items() if _is_const(term, 0.0))
     seed_of = {var(seed): output for output, seed in seeds.items()}

@@ -326,9 +326,12 @@ def _matmul_backward(spec: Spec) -> dict:
     outputs = [t.name for t in spec.outputs]
     extras = {t.name: parts.matrix(t) for t in parts.extras}
     batched = parts.is_batched
-    backward = differentiate(list(spec.body), ["acc", *extras])
+    # Where the epilogue's derivative needs only its result (relu's, as PyTorch's reads it), the
+    # backward reads the op's output: no accumulator is kept or recomputed.
+    backward = differentiate(list(spec.body), ["acc", *extras], outputs_instead_of=("acc",))
     computed = backward.computed()
     reads_acc = "acc" in backward.reads
+    outputs_read = [o for o in (t.name for t in spec.outputs) if o in backward.reads]
     flows = "acc" not in backward.zero  # the operands get gradients
     seeds = [backward.seeds[o] for o in outputs]
 
@@ -341,7 +344,7 @@ def _matmul_backward(spec: Spec) -> dict:
     # The elementwise pass reads the accumulator, the extras it needs (broadcast to [M, N] views)
     # and the incoming gradients, and writes the [M, N] gradients ([N] and [M] ones in float32,
     # summed after).
-    kernel_inputs = (["acc"] if reads_acc else []) + [x for x in extras if x in backward.reads] + seeds
+    kernel_inputs = (["acc"] if reads_acc else []) + outputs_read + [x for x in extras if x in backward.reads] + seeds
     # Gradients are made in the dtype of the first incoming gradient (the output's); autograd
     # casts each to its input's dtype where that differs. Sums of [N] and [M] ones run in float32.
     like = seeds[0]
@@ -387,6 +390,7 @@ def _matmul_backward(spec: Spec) -> dict:
     name = backward_op_name(spec.op)
     scalars = [sc.name for sc in spec.scalars]
     kernel_results = [backward.results[x] for x in computed]
+    read = [outputs.index(o) for o in outputs_read]  # the outputs the backward reads, saved
     return dict(
         name=name,
         reads_acc=reads_acc,
@@ -398,7 +402,7 @@ def _matmul_backward(spec: Spec) -> dict:
         call_args=", ".join(kernel_inputs + scalars),
         math_lines=backward.lines("triton"),
         typed_params=", ".join([f"{x}: torch.Tensor" for x in saved] + ["acc: torch.Tensor | None"]
-                               + [f"{x}: torch.Tensor" for x in seeds] + scalar_params(spec)),
+                               + [f"{x}: torch.Tensor" for x in outputs_read + seeds] + scalar_params(spec)),
         sizes=f"{m}, {k} = {a}.shape[-2:]\n    {n} = {b}.shape[-1]" if batched else f"{m}, {k} = {a}.shape\n    {n} = {b}.shape[1]",
         allocations=allocations,
         expansions=expansions,
@@ -406,8 +410,8 @@ def _matmul_backward(spec: Spec) -> dict:
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
         # The op itself recomputes the accumulator where the backward reads it; its training
         # variant (the one eager calls that record autograd take) keeps it instead.
-        gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (None,)),
-        training_gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (len(outputs),)),
+        gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (None, *read)),
+        training_gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (len(outputs), *read)),
         placeholders=placeholders,
         no_gradient="",
     )
