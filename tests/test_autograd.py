@@ -105,3 +105,40 @@ def test_elementwise_outputs_add_their_gradients_and_pass_the_incoming_one(packa
     source = open(importlib.import_module("autograd_ops.ew_mix").__file__).read()
     # d/da sums both outputs' shares; d/dc of z = a - c is minus the incoming gradient: computed too.
     assert "_d_a = " in source and "_d_c = -_g_z" in source
+
+
+def test_an_eager_matmul_backward_frees_the_kept_accumulator_before_its_products(monkeypatch):
+    # matmul_bias_gelu's gelu needs the accumulator: its training variant keeps it. An eager
+    # backward runs in two phases (rt.Gradients.phases) and drops the kept accumulator after the
+    # first, so the products (dA, dB) allocate theirs without it, as eager PyTorch frees a
+    # pre-activation once its activation's backward ran. The gradients are those of the one-call
+    # backward, which a traced graph runs.
+    import weakref
+
+    from generated import matmul_bias_gelu
+    from tilegen.runtime.library import formula_of
+
+    module = importlib.import_module("generated.matmul_bias_gelu")
+    formula = formula_of(module._matmul_bias_gelu_training)
+    first, rest = formula.phases
+    seen = {}
+
+    def watched_first(*args):
+        seen["acc"] = weakref.ref(args[len(formula.saved)])  # the saved inputs, then the accumulator
+        return first(*args)
+
+    def watched_rest(*args):
+        seen["alive"] = seen["acc"]() is not None
+        return rest(*args)
+
+    g = torch.Generator().manual_seed(1)
+    M, N, K = 37, 29, 45
+    inputs = [torch.randn(*shape, generator=g).to(_device()) for shape in [(M, K), (K, N), (N,)]]
+    seeds = [torch.randn(M, N, generator=g).to(_device())]
+    monkeypatch.setattr(formula, "phases", None)
+    want = _gradients(matmul_bias_gelu, inputs, seeds)
+    monkeypatch.setattr(formula, "phases", (watched_first, watched_rest))
+    got = _gradients(matmul_bias_gelu, inputs, seeds)
+    assert seen["alive"] is False
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x, y)

@@ -204,11 +204,12 @@ def tuple_source(items) -> str:
 
 
 def gradients_formula(op: str | None, inputs: list[str], saved: list[str], sources: list[str], outputs: int,
-               saved_outputs: tuple = ()) -> str:
+               saved_outputs: tuple = (), phases: str | None = None) -> str:
     """The rt.Gradients of an op whose tensor inputs are `inputs`: what its backward op (`op`)
-    reads and where each input's gradient comes from."""
+    reads and where each input's gradient comes from (`phases`: its two calls, rt.Gradients)."""
     return (f"rt.Gradients({op or 'None'}, tensors={len(inputs)}, saved={tuple_source(inputs.index(n) for n in saved)}, "
-            f"sources={tuple_source(sources)}, outputs={outputs}, saved_outputs={tuple_source(saved_outputs)})")
+            f"sources={tuple_source(sources)}, outputs={outputs}, saved_outputs={tuple_source(saved_outputs)}"
+            + (f", phases={phases})" if phases else ")"))
 
 
 def gradient_sources(backward: Backward, inputs: list[str], outputs: list[str]) -> list[str]:
@@ -411,7 +412,12 @@ def _matmul_backward(spec: Spec) -> dict:
         # The op itself recomputes the accumulator where the backward reads it; its training
         # variant (the one eager calls that record autograd take) keeps it instead.
         gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (None, *read)),
-        training_gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (len(outputs), *read)),
+        # Its eager backward runs in two calls, the kept accumulator freed between them.
+        training_gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (len(outputs), *read),
+                                             f"(_{name}_dz, _{name}_products)"),
+        rest_params=", ".join([f"{x}: torch.Tensor" for x in saved + seeds] + scalar_params(spec)),
+        rest_args=", ".join(saved + seeds + scalars),
+        all_args=", ".join(saved + ["acc"] + outputs_read + seeds + scalars),
         placeholders=placeholders,
         no_gradient="",
     )

@@ -1,8 +1,11 @@
 """Which tensors a training step allocates, and when they are freed: one step of a tilegen op and
 of its eager PyTorch form, each allocation with the tilegen or generated/ frames that made it, and
 each side's peak above what was allocated before the step. Runs anywhere (CPU tensors, Triton's
-interpreter): tensor lifetimes are the same as on a GPU, but split-K workspaces, which a GPU keeps
-per stream from call to call, are fresh here each step (their lines say split_k_workspace).
+interpreter): tensor lifetimes are those of a GPU, with two differences. Split-K workspaces, which
+a GPU keeps per stream from call to call, are fresh here each step (their lines say
+split_k_workspace; the second peak leaves them out). And the interpreter holds a launch's
+arguments until its next launch, so a tensor whose last reference goes right after a launch that
+read it is freed one launch late here.
 
     TRITON_INTERPRET=1 PYTHONPATH=. python3 bench/probes/step_allocations.py matmul_relu 256x384x128 [float32]
 """

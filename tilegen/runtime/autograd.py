@@ -26,16 +26,26 @@ class Gradients:
     `outputs`: how many leading outputs are the op's results (any after them are kept for the
     backward only, and carry no gradient);
     `saved_outputs`: the positions of outputs the backward reads, None for one it recomputes
-    (passed as None: a matmul's accumulator, kept by its training op, recomputed otherwise)."""
+    (passed as None: a matmul's accumulator, kept by its training op, recomputed otherwise);
+    `phases`: (first, rest), the backward op in two calls, for an eager backward to free the kept
+    outputs between them: first(*backward's arguments) returns what rest(*saved inputs, *incoming
+    gradients, *scalars, first's result) needs (a matmul's gradient at the accumulator, before
+    the products that allocate the operands' gradients)."""
 
-    def __init__(self, backward, tensors, saved, sources, outputs=1, saved_outputs=()):
+    def __init__(self, backward, tensors, saved, sources, outputs=1, saved_outputs=(), phases=None):
         self.backward, self.tensors, self.saved, self.sources = backward, tensors, tuple(saved), tuple(sources)
-        self.outputs, self.saved_outputs = outputs, tuple(saved_outputs)
+        self.outputs, self.saved_outputs, self.phases = outputs, tuple(saved_outputs), phases
 
-    def setup_context(self, ctx, inputs, output):
+    def setup_context(self, ctx, inputs, output, eager=False):
         outputs = output if isinstance(output, tuple) else (output,)
+        # An eager call (call) keeps the outputs kept for the backward only (past the results)
+        # out of autograd's saved tensors, which live until the whole backward returns: its first
+        # phase drops them (compute). None can reach them but the backward.
+        apart = {i for i in self.saved_outputs if i is not None and i >= self.outputs} \
+            if eager and self.phases is not None else set()
+        ctx.kept = {i: outputs[i] for i in apart}
         ctx.save_for_backward(*(inputs[i] for i in self.saved),
-                              *(outputs[i] for i in self.saved_outputs if i is not None))
+                              *(outputs[i] for i in self.saved_outputs if i is not None and i not in apart))
         ctx.scalars = tuple(inputs[self.tensors:])
         # An output no loss reads gets no gradient (None): it counts as zeros of its shape, made
         # here only for the op's results (autograd would also make zeros for each kept output,
@@ -52,8 +62,10 @@ class Gradients:
         # Detached: the backward computes no graph, and the compiled call path (which leaves
         # tensors that require grad to autograd) can then serve its launches.
         saved = [t.detach() for t in ctx.saved_tensors]
-        kept = saved[len(self.saved):]
-        return saved[:len(self.saved)] + [None if i is None else kept.pop(0) for i in self.saved_outputs]
+        outputs = saved[len(self.saved):]
+        apart, ctx.kept = ctx.kept, {}  # the backward holds them alone from here
+        return saved[:len(self.saved)] + [None if i is None else apart[i] if i in apart else outputs.pop(0)
+                                          for i in self.saved_outputs]
 
     def __call__(self, ctx, *grads):
         return self.compute(ctx, grads, ctx.needs_input_grad[:self.tensors])
@@ -66,10 +78,19 @@ class Gradients:
         if self.backward is not None and any(
                 n and s is not None and s[0] == "result" for n, s in zip(needed, self.sources)):
             saved = self._saved(ctx)
-            # Eager, the backward's implementation runs directly: a registered op's call costs
-            # tens of microseconds of dispatch. Traced, the graph records the registered op.
-            backward = self.backward if tracing((*saved, *grads)) else implementation_of(self.backward)
-            results = backward(*saved, *grads, *ctx.scalars)
+            traced = tracing((*saved, *grads))
+            if self.phases is not None and not traced:
+                first, rest = self.phases
+                computed = first(*saved, *grads, *ctx.scalars)
+                # The kept outputs' last references: freed before the products allocate theirs,
+                # as eager PyTorch frees a pre-activation once its activation's backward ran.
+                del saved[len(self.saved):]
+                results = rest(*saved, *grads, *ctx.scalars, computed)
+            else:
+                # Eager, the backward's implementation runs directly: a registered op's call costs
+                # tens of microseconds of dispatch. Traced, the graph records the registered op.
+                backward = self.backward if traced else implementation_of(self.backward)
+                results = backward(*saved, *grads, *ctx.scalars)
         chosen = []
         for need, source, shape in zip(needed, self.sources, ctx.shapes):
             if not need or source is None:
@@ -90,7 +111,7 @@ class _EagerAutograd(torch.autograd.Function):
         # autograd) can serve the forward's launch.
         output = implementation(*(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
         ctx.gradients = gradients
-        gradients.setup_context(ctx, args, output)
+        gradients.setup_context(ctx, args, output, eager=True)
         return output
 
     @staticmethod
