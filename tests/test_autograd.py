@@ -142,3 +142,29 @@ def test_an_eager_matmul_backward_frees_the_kept_accumulator_before_its_products
     assert seen["alive"] is False
     for x, y in zip(got, want):
         torch.testing.assert_close(x, y)
+
+
+def test_a_matmul_backward_sums_broadcast_gradients_before_its_products(monkeypatch):
+    # A bias [N]'s gradient is a column sum of dZ, whose reduction may take a workspace as large
+    # as dZ (PyTorch's does, in float32): run before the products, it comes and goes before dA
+    # and dB exist, and the step's peak stays at eager autograd's, which sums first too.
+    from generated import matmul_bias_gelu
+
+    module = importlib.import_module("generated.matmul_bias_gelu")
+    order = []
+    product, summed = module._OP.product, torch.Tensor.sum
+
+    def watched_product(*args):
+        order.append("product")
+        return product(*args)
+
+    def watched_sum(self, *args, **kwargs):
+        order.append("sum")
+        return summed(self, *args, **kwargs)
+
+    monkeypatch.setattr(module._OP, "product", watched_product)
+    monkeypatch.setattr(torch.Tensor, "sum", watched_sum)
+    g = torch.Generator().manual_seed(2)
+    inputs = [torch.randn(*shape, generator=g).to(_device()) for shape in [(33, 21), (21, 17), (17,)]]
+    _gradients(matmul_bias_gelu, inputs, [torch.randn(33, 17, generator=g).to(_device())])
+    assert order == ["sum", "product", "product"]

@@ -362,6 +362,10 @@ def _matmul_backward(spec: Spec) -> dict:
     expansions = [f"{x} = {x}.view(-1, 1).expand({shape})" if extras[x] == (m,) else f"{x} = {x}.expand({shape})"
                   for x in kernel_inputs if x in extras]
     results, sources = [], []
+    # Sums over broadcast axes run before the products: a column sum's reduction workspace (up
+    # to an [M, N] float32 block in PyTorch's) then comes and goes before dA and dB are allocated,
+    # as in eager PyTorch's order.
+    sums = []
     for name in inputs:
         if name in extras and name in backward.passed and extras[name] == (m, n):
             # The incoming gradient itself (returned by the autograd formula: an op's result may
@@ -383,7 +387,8 @@ def _matmul_backward(spec: Spec) -> dict:
             else:
                 # (Batched, autograd then sums the batch axes.)
                 axis = -2 if extras[name] == (n,) else -1
-                results.append(f"{value(name)}.sum({axis}).to({like}.dtype)")
+                sums.append(f"_{name}_summed = {value(name)}.sum({axis}).to({like}.dtype)")
+                results.append(f"_{name}_summed")
         else:
             sources.append("None")
             continue
@@ -407,6 +412,7 @@ def _matmul_backward(spec: Spec) -> dict:
         sizes=f"{m}, {k} = {a}.shape[-2:]\n    {n} = {b}.shape[-1]" if batched else f"{m}, {k} = {a}.shape\n    {n} = {b}.shape[1]",
         allocations=allocations,
         expansions=expansions,
+        sums=sums,
         results=results,
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
         # The op itself recomputes the accumulator where the backward reads it; its training

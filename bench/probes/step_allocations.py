@@ -7,12 +7,16 @@ split_k_workspace; the second peak leaves them out). And the interpreter holds a
 arguments until its next launch, so a tensor whose last reference goes right after a launch that
 read it is freed one launch late here.
 
-    TRITON_INTERPRET=1 PYTHONPATH=. python3 bench/probes/step_allocations.py matmul_relu 256x384x128 [float32]
+    PYTHONPATH=. python3 bench/probes/step_allocations.py matmul_relu 256x384x128 [float32 [cuda]]
+
+With `cuda` (a GPU) the kernels run compiled and the trace is of the caching allocator's blocks.
 """
 import os
 import sys
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+DEVICE = sys.argv[4] if len(sys.argv) > 4 else "cpu"
+if DEVICE == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
 from torch._C._profiler import _EventType  # noqa: E402
@@ -46,10 +50,10 @@ def allocations(step):
     return [(size, ptr, frames) for _, size, ptr, frames in sorted(found)]
 
 
-def main(op, shape_text, dtype_name="float32"):
+def main(op, shape_text, dtype_name="float32", device="cpu"):
     module = load_bench_modules([op], "generated")[0]
     shape = tuple(int(s) for s in shape_text.split("x"))
-    inputs = leaves(module.make_inputs(shape, getattr(torch, dtype_name), device="cpu"))
+    inputs = leaves(module.make_inputs(shape, getattr(torch, dtype_name), device=device))
     seeds = output_seeds(module, inputs)
     for provider, forward in (("tilegen", module.run_tilegen), ("torch", module.run_torch)):
         step = step_function(forward, inputs, seeds)
@@ -69,6 +73,14 @@ def main(op, shape_text, dtype_name="float32"):
                 print(f"  {size / 1024:+9.1f} KiB  live {live / 1024:8.1f}  {frames}")
         print(f"{provider} {op} {shape_text} {dtype_name}: peak {peak / 1024:.1f} KiB above the step's start, "
               f"{peak_kept / 1024:.1f} without split-K workspaces")
+        if device == "cuda":  # what the bench reads: the allocator's own peak over one step
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            start = torch.cuda.memory_allocated()
+            step()
+            torch.cuda.synchronize()
+            print(f"{provider}: torch.cuda.max_memory_allocated {(torch.cuda.max_memory_allocated() - start) / 1024:.1f} KiB "
+                  "above the step's start")
 
 
 if __name__ == "__main__":

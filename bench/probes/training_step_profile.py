@@ -1,38 +1,62 @@
-"""Where a training step's host time goes: cProfile of eager forward+backward steps of one
-matmul op and one elementwise op on small inputs (GPU). Run: PYTHONPATH=. python3 bench/probes/training_step_profile.py"""
+"""Where a training step's host time goes: eager forward+backward steps of ops on small inputs
+(GPU), tilegen beside eager PyTorch, each issued back to back and synchronized at the end (on
+inputs this small the host bounds the step), then cProfile of tilegen's steps.
 
+    PYTHONPATH=. [DTYPE=float32] python3 bench/probes/training_step_profile.py [OP SHAPE]...
+    (default: add 4096, matmul 1024x1024x1024, matmul_bias_gelu 1024x1024x1024, scaled_silu_mul 65536;
+    DTYPE float16)
+"""
 import cProfile
+import os
 import pstats
+import sys
 import time
 
 import torch
 
-import generated
+from tilegen.measure import load_bench_modules
 from tilegen.runtime import callpath
+from tilegen.training_bench import leaves, output_seeds, step_function
 
 callpath.load(wait=True)
+DEFAULT = [("add", "4096"), ("matmul", "1024x1024x1024"), ("matmul_bias_gelu", "1024x1024x1024"),
+           ("scaled_silu_mul", "65536")]
 
 
-def steps(fn, inputs, seeds, count):
-    for _ in range(count):
-        torch.autograd.grad(fn(*inputs), inputs, seeds)
+def per_step_us(step, count):
     torch.cuda.synchronize()
-
-
-cases = {
-    "matmul_bias_gelu 1024^3": (generated.matmul_bias_gelu, [torch.randn(1024, 1024), torch.randn(1024, 1024),
-                                                              torch.randn(1024)]),
-    "scaled_silu_mul 2^16": (generated.scaled_silu_mul, [torch.randn(1 << 16), torch.randn(1 << 16)]),
-}
-for label, (fn, inputs) in cases.items():
-    inputs = [t.to("cuda", torch.float16).requires_grad_() for t in inputs]
-    seeds = torch.randn_like(fn(*inputs))
-    steps(fn, inputs, seeds, 20)
     start = time.perf_counter()
-    steps(fn, inputs, seeds, 200)
-    print(f"{label}: {(time.perf_counter() - start) / 200 * 1e6:.1f} us per step (wall, synchronized at the end)")
-    profile = cProfile.Profile()
-    profile.enable()
-    steps(fn, inputs, seeds, 200)
-    profile.disable()
-    pstats.Stats(profile).sort_stats("tottime").print_stats(18)
+    for _ in range(count):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / count * 1e6
+
+
+def main(cases):
+    dtype = getattr(torch, os.environ.get("DTYPE", "float16"))
+    for op, shape_text in cases:
+        module = load_bench_modules([op], "generated")[0]
+        shape = tuple(int(s) for s in shape_text.split("x"))
+        inputs = leaves(module.make_inputs(shape, dtype))
+        seeds = output_seeds(module, inputs)
+        steps = {provider: step_function(getattr(module, f"run_{provider}"), inputs, seeds)
+                 for provider in ("tilegen", "torch")}
+        for step in steps.values():
+            per_step_us(step, 20)  # compiles, chooses configs, learns the call path's signatures
+        # Interleaved rounds: the host's speed drifts.
+        rounds = {provider: [] for provider in steps}
+        for _ in range(5):
+            for provider, step in steps.items():
+                rounds[provider].append(per_step_us(step, 200))
+        line = ", ".join(f"{p} {min(r):.1f}-{max(r):.1f} us" for p, r in rounds.items())
+        print(f"{op} {shape_text}: per step (wall, 5 rounds of 200) {line}")
+        profile = cProfile.Profile()
+        profile.enable()
+        per_step_us(steps["tilegen"], 200)
+        profile.disable()
+        pstats.Stats(profile).sort_stats("tottime").print_stats(14)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    main([args[i:i + 2] for i in range(0, len(args), 2)] if args else DEFAULT)
