@@ -141,6 +141,46 @@ class Traced(torch.Tensor):
     """A tensor subclass: torch functions on it may do anything, so it takes the Python path."""
 
 
+def test_a_tensor_map_is_encoded_for_each_calls_address_its_shape_and_strides_fixed(module):
+    """A launch through a tensor descriptor takes the map (encoded per call: `explain` shows the
+    address it would be encoded for) and the descriptor's shape and strides, which the signature
+    fixes. The map's tensor can be a view of an argument starting where it does (a transpose)."""
+    table = table_with(module)
+    a, c = torch.randn(8, 16), torch.empty(16, 8)
+    encoding = (a.t(), 7, (16, 8), (1,), (8, 4), 3, 0)  # a column-major view: strides (1, 16)
+    plan = empty_plan(module, "Diillp", 6)
+    assert table.learn((a,), (encoding, (16,), (8,), (1,), (16,), c), plan, 0, c, 77) is True
+    a2 = torch.randn(8, 16)
+    got, filled = table.explain(a2)
+    assert filled_values(module, filled) == (a2.data_ptr(), 16, 8, 1, 16, got.data_ptr())
+    # A map of a tensor the call does not pass, or one packed wrong, is not learned.
+    table.forget()
+    for wrong in ((torch.randn(8, 16), *encoding[1:]), encoding[:6], (a, 7, (), (), (), 3, 0),
+                  (a, 7, (16, 8), (1, 1), (8, 4), 3, 0), (a, 7, (16, -8), (1,), (8, 4), 3, 0)):
+        assert table.learn((a,), (wrong, (16,), (8,), (1,), (16,), c), plan, 0, c, 77) is False
+    assert table.learn((a,), (a, (16,), (8,), (1,), (16,), c), plan, 0, c, 77) is False  # a pointer is no map
+    with pytest.raises(ValueError, match="tensor map is encoded per call"):
+        module.prepare(1, 0, 1, 1, 32, 0, 0, "pD", 1, (None,))
+
+
+def test_the_call_path_learns_a_launch_through_a_tensor_descriptor(module, monkeypatch):
+    """callpath.learn packs a triton TensorDescriptor as Triton's launcher encodes it: CUDA's data
+    type, the compiler's box and swizzle, its strides in elements less the innermost."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    _quiet_call_path(monkeypatch, module)
+    path = callpath.CallPath()
+    a, c = torch.randn(8, 16, dtype=torch.float16), torch.empty(8, 16, dtype=torch.float16)
+    binary = _fake_binary({"a_desc": "tensordesc<fp16[4, 8]>", "c_ptr": "*fp16", "BLOCK": "constexpr"},
+                          tensordesc_meta=[dict(_MAP_META, block_size=[4, 8], elem_type=9)])
+    launched = rt.launch.Launched(binary, ["a_desc", "c_ptr", "BLOCK"], (1,),
+                                  (TensorDescriptor.from_tensor(a, [4, 8]), c), 2, 0)
+    assert path.learn((a,), launched, c) is True
+    a2 = torch.randn(8, 16, dtype=torch.float16)
+    got, filled = path.table.explain(a2)
+    assert filled_values(module, filled) == (a2.data_ptr(), 8, 16, 16, 1, got.data_ptr(), 0, 0)  # (scratch: null)
+
+
 def test_only_the_learned_signature_is_served(module):
     table = table_with(module)
     a, b, c = torch.randn(4, 5), torch.randn(4, 5), torch.empty(4, 5)
@@ -278,28 +318,41 @@ _FLAT_SIGNATURE = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "alpha"
                    "BLOCK": "constexpr", "EVEN": "constexpr"}
 
 
+_MAP_META = {"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": [64, 32], "fp4_padded": False}
+
+
 def test_launch_codes_follow_the_binarys_parameters():
     def codes(binary, varying=4):
         return callpath.launch_codes(binary, _FLAT_NAMES, varying)
 
     # Constexprs are left out; each scratch area the compiler declares takes a null pointer.
-    assert codes(_fake_binary(_FLAT_SIGNATURE)) == ("pppfipp", 0, (4, None, None))
+    assert codes(_fake_binary(_FLAT_SIGNATURE)) == ("pppfipp", 0, (4, None, None), {})
     no_scratch = _fake_binary(_FLAT_SIGNATURE)
     del no_scratch.metadata.global_scratch_size, no_scratch.metadata.profile_scratch_size
-    assert codes(no_scratch) == ("pppfi", 0, (4,))
-    # Where it cannot launch, Triton's launch does.
-    assert codes(_fake_binary(dict(_FLAT_SIGNATURE, a_ptr="tensordesc<fp16[64, 64]>"))) is None
+    assert codes(no_scratch) == ("pppfi", 0, (4,), {})
+    # A tensor descriptor the compiler lowered to a tensor map: the map, its shape, its strides.
+    described = dict(_FLAT_SIGNATURE, b_ptr="tensordesc<fp16[64, 32]>")
+    assert codes(_fake_binary(described, tensordesc_meta=[_MAP_META])) == ("pDiillpfipp", 0, (4, None, None),
+                                                                            {1: _MAP_META})
+    # Where it cannot launch, Triton's launch does: a descriptor not lowered to a map (no metadata
+    # for it), one the signature fixes (past the varying arguments), an fp4 or im2col map.
+    assert codes(_fake_binary(described)) is None
+    assert codes(_fake_binary(described, tensordesc_meta=[_MAP_META]), varying=1) is None
+    assert codes(_fake_binary(described, tensordesc_meta=[dict(_MAP_META, fp4_padded=True)])) is None
+    assert codes(_fake_binary(described, tensordesc_meta=[dict(_MAP_META, is_im2col=True)])) is None
+    assert codes(_fake_binary(_FLAT_SIGNATURE, tensordesc_meta=[_MAP_META])) is None  # metadata for no descriptor
     assert codes(_fake_binary(dict(_FLAT_SIGNATURE, alpha="fp16"))) is None  # a width it is not sure of
     assert codes(_fake_binary(_FLAT_SIGNATURE, global_scratch_size=256)) is None
     assert codes(_fake_binary(_FLAT_SIGNATURE, num_ctas=2)) is None
     assert codes(_fake_binary(_FLAT_SIGNATURE, launch_pdl=True)) is None
     # Leading varying arguments it does not take (None pointers) are skipped; others it cannot.
-    assert codes(_fake_binary(dict(_FLAT_SIGNATURE, a_ptr="constexpr", b_ptr="constexpr"))) == ("pfipp", 2, (4, None, None))
+    assert codes(_fake_binary(dict(_FLAT_SIGNATURE, a_ptr="constexpr", b_ptr="constexpr"))) == ("pfipp", 2, (4, None, None), {})
     assert codes(_fake_binary(dict(_FLAT_SIGNATURE, alpha="constexpr"))) is None
-    assert codes(_fake_binary(dict(_FLAT_SIGNATURE, numel="constexpr"))) == ("pppfpp", 0, (None, None))
+    assert codes(_fake_binary(dict(_FLAT_SIGNATURE, numel="constexpr"))) == ("pppfpp", 0, (None, None), {})
 
 
-def test_call_path_learns_triton_launches_and_forgets_with_the_choice(module, monkeypatch):
+def _quiet_call_path(monkeypatch, module):
+    """The call path as on a GPU with no hook listening, on stream 77 of device 0."""
     monkeypatch.setattr(callpath, "_module", module)
     monkeypatch.setattr(callpath, "INTERPRET", False)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
@@ -308,6 +361,10 @@ def test_call_path_learns_triton_launches_and_forgets_with_the_choice(module, mo
     monkeypatch.setattr(triton.runtime, "driver", SimpleNamespace(active=SimpleNamespace(get_current_stream=lambda d: 77)))
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 0, raising=False)
     monkeypatch.setattr(triton, "knobs", SimpleNamespace(runtime=QUIET), raising=False)
+
+
+def test_call_path_learns_triton_launches_and_forgets_with_the_choice(module, monkeypatch):
+    _quiet_call_path(monkeypatch, module)
     path = callpath.CallPath()
     a, c = torch.randn(6), torch.empty(6)
     binary = _fake_binary({"a_ptr": "*fp32", "c_ptr": "*fp32", "numel": "i32", "BLOCK": "constexpr"})
@@ -444,7 +501,7 @@ def test_a_failed_build_says_why_and_leaves_nothing(monkeypatch, tmp_path):
 def _gpu_cases():
     """(op, input shapes, the wrapper's arguments from the inputs, its scalars, the oracle) for
     every op: elementwise ones flat and strided, matmul ones with and without masks, split-K
-    (M = 16) and tensor-descriptor loads (1024^3's table entry), which must stay right."""
+    (M = 16) and tensor-descriptor loads (4096^3's table entry in float16), which must stay right."""
     import torch.nn.functional as F
 
     def same(*inputs):
@@ -467,6 +524,7 @@ def _gpu_cases():
         ("matmul", [(256, 128), (192, 128)], lambda a, b: (a, b.t()), {}, lambda a, b: a @ b),
         ("matmul", [(16, 4096), (4096, 512)], same, {}, lambda a, b: a @ b),
         ("matmul", [(1024, 1024), (1024, 1024)], same, {}, lambda a, b: a @ b),
+        ("matmul", [(4096, 4096), (4096, 4096)], same, {}, lambda a, b: a @ b),
         ("matmul_bias_gelu", [(100, 64), (64, 96), (96,)], same, {}, lambda a, b, bias: F.gelu(a @ b + bias)),
         ("matmul_residual_scaled", [(128, 256), (256, 128), (128, 128)], same, dict(alpha=0.5, beta=2.0),
          lambda x, w, r: 0.5 * (x @ w) + 2.0 * r),
@@ -477,7 +535,7 @@ def _gpu_cases():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled call path launches on a GPU only")
-@pytest.mark.parametrize("case", range(13))
+@pytest.mark.parametrize("case", range(14))
 def test_repeat_calls_are_served_compiled_and_stay_right(case):
     import generated as ops
     from generated.tests import _support as s
@@ -498,8 +556,9 @@ def test_repeat_calls_are_served_compiled_and_stay_right(case):
                 assert g.dtype == dtype and g.is_contiguous(), op
                 torch.testing.assert_close(g.float(), w, atol=5e-2, rtol=2e-2, msg=op)
         served = table_of().hits - hits if table_of() is not None else 0
-        if shapes[0] != (1024, 1024):  # tensor-descriptor launches stay with Triton's launch
-            assert served == 3, (op, shapes, dtype)
+        assert served == 3, (op, shapes, dtype)  # tensor-descriptor launches too, their maps encoded per call
+        if shapes[0] == (4096, 4096) and dtype == torch.float16:  # (the table's entry loads through descriptors)
+            assert "D" in callpath.load().describe(table_of().explain(*args)[1])[5]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the compiler dies with its builder on Linux")

@@ -505,7 +505,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
                              "M", "N", "K", *stride_names,
                              *(f"{name.upper()}_FACTOR" for name in factored_names),
                              bm.block, bn.block, bk.block, "GROUP_M", "SPLIT_K", "MASK_M", "MASK_N", "MASK_K",
-                             "PEEL_K", "USE_TMA", "INDEX_64", "EPILOGUE", "SAVE_ACC",
+                             "PEEL_K", "USE_TMA", "TRANS_A", "TRANS_B", "INDEX_64", "EPILOGUE", "SAVE_ACC",
                              *(["BATCHED"] if batched else [])]),
         batched=batched,
         batched_tensors=batched_tensors,

@@ -98,10 +98,25 @@ def k_rows_load_wide(a, b, assume_aligned=False):
     return wide(a, 1) or wide(b, 0)
 
 
+def tma_orientation(t):
+    """How tensor-memory-accelerator loads read the 2-D operand `t`: "rows" (its last dim
+    contiguous), "columns" (its first dim contiguous: a transposed view such as a backward's A^T,
+    described as its row-major transpose, each tile transposed back in the kernel), or None (they
+    cannot: its base address or the other dim's stride is not 16-byte aligned)."""
+    size = t.element_size()
+    if t.data_ptr() % 16:
+        return None
+    if t.stride(1) == 1 and (t.stride(0) * size) % 16 == 0:
+        return "rows"
+    if t.stride(0) == 1 and (t.stride(1) * size) % 16 == 0:
+        return "columns"
+    return None
+
+
 def tma_loads_fit(*operands):
     """Whether tensor-memory-accelerator loads can read these 2-D operands: a GPU that has them
-    (compute capability 9 or later; the interpreter runs them too), each operand's last dim
-    contiguous, its rows and base address 16-byte aligned."""
+    (compute capability 9 or later; the interpreter runs them too) and each operand row- or
+    column-major with 16-byte aligned lines and base address (tma_orientation)."""
     if TensorDescriptor is None:
         return False
     # fp8 operands load through pointers: the tensor cores' 8-bit path reads B K-major, and a
@@ -109,9 +124,8 @@ def tma_loads_fit(*operands):
     # bench/results/h200/fp8/README.md).
     if any(t.element_size() == 1 for t in operands):
         return False
-    for t in operands:
-        if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
-            return False
+    if any(tma_orientation(t) is None for t in operands):
+        return False
     return INTERPRET or torch.cuda.get_device_capability(operands[0].device)[0] >= 9
 
 

@@ -18,7 +18,7 @@ from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
 from .sync import grid_wait_allowed
 from .layout import (MAX_STRIDED_RANK, collapse, described, k_rows_load_wide, needs_int64, offsets_along_fit, pad_after_first,
-                     size_factor, stride_factor, tma_loads_fit)
+                     size_factor, stride_factor, tma_loads_fit, tma_orientation)
 from ..schema import bucket
 
 
@@ -293,6 +293,8 @@ class MatmulOp(Op):
         a, b = (matrix[i] for i in self.operands)
         # Descriptors are 2-D: a batch of matrices loads through pointers.
         use_tma = count == 1 and self.loads_through_descriptors(config, a, b, traced)
+        # A column-major operand is described as its transpose (the kernel transposes its tiles).
+        trans_a, trans_b = (use_tma and tma_orientation(t) == "columns" for t in (a, b))
         mask_m, mask_n, mask_k = ({"always": True, "never": False}.get(policy, size % block != 0)
                                   for policy, size, block in zip(masks or self.masks, (M, N, K), (bm, bn, bk)))
         # Each tensor's strides, as many as its rank in the kernel (a stand-in may have more).
@@ -305,6 +307,7 @@ class MatmulOp(Op):
             "SPLIT_K": split_k, "MASK_M": mask_m, "MASK_N": mask_n, "MASK_K": mask_k,
             # Where K rows load wide, whole K steps run unmasked and the partial one apart.
             "PEEL_K": mask_k and k_rows_load_wide(a, b, assume_aligned=traced), "USE_TMA": use_tma,
+            "TRANS_A": trans_a, "TRANS_B": trans_b,
             "INDEX_64": needs_int64(*views, extra=bk), "PERSISTENT": persistent,
             "EPILOGUE": epilogue, "SAVE_ACC": saved is not None,
             **dict(zip(self.factor_names, factors)),
@@ -322,8 +325,8 @@ class MatmulOp(Op):
             workspace = split_k_workspace(device, tiles * split_k * bm * bn, tiles, fresh=traced)
         head = list(pointers)
         if use_tma:
-            head[self.operands[0]] = described(a, (bm, bk))
-            head[self.operands[1]] = described(b, (bk, bn))
+            head[self.operands[0]] = described(a.t(), (bk, bm)) if trans_a else described(a, (bm, bk))
+            head[self.operands[1]] = described(b.t(), (bn, bk)) if trans_b else described(b, (bk, bn))
         # Where nothing is saved the output stands in (never written): a tensor, so that the
         # binary takes the parameter on every call (only leading None arguments may be dropped
         # for the compiled call path to learn a launch) and traced launches pass no None.

@@ -11,6 +11,11 @@
    Triton's launch hooks listening (a profiler), or under a torch dispatch mode (fake tensors,
    make_fx, export: the registered op must see those calls).
 
+   A launch that loads through tensor descriptors (TMA) takes, for each, a CUtensorMap by value
+   and the descriptor's shape and strides; the shape and strides are the signature's, and the map
+   is encoded on each call for the address the call gives (cuTensorMapEncodeTiled, as Triton's own
+   launcher does), with the parameters Triton's compiler chose for it (swizzle, box).
+
    libcuda is opened when the module loads, so the module builds and loads without a GPU (the
    CPU tests try tables through `explain`, which launches nothing). */
 
@@ -44,6 +49,10 @@ typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
+/* CUDA's CUtensorMap: 128 opaque bytes, 64-byte aligned; its enums are ints. */
+struct alignas(64) CUtensorMap {
+    uint64_t opaque[16];
+};
 
 CUresult (*cuLaunchKernel_)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                             CUstream, void **, void **) = nullptr;
@@ -52,6 +61,9 @@ CUresult (*cuCtxSetCurrent_)(CUcontext) = nullptr;
 CUresult (*cuDeviceGet_)(CUdevice *, int) = nullptr;
 CUresult (*cuDevicePrimaryCtxRetain_)(CUcontext *, CUdevice) = nullptr;
 CUresult (*cuGetErrorString_)(CUresult, const char **) = nullptr;
+/* Optional (CUDA 12+): without it, launches through tensor descriptors stay with Triton's. */
+CUresult (*cuTensorMapEncodeTiled_)(CUtensorMap *, int, uint32_t, void *, const uint64_t *, const uint64_t *,
+                                    const uint32_t *, const uint32_t *, int, int, int, int) = nullptr;
 const char *driver_error = "libcuda was not opened";
 
 template <typename T>
@@ -70,6 +82,7 @@ void open_driver() {
     bind_symbol(lib, "cuDeviceGet", cuDeviceGet_);
     bind_symbol(lib, "cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain_);
     bind_symbol(lib, "cuGetErrorString", cuGetErrorString_);
+    bind_symbol(lib, "cuTensorMapEncodeTiled", cuTensorMapEncodeTiled_);
     if (cuCtxGetCurrent_ && cuCtxSetCurrent_ && cuDeviceGet_ && cuDevicePrimaryCtxRetain_ && cuGetErrorString_)
         bind_symbol(lib, "cuLaunchKernel", cuLaunchKernel_);  /* set last: it marks the driver ready */
     if (cuLaunchKernel_ == nullptr)
@@ -79,9 +92,11 @@ void open_driver() {
 /* ---- plans: one launch, its fixed parameters converted once ---- */
 
 constexpr int MAX_PARAMS = 96;
-const char CODES[] = "pbhilBHIKfd";
+constexpr int MAX_MAPS = 8;  /* tensor maps a launch can take */
+const char CODES[] = "pbhilBHIKfdD";
 
-/* Each parameter has an 8-byte slot; the kernel reads its own width from the start of it. */
+/* Each parameter has an 8-byte slot; the kernel reads its own width from the start of it. A
+   tensor map's slot (code D) holds which of the call's encoded maps the parameter is. */
 struct Plan {
     uint64_t function;
     uint32_t grid[3];
@@ -196,6 +211,10 @@ PyObject *prepare(PyObject *, PyObject *args) {
             PyErr_Format(PyExc_ValueError, "launch: unknown type code '%c'", plan.codes[i]);
             return nullptr;
         }
+        if (plan.codes[i] == 'D' && i >= plan.varying) {
+            PyErr_SetString(PyExc_ValueError, "launch: a tensor map is encoded per call, never a fixed value");
+            return nullptr;
+        }
         if (i >= plan.varying &&
             convert(plan.codes[i], PyTuple_GET_ITEM(tail, i - plan.varying), &plan.values[i]) < 0)
             return nullptr;
@@ -235,8 +254,9 @@ int ensure_context(int device) {
     return 0;
 }
 
-/* One cuLaunchKernel of a filled plan on `stream`: 0, or -1 with an exception set. */
-int launch(const Plan &plan, void *stream) {
+/* One cuLaunchKernel of a filled plan on `stream`, its tensor maps in `maps`: 0, or -1 with an
+   exception set. */
+int launch(const Plan &plan, void *stream, CUtensorMap *maps) {
     if (plan.grid[0] == 0 || plan.grid[1] == 0 || plan.grid[2] == 0)
         return 0;  /* no programs: nothing to launch (as Triton's launcher does) */
     if (cuLaunchKernel_ == nullptr) {
@@ -247,7 +267,8 @@ int launch(const Plan &plan, void *stream) {
         return -1;
     void *params[MAX_PARAMS];
     for (int i = 0; i < plan.params; i++)
-        params[i] = const_cast<uint64_t *>(&plan.values[i]);
+        params[i] = plan.codes[i] == 'D' ? static_cast<void *>(&maps[plan.values[i]])
+                                         : const_cast<uint64_t *>(&plan.values[i]);
     CUresult result;
     /* The launch can wait for room in a full queue: let other threads run meanwhile. */
     Py_BEGIN_ALLOW_THREADS
@@ -327,13 +348,34 @@ constexpr size_t MAX_OUTPUTS = 8;
 
 /* Where a varying parameter's value comes from on each call. */
 struct Source {
-    enum Kind { ARGUMENT, OUTPUT, HELD, NULL_POINTER } kind;
-    int index;  /* of the argument, the output or the held tensor */
+    /* FIXED: a value the signature fixes, in the plan since learning (a descriptor's shape). */
+    enum Kind { ARGUMENT, OUTPUT, HELD, NULL_POINTER, FIXED, TENSOR_MAP } kind;
+    int index;  /* of the argument, the output, the held tensor or the entry's tensor map */
 };
+
+/* A tensor map, encoded on each call for the address of its tensor; the rest is the signature's. */
+struct TensorMapSpec {
+    Source base;  /* the tensor mapped: an argument or an output */
+    int data_type, swizzle, fill;
+    uint32_t rank;
+    uint64_t dims[5];     /* innermost first */
+    uint64_t strides[5];  /* in bytes, of the dimensions after the innermost */
+    uint32_t box[5];
+};
+
+/* Encode `spec` for `address` into `map`: 0, or the driver's error. */
+CUresult encode(const TensorMapSpec &spec, uintptr_t address, CUtensorMap *map) {
+    static const uint32_t element_strides[5] = {1, 1, 1, 1, 1};
+    const int interleave_none = 0, l2_promotion_128b = 2;  /* as Triton's launcher encodes its maps */
+    return cuTensorMapEncodeTiled_(map, spec.data_type, spec.rank, reinterpret_cast<void *>(address), spec.dims,
+                                   spec.strides, spec.box, element_strides, interleave_none, spec.swizzle,
+                                   l2_promotion_128b, spec.fill);
+}
 
 struct Entry {
     Plan plan;  /* the fixed values in place; the varying slots are filled per call */
     std::vector<Source> sources;  /* one per varying parameter */
+    std::vector<TensorMapSpec> maps;
     std::vector<std::vector<int64_t>> output_sizes;
     std::vector<at::ScalarType> output_dtypes;
     /* Scratch tensors the launch reads besides the call's (split-K partial sums): they serve
@@ -516,12 +558,29 @@ PyObject *serve(Table *self, PyObject *const *args, Py_ssize_t count, PyObject *
     }
     Plan plan;
     memcpy(&plan, &entry->plan, sizeof plan);  /* a copy per call: the entry is shared between threads */
+    CUtensorMap maps[MAX_MAPS];
     for (int i = 0; i < plan.varying; i++) {
         const Source &source = entry->sources[i];
         switch (source.kind) {
             case Source::NULL_POINTER:
                 plan.values[i] = 0;
                 break;
+            case Source::FIXED:
+                break;
+            case Source::TENSOR_MAP: {
+                const TensorMapSpec &spec = entry->maps[source.index];
+                const at::Tensor &base = spec.base.kind == Source::OUTPUT ? outputs[spec.base.index]
+                                                                          : THPVariable_Unpack(args[spec.base.index]);
+                uintptr_t address = reinterpret_cast<uintptr_t>(base.data_ptr());
+                if (explained != nullptr) {
+                    plan.values[i] = address;  /* what the map would be encoded for */
+                    break;
+                }
+                if (cuTensorMapEncodeTiled_ == nullptr || encode(spec, address, &maps[source.index]) != 0)
+                    Py_RETURN_NONE;  /* Triton's launch encodes it again, and says why it cannot */
+                plan.values[i] = static_cast<uint64_t>(source.index);
+                break;
+            }
             case Source::OUTPUT:
                 plan.values[i] = reinterpret_cast<uintptr_t>(outputs[source.index].data_ptr());
                 break;
@@ -545,7 +604,7 @@ PyObject *serve(Table *self, PyObject *const *args, Py_ssize_t count, PyObject *
         *explained = PyBytes_FromStringAndSize(reinterpret_cast<const char *>(&plan), sizeof plan);
         if (*explained == nullptr)
             return nullptr;
-    } else if (launch(plan, reinterpret_cast<void *>(stream)) < 0) {
+    } else if (launch(plan, reinterpret_cast<void *>(stream), maps) < 0) {
         return nullptr;
     } else {
         self->hits++;
@@ -616,6 +675,67 @@ bool find_source(PyObject *value, PyObject *const *given, Py_ssize_t count, cons
     return false;
 }
 
+/* Unsigned ints from a tuple of `count` of them into `into`, in reverse order where `reverse`
+   (a tensor map lists the innermost dimension first). False where it is not that. */
+template <typename T>
+bool read_dims(PyObject *tuple, Py_ssize_t count, bool reverse, T *into) {
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != count)
+        return false;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        unsigned long long x = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(tuple, k));
+        if (PyErr_Occurred() || static_cast<unsigned long long>(static_cast<T>(x)) != x) {
+            PyErr_Clear();
+            return false;
+        }
+        into[reverse ? count - 1 - k : k] = static_cast<T>(x);
+    }
+    return true;
+}
+
+/* A varying parameter the Python side packed in a tuple: `(value,)`, a value the signature fixes
+   (a descriptor's shape and strides), or for a tensor map (code D) how to encode it:
+   `(tensor, data_type, shape, strides, box, swizzle, fill)`, shape, box and the strides in
+   elements as torch lists them (outermost first, the innermost stride, 1, left out). Its value
+   goes into `slot`, or its encoding into the entry. False where it is not one of those. */
+bool learn_packed(PyObject *value, char code, PyObject *const *given, Py_ssize_t count,
+                  const std::vector<PyObject *> &outputs, Entry &entry, uint64_t *slot, Source *source) {
+    if (code != 'D') {
+        if (PyTuple_GET_SIZE(value) != 1 || code == 'p')
+            return false;
+        if (convert(code, PyTuple_GET_ITEM(value, 0), slot) < 0) {
+            PyErr_Clear();
+            return false;
+        }
+        *source = {Source::FIXED, 0};
+        return true;
+    }
+    if (cuLaunchKernel_ != nullptr && cuTensorMapEncodeTiled_ == nullptr)
+        return false;  /* a driver without tensor maps: Triton's launch serves these calls */
+    PyObject *tensor, *shape, *strides, *box;
+    TensorMapSpec spec;
+    memset(&spec, 0, sizeof spec);
+    if (PyTuple_GET_SIZE(value) != 7 || entry.maps.size() >= MAX_MAPS ||
+        !PyArg_ParseTuple(value, "OiOOOii", &tensor, &spec.data_type, &shape, &strides, &box, &spec.swizzle,
+                          &spec.fill)) {
+        PyErr_Clear();
+        return false;
+    }
+    Py_ssize_t rank = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : 0;
+    if (rank < 1 || rank > 5 || !THPVariable_CheckExact(tensor) ||
+        !find_source(tensor, given, count, outputs, entry, &spec.base) ||
+        (spec.base.kind != Source::ARGUMENT && spec.base.kind != Source::OUTPUT) ||
+        !read_dims(shape, rank, true, spec.dims) || !read_dims(strides, rank - 1, true, spec.strides) ||
+        !read_dims(box, rank, true, spec.box))
+        return false;
+    size_t element_size = THPVariable_Unpack(tensor).element_size();
+    for (Py_ssize_t k = 0; k + 1 < rank; k++)
+        spec.strides[k] *= element_size;
+    spec.rank = static_cast<uint32_t>(rank);
+    entry.maps.push_back(spec);
+    *source = {Source::TENSOR_MAP, static_cast<int>(entry.maps.size() - 1)};
+    return true;
+}
+
 /* learn(args, launch_args, plan, skip, result, stream) -> bool: remember what a call with `args`
    did, the Python path having served it: it launched `plan` (bytes from prepare()) with
    `launch_args` (the first `skip` of them not taken by the binary) on `stream` and returned
@@ -674,13 +794,19 @@ PyObject *Table_learn(Table *self, PyObject *args) {
         Py_RETURN_FALSE;
     for (Py_ssize_t i = 0; i < varying; i++) {
         PyObject *value = PyTuple_GET_ITEM(launch_args, skip + i);
+        char code = entry.plan.codes[i];
         Source source;
-        if (!find_source(value, given, count, outputs, entry, &source))
-            Py_RETURN_FALSE;
-        /* Pointers come from tensors (or None); any other code converts a scalar. */
-        bool pointer = source.kind != Source::ARGUMENT || THPVariable_CheckExact(value);
-        if ((entry.plan.codes[i] == 'p') != pointer)
-            Py_RETURN_FALSE;
+        if (PyTuple_Check(value)) {
+            if (!learn_packed(value, code, given, count, outputs, entry, &entry.plan.values[i], &source))
+                Py_RETURN_FALSE;
+        } else {
+            if (code == 'D' || !find_source(value, given, count, outputs, entry, &source))
+                Py_RETURN_FALSE;
+            /* Pointers come from tensors (or None); any other code converts a scalar. */
+            bool pointer = source.kind != Source::ARGUMENT || THPVariable_CheckExact(value);
+            if ((code == 'p') != pointer)
+                Py_RETURN_FALSE;
+        }
         entry.sources.push_back(source);
     }
     if (self->entries->size() >= MAX_ENTRIES)
