@@ -284,17 +284,21 @@ class MatmulOp(Op):
         bm, bn, bk = (config[name] for name in self.blocks)
         split_k = config.get("SPLIT_K", 1)
         tiles = cdiv(M, bm) * cdiv(N, bn) * count
-        persistent = {"tiled": False, "persistent": True}.get(self.schedule, bool(config.get("PERSISTENT")))
-        persistent = persistent and split_k == 1  # split-K always launches tiled
-        # Persistent: one program per multiprocessor (fewer where there are fewer tiles).
-        device = pointers[0].device
-        grid = (min(tiles, device_facts(device)[0]), 1) if persistent else (tiles, split_k)
         matrix = [v[0] if count > 1 else v for v in views]  # (one matrix: its layout facts)
         a, b = (matrix[i] for i in self.operands)
         # Descriptors are 2-D: a batch of matrices loads through pointers.
         use_tma = count == 1 and self.loads_through_descriptors(config, a, b, traced)
         # A column-major operand is described as its transpose (the kernel transposes its tiles).
         trans_a, trans_b = (use_tma and tma_orientation(t) == "columns" for t in (a, b))
+        persistent = {"tiled": False, "persistent": True}.get(self.schedule, bool(config.get("PERSISTENT")))
+        # A column-major operand through descriptors (a backward's dA = dZ @ B^T, dB = A^T @ dZ)
+        # launches persistent: the tiled launch of the tables' tiles took 1.19x its time for dA at
+        # 4096^3 and 1.15x at 4096x11008x4096, 1.04x for dB (bench/probes/transposed_schedules.txt).
+        persistent = persistent or (self.schedule != "tiled" and (trans_a or trans_b))
+        persistent = persistent and split_k == 1  # split-K always launches tiled
+        # Persistent: one program per multiprocessor (fewer where there are fewer tiles).
+        device = pointers[0].device
+        grid = (min(tiles, device_facts(device)[0]), 1) if persistent else (tiles, split_k)
         mask_m, mask_n, mask_k = ({"always": True, "never": False}.get(policy, size % block != 0)
                                   for policy, size, block in zip(masks or self.masks, (M, N, K), (bm, bn, bk)))
         # Each tensor's strides, as many as its rank in the kernel (a stand-in may have more).
