@@ -654,3 +654,39 @@ def test_a_norms_backward_is_one_launch_served_compiled_the_same_every_run():
     want = torch.autograd.grad(F.rms_norm(x0, (1000,), w0, 1e-6), (x0, w0), seed.double())
     for g, e in zip(first, want):
         torch.testing.assert_close(g.double(), e, atol=5e-2, rtol=2e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled call path launches on a GPU only")
+@pytest.mark.parametrize("op", ["bmm", "fp8_scaled_mm"])
+def test_repeat_calls_through_3d_and_fp8_descriptors_are_served_and_stay_right(op):
+    # A batch's [matrices, rows, cols] descriptors and fp8's K-major B: tensor maps of rank 3, and
+    # of one-byte elements with a transposed box, encoded per call.
+    import importlib
+
+    if callpath.load(wait=True) is None:
+        pytest.skip(f"no compiled call path here: {callpath.UNAVAILABLE}")
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("tensor descriptors need compute capability 9")
+    module = importlib.import_module(f"generated.{op}")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    if op == "bmm":
+        def make():
+            return (torch.randn(3, 256, 128, device="cuda", generator=g, dtype=torch.float16),
+                    torch.randn(3, 192, 128, device="cuda", generator=g, dtype=torch.float16).transpose(1, 2))
+        oracle = lambda a, b: (a.float() @ b.float()).to(a.dtype)  # noqa: E731
+    else:
+        def make():
+            a = torch.randn(256, 128, device="cuda", generator=g).to(torch.float8_e4m3fn)
+            b = torch.randn(192, 128, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
+            return a, b, torch.rand(256, device="cuda", generator=g) + 0.5, torch.rand(192, device="cuda", generator=g) + 0.5
+        oracle = lambda a, b, row, col: ((a.float() @ b.float()) * row[:, None] * col).to(torch.bfloat16)  # noqa: E731
+    config = dict(BM=128, BN=64, BK=64, SPLIT_K=1, num_warps=4, num_stages=3, TMA=1)
+    with module._OP.configs.forcing(config):
+        getattr(module, op)(*make())  # the Python path serves it, and the table learns it
+        table = module._OP.call_path.table
+        hits = table.hits
+        for _ in range(3):
+            args = make()
+            torch.testing.assert_close(getattr(module, op)(*args).float(), oracle(*args).float(), atol=5e-2, rtol=2e-2)
+        assert table.hits - hits == 3
+        assert "D" in callpath.load().describe(table.explain(*args)[1])[5]

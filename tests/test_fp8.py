@@ -92,3 +92,40 @@ def test_an_fp8_dot_adds_each_k_step_into_float32_unless_the_spec_says_fast_accu
     exact = (a.double() @ b.double()) * row.double()[:, None] * col.double()[None, :]
     error = (precise_package.fp8_precise_mm(a, b, row, col).double() - exact).abs().max().item()
     assert error <= 1e-2 * exact.abs().max().item(), error
+
+
+def test_fp8_operands_take_descriptors_only_where_both_tiles_are_k_major():
+    # The tensor cores' 8-bit path reads A and B K-major: A row-major and B column-major
+    # (torch._scaled_mm's layout) load through descriptors; any other fp8 layout, through pointers.
+    from tilegen.runtime.layout import TensorDescriptor, tma_loads_fit
+
+    if TensorDescriptor is None or not (rt.INTERPRET or torch.cuda.get_device_capability()[0] >= 9):
+        pytest.skip("needs tensor descriptors (Triton 3.4 or later; a GPU of compute capability 9)")
+    a, b = _inputs()[:2]
+    assert tma_loads_fit(a, b)
+    assert not tma_loads_fit(a, b.contiguous())  # B row-major: N-major tiles
+    assert not tma_loads_fit(a.t().contiguous().t(), b)  # A column-major: M-major tiles
+    assert tma_loads_fit(a.to(torch.float16), b.contiguous().to(torch.float16))  # 16-bit: either way
+
+
+@pytest.mark.skipif(not FP8_DOTS, reason="needs fp8 tensor cores")
+@pytest.mark.parametrize("persistent", [0, 1])
+def test_fp8_through_descriptors_matches_torch_scaled_mm(monkeypatch, persistent):
+    # Tiled and persistent launches of a descriptor config, edges on every axis; column-major B is
+    # fp8's own layout, so the config's launch stands (no persistent rule for transposed operands).
+    from generated import fp8_scaled_mm
+    from generated.fp8_scaled_mm import _OP
+
+    launches = []
+    real = rt.launch.Kernel.launch
+    monkeypatch.setattr(rt.launch.Kernel, "launch", lambda self, grid, args, varying, constexprs, *rest:
+                        launches.append(constexprs) or real(self, grid, args, varying, constexprs, *rest))
+    a, b, row, col = _inputs(200, 304, 400)
+    want = torch._scaled_mm(a, b, scale_a=row[:, None], scale_b=col[None, :], out_dtype=torch.bfloat16,
+                            use_fast_accum=True)
+    config = dict(BM=128, BN=128, BK=128, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1, PERSISTENT=persistent)
+    with _OP.configs.forcing(config):
+        got = fp8_scaled_mm(a, b, row, col)
+    assert launches[-1]["USE_TMA"] and launches[-1]["TRANS_B"] and not launches[-1]["TRANS_A"]
+    assert launches[-1]["PERSISTENT"] == bool(persistent)
+    torch.testing.assert_close(got, want, atol=5e-2, rtol=2e-2)

@@ -128,6 +128,27 @@ def test_tma_variants_are_not_timed_where_the_operands_cannot_take_descriptors(m
     assert len(timed) == 4 + 2 + 5  # the refined tiles' other warps and stages, as above, none with TMA
 
 
+def test_a_batched_op_asks_about_descriptors_for_its_operands_matrices(monkeypatch):
+    # A batch loads through 3-D descriptors, a matrix a box: whether a TMA config is timed
+    # depends on the matrices' layouts, so the op is asked about [M, K] and [K, N], not the batch.
+    fp16 = cost({(64, 64): 10, (64, 128): 11, (128, 64): 12, (128, 128): 13}, {})
+    module, op_module, timed, do_bench = stand_in({torch.float16: fp16}, [torch.float16])
+    make_inputs, run_tilegen = module.make_inputs, module.run_tilegen
+    module.make_inputs = lambda shape, dtype: [make_inputs(shape, dtype), torch.ones(4, 24, 16), torch.ones(4, 16, 8)]
+    module.run_tilegen = lambda inputs: (run_tilegen(inputs[0]), inputs[1] @ inputs[2])[1]
+    module.run_torch = lambda inputs: inputs[1] @ inputs[2]
+    asked = []
+    op_module.operands = (1, 2)
+    op_module.loads_through_descriptors = lambda config, a, b: asked.append((a.shape, b.shape)) or True
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(tune, "SWEEPS", 1)
+    monkeypatch.setattr(tune, "CONFIRM_ROUNDS", 0)
+    monkeypatch.setattr(tune, "DECIDING_ROUNDS", 0)
+    tune.tune_module(module, op_module, None, lambda line: None)
+    assert asked and set(asked) == {((24, 16), (16, 8))}
+    assert any(c.get("TMA") for _, c in timed)
+
+
 def test_compile_worker_leaves_failing_configs_to_the_timing_loop(monkeypatch):
     # The worker only warms Triton's cache: a config that fails there is met and reported again
     # by the timing loop, so the worker goes on to the next config.

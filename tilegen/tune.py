@@ -159,7 +159,9 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
     def loads_through_descriptors(config, inputs):
         if not hasattr(op, "loads_through_descriptors"):
             return True
-        return op.loads_through_descriptors(config, *(inputs[i] for i in op.operands))
+        # A batched op's operands by their first matrices: a batch loads through 3-D descriptors
+        # (MatmulOp._launch), which the inputs' contiguous batches allow.
+        return op.loads_through_descriptors(config, *(inputs[i][(0,) * (inputs[i].dim() - 2)] for i in op.operands))
     scores: dict[tuple, dict[tuple, list[float]]] = {}
     configs: dict[tuple, dict] = {}
     chosen_dtypes = [d for d in module.DTYPES if not dtypes or dtype_name(d) in dtypes]

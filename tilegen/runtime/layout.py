@@ -113,22 +113,41 @@ def tma_orientation(t):
     return None
 
 
-def tma_loads_fit(*operands):
-    """Whether tensor-memory-accelerator loads can read these 2-D operands: a GPU that has them
-    (compute capability 9 or later; the interpreter runs them too) and each operand row- or
-    column-major with 16-byte aligned lines and base address (tma_orientation)."""
+def tma_loads_fit(a, b):
+    """Whether tensor-memory-accelerator loads can read the 2-D operands `a` ([M, K]) and `b`
+    ([K, N]): a GPU that has them (compute capability 9 or later; the interpreter runs them too)
+    and each operand row- or column-major with 16-byte aligned lines and base address
+    (tma_orientation). 8-bit operands only where both are K-major (A row-major, B column-major,
+    torch._scaled_mm's layout): the tensor cores' 8-bit path reads both tiles K-major from shared
+    memory, which a descriptor of such a B gives as it lies (its row-major transpose's tiles,
+    transposed back in the kernel), and of a row-major B would not."""
     if TensorDescriptor is None:
         return False
-    # fp8 operands load through pointers: the tensor cores' 8-bit path reads B K-major, and a
-    # descriptor of a row-major B hands it N-major tiles (not yet measured compiled: see
-    # bench/results/h200/fp8/README.md).
-    if any(t.element_size() == 1 for t in operands):
+    orientations = (tma_orientation(a), tma_orientation(b))
+    if None in orientations:
         return False
-    if any(tma_orientation(t) is None for t in operands):
+    if 1 in (a.element_size(), b.element_size()) and orientations != ("rows", "columns"):
         return False
-    return INTERPRET or torch.cuda.get_device_capability(operands[0].device)[0] >= 9
+    return INTERPRET or torch.cuda.get_device_capability(a.device)[0] >= 9
 
 
 def described(tensor, block):
     """A tensor descriptor of `tensor` with `block` (reads past the edges return zeros)."""
     return TensorDescriptor.from_tensor(tensor, list(block))
+
+
+def batch_descriptors_fit(*matrices):
+    """Whether 3-D descriptors ([matrices, rows, cols], one matrix a box) can read these batched
+    operand views: each steps to its next matrix by a nonzero, 16-byte aligned stride (a matrix
+    broadcast over the batch, stride 0, has no such descriptor: its launch loads through pointers)."""
+    return all(t.stride(0) != 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in matrices)
+
+
+def described_operand(view, block, transposed):
+    """The descriptor a matmul kernel loads an operand through: `view` is its [rows, cols] matrix
+    or a batch of them ([matrices, rows, cols], read a matrix a box); `block` its tile. A
+    column-major operand (`transposed`) is described as its row-major transpose, with the
+    tile's transpose for a box: the kernel transposes each tile back."""
+    if transposed:
+        view, block = view.transpose(-2, -1), block[::-1]
+    return described(view, (1, *block) if view.dim() == 3 else block)

@@ -17,7 +17,7 @@ from .configs import ConfigChooser, row_unroll
 from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
 from .sync import grid_wait_allowed
-from .layout import (MAX_STRIDED_RANK, collapse, described, k_rows_load_wide, needs_int64, offsets_along_fit, pad_after_first,
+from .layout import (MAX_STRIDED_RANK, batch_descriptors_fit, collapse, described_operand, k_rows_load_wide, needs_int64, offsets_along_fit, pad_after_first,
                      size_factor, stride_factor, tma_loads_fit, tma_orientation)
 from ..schema import bucket
 
@@ -286,15 +286,18 @@ class MatmulOp(Op):
         tiles = cdiv(M, bm) * cdiv(N, bn) * count
         matrix = [v[0] if count > 1 else v for v in views]  # (one matrix: its layout facts)
         a, b = (matrix[i] for i in self.operands)
-        # Descriptors are 2-D: a batch of matrices loads through pointers.
-        use_tma = count == 1 and self.loads_through_descriptors(config, a, b, traced)
+        # A batch of matrices (count > 1) loads through 3-D descriptors, a matrix a box.
+        use_tma = self.loads_through_descriptors(config, a, b, traced) and (
+            count == 1 or batch_descriptors_fit(*(views[i] for i in self.operands)))
         # A column-major operand is described as its transpose (the kernel transposes its tiles).
         trans_a, trans_b = (use_tma and tma_orientation(t) == "columns" for t in (a, b))
         persistent = {"tiled": False, "persistent": True}.get(self.schedule, bool(config.get("PERSISTENT")))
         # A column-major operand through descriptors (a backward's dA = dZ @ B^T, dB = A^T @ dZ)
         # launches persistent: the tiled launch of the tables' tiles took 1.19x its time for dA at
         # 4096^3 and 1.15x at 4096x11008x4096, 1.04x for dB (bench/probes/transposed_schedules.txt).
-        persistent = persistent or (self.schedule != "tiled" and (trans_a or trans_b))
+        # (Not an 8-bit B: column-major is its K-major layout, which the tables' own tunes time
+        # with both launches.)
+        persistent = persistent or (self.schedule != "tiled" and (trans_a or trans_b) and a.element_size() > 1)
         persistent = persistent and split_k == 1  # split-K always launches tiled
         # Persistent: one program per multiprocessor (fewer where there are fewer tiles).
         device = pointers[0].device
@@ -329,8 +332,8 @@ class MatmulOp(Op):
             workspace = split_k_workspace(device, tiles * split_k * bm * bn, tiles, fresh=traced)
         head = list(pointers)
         if use_tma:
-            head[self.operands[0]] = described(a.t(), (bk, bm)) if trans_a else described(a, (bm, bk))
-            head[self.operands[1]] = described(b.t(), (bn, bk)) if trans_b else described(b, (bk, bn))
+            head[self.operands[0]] = described_operand(views[self.operands[0]], (bm, bk), trans_a)
+            head[self.operands[1]] = described_operand(views[self.operands[1]], (bk, bn), trans_b)
         # Where nothing is saved the output stands in (never written): a tensor, so that the
         # binary takes the parameter on every call (only leading None arguments may be dropped
         # for the compiled call path to learn a launch) and traced launches pass no None.
