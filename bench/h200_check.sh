@@ -76,7 +76,8 @@ if [[ $steps == *" tune "* || $steps == *" reductions:tune "* || $steps == *" re
 else
     step build 60 python3 -m tilegen build specs/ --check
 fi
-step tests 540 python3 -m pytest -q -n 16 -p no:cacheprovider
+# -v: each result line names its test, so a run cut by its limit still says which failed.
+step tests 540 python3 -m pytest -v -n 16 -p no:cacheprovider
 step bench 300 python3 -m tilegen bench ${BENCH:-} --out "$out/bench"  # BENCH: bench arguments (default: every op)
 # A training step (forward+backward) of every op against eager autograd, with peak memory
 # (about 5 minutes); BACKWARD: bench arguments. backward_compile adds torch.compile (default and
