@@ -17,8 +17,9 @@ from .configs import ConfigChooser, row_unroll
 from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
 from .sync import grid_wait_allowed
-from .layout import (MAX_STRIDED_RANK, batch_descriptors_fit, collapse, described_operand, k_rows_load_wide, needs_int64, offsets_along_fit, pad_after_first,
-                     size_factor, stride_factor, tma_loads_fit, tma_orientation)
+from .layout import (MAX_STRIDED_RANK, batch_descriptors_fit, collapse, described_operand, k_rows_load_wide,
+                     needs_int64, offsets_along_fit, pad_after_first, size_factor, stride_factor, tma_loads_fit,
+                     tma_orientation)
 from ..schema import bucket
 
 
