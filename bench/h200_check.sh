@@ -76,8 +76,9 @@ if [[ $steps == *" tune "* || $steps == *" reductions:tune "* || $steps == *" re
 else
     step build 60 python3 -m tilegen build specs/ --check
 fi
-# -v: each result line names its test, so a run cut by its limit still says which failed.
-step tests 540 python3 -m pytest -v -n 16 -p no:cacheprovider
+# -v: each result line names its test, so a run cut by its limit still says which failed;
+# --durations: the slowest tests, to keep the matrix inside its limit (about 430 s of 540 in the last run).
+step tests 540 python3 -m pytest -v -n 16 -p no:cacheprovider --durations=25
 step bench 300 python3 -m tilegen bench ${BENCH:-} --out "$out/bench"  # BENCH: bench arguments (default: every op)
 # A training step (forward+backward) of every op against eager autograd, with peak memory
 # (about 5 minutes); BACKWARD: bench arguments. backward_compile adds torch.compile (default and
