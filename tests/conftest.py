@@ -7,6 +7,7 @@ import importlib
 import shutil
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from click.testing import CliRunner
@@ -23,6 +24,27 @@ def project(tmp_path, monkeypatch):
     shutil.copytree(SPECS, tmp_path / "specs")
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+class Launch(NamedTuple):
+    args: tuple
+    constexprs: dict
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Every kernel launch through tilegen.runtime (its arguments and constexprs), in order; each
+    still runs."""
+    from tilegen.runtime.launch import Kernel
+
+    seen, real = [], Kernel.launch
+
+    def launch(self, grid, args, varying, constexprs, *rest):
+        seen.append(Launch(args, constexprs))
+        return real(self, grid, args, varying, constexprs, *rest)
+
+    monkeypatch.setattr(Kernel, "launch", launch)
+    return seen
 
 
 @pytest.fixture

@@ -180,22 +180,17 @@ def test_a_backward_product_folds_whatever_the_epilogue_inputs(variant):
 
 @pytest.mark.parametrize("a_major", ["rows", "columns"])
 @pytest.mark.parametrize("b_major", ["rows", "columns"])
-def test_a_batch_loads_through_3d_descriptors_a_matrix_a_box(monkeypatch, a_major, b_major):
+def test_a_batch_loads_through_3d_descriptors_a_matrix_a_box(launches, a_major, b_major):
     # Descriptor configs read a batch that does not fold through [matrices, rows, cols]
     # descriptors, in either orientation of each operand, with edges on M, N and K; a matrix
     # broadcast over the batch (stride 0, no such descriptor) keeps its launch on pointers.
     import importlib
 
-    import tilegen.runtime as rt
     from tilegen.runtime.layout import TensorDescriptor
 
     if TensorDescriptor is None or (DEVICE == "cuda" and torch.cuda.get_device_capability()[0] < 9):
         pytest.skip("needs tensor descriptors (Triton 3.4 or later; a GPU of compute capability 9)")
     module = importlib.import_module("generated.bmm")
-    launches = []
-    real = rt.launch.Kernel.launch
-    monkeypatch.setattr(rt.launch.Kernel, "launch", lambda self, grid, args, varying, constexprs, *rest:
-                        launches.append((args, constexprs)) or real(self, grid, args, varying, constexprs, *rest))
     generator = torch.Generator().manual_seed(4)
 
     def operand(batch, rows, cols, major):
@@ -212,4 +207,4 @@ def test_a_batch_loads_through_3d_descriptors_a_matrix_a_box(monkeypatch, a_majo
         assert [len(arg.shape) for arg in args if isinstance(arg, TensorDescriptor)] == [3, 3]
         shared = operand((), 40, 24, a_major)  # one A for every matrix of the batch: stride 0
         torch.testing.assert_close(module.bmm(shared, w), shared @ w, atol=1e-4, rtol=1e-4)
-        assert launches[-1][1]["BATCHED"] and not launches[-1][1]["USE_TMA"]
+        assert launches[-1].constexprs["BATCHED"] and not launches[-1].constexprs["USE_TMA"]

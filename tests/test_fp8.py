@@ -110,22 +110,19 @@ def test_fp8_operands_take_descriptors_only_where_both_tiles_are_k_major():
 
 @pytest.mark.skipif(not FP8_DOTS, reason="needs fp8 tensor cores")
 @pytest.mark.parametrize("persistent", [0, 1])
-def test_fp8_through_descriptors_matches_torch_scaled_mm(monkeypatch, persistent):
+def test_fp8_through_descriptors_matches_torch_scaled_mm(launches, persistent):
     # Tiled and persistent launches of a descriptor config, edges on every axis; column-major B is
     # fp8's own layout, so the config's launch stands (no persistent rule for transposed operands).
     from generated import fp8_scaled_mm
     from generated.fp8_scaled_mm import _OP
 
-    launches = []
-    real = rt.launch.Kernel.launch
-    monkeypatch.setattr(rt.launch.Kernel, "launch", lambda self, grid, args, varying, constexprs, *rest:
-                        launches.append(constexprs) or real(self, grid, args, varying, constexprs, *rest))
     a, b, row, col = _inputs(200, 304, 400)
     want = torch._scaled_mm(a, b, scale_a=row[:, None], scale_b=col[None, :], out_dtype=torch.bfloat16,
                             use_fast_accum=True)
     config = dict(BM=128, BN=128, BK=128, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1, PERSISTENT=persistent)
     with _OP.configs.forcing(config):
         got = fp8_scaled_mm(a, b, row, col)
-    assert launches[-1]["USE_TMA"] and launches[-1]["TRANS_B"] and not launches[-1]["TRANS_A"]
-    assert launches[-1]["PERSISTENT"] == bool(persistent)
+    constexprs = launches[-1].constexprs
+    assert constexprs["USE_TMA"] and constexprs["TRANS_B"] and not constexprs["TRANS_A"]
+    assert constexprs["PERSISTENT"] == bool(persistent)
     torch.testing.assert_close(got, want, atol=5e-2, rtol=2e-2)

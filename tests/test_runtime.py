@@ -659,7 +659,7 @@ def test_every_entry_of_an_ops_own_table_is_launched_at_its_key(table):
             assert runtime_op.configs._pick(key, facts, None) == entry, (table, key_text, entry)
 
 
-def test_a_product_with_a_column_major_operand_through_descriptors_launches_persistent(monkeypatch):
+def test_a_product_with_a_column_major_operand_through_descriptors_launches_persistent(monkeypatch, launches):
     """The backward's products read A^T or B^T; through descriptors their tiled launch lost to the
     persistent one on the tables' tiles (bench/probes/transposed_schedules.txt), so such a
     product launches persistent whatever the config says, unless the spec fixes the schedule."""
@@ -667,10 +667,7 @@ def test_a_product_with_a_column_major_operand_through_descriptors_launches_pers
 
     module = importlib.import_module("generated.matmul")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    op, launches = module._OP, []
-    real = rt.launch.Kernel.launch
-    monkeypatch.setattr(rt.launch.Kernel, "launch", lambda self, grid, args, varying, constexprs, *rest:
-                        launches.append(constexprs) or real(self, grid, args, varying, constexprs, *rest))
+    op = module._OP
     config = dict(BM=32, BN=32, BK=16, SPLIT_K=1, num_warps=4, num_stages=2, TMA=1, PERSISTENT=0)
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(64, 48, generator=g).to(device), torch.randn(80, 48, generator=g).to(device)
@@ -679,8 +676,8 @@ def test_a_product_with_a_column_major_operand_through_descriptors_launches_pers
         for operand, transposed in ((rows, False), (columns, True)):
             got = op.product(x, operand)
             torch.testing.assert_close(got, x @ operand, atol=1e-3, rtol=1e-3)
-            assert launches[-1]["USE_TMA"] and launches[-1]["TRANS_B"] == transposed
-            assert launches[-1]["PERSISTENT"] == transposed
+            assert launches[-1].constexprs["USE_TMA"] and launches[-1].constexprs["TRANS_B"] == transposed
+            assert launches[-1].constexprs["PERSISTENT"] == transposed
         monkeypatch.setattr(op, "schedule", "tiled")  # a spec's schedule.launch: tiled stands
         op.product(x, columns)
-        assert launches[-1]["TRANS_B"] and not launches[-1]["PERSISTENT"]
+        assert launches[-1].constexprs["TRANS_B"] and not launches[-1].constexprs["PERSISTENT"]
