@@ -12,7 +12,7 @@ The rule that tells calls apart (which calls may repeat a learned launch) lives 
 
 # The interface generated code is written against (tilegen.runtime.require checks it). Raise it
 # whenever a generated module built for the old one would not work with the new one.
-RUNTIME_VERSION = 3
+RUNTIME_VERSION = 4
 
 # Each kind's config fields, block fields first, under their canonical (table file) names.
 BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",), "reduction": ("BLOCK",)}
