@@ -48,7 +48,7 @@ RESERVED_OP_NAMES = RESERVED | {"generated", "support", "route", "is_compiling",
 # The constexprs generated kernels take beside a spec's blocks, which a block may not be named
 # (tests/test_build.py checks every kernel the specs render against these).
 RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "MATH_64", "NUM_SMS", "DOT_PRECISION", "EPILOGUE",
-                                  "SAVE_ACC", "SPLIT_K", "USE_TMA", "TRANS_A", "TRANS_B", "PEEL_K", "PERSISTENT", "BATCHED", "EVEN",
+                                  "SAVE_ACC", "SPLIT_K", "USE_TMA", "TRANS_A", "TRANS_B", "PEEL_K", "PERSISTENT", "FLATTEN", "BATCHED", "EVEN",
                                   "ROWS", "ONE_TILE", "UNROLL", "SHARED_FINISH"})
 RESERVED_BLOCK_PREFIXES = ("EVEN_", "MASK_", "HAS_", "OUT_", "IN_")
 RESERVED_BLOCK_SUFFIXES = ("_FACTOR",)  # a size's or a stride's known factor (M_FACTOR, STRIDE_A_0_FACTOR)

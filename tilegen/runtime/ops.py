@@ -317,6 +317,7 @@ class MatmulOp(Op):
             "PEEL_K": mask_k and k_rows_load_wide(a, b, assume_aligned=traced), "USE_TMA": use_tma,
             "TRANS_A": trans_a, "TRANS_B": trans_b,
             "INDEX_64": needs_int64(*views, extra=bk), "PERSISTENT": persistent,
+            "FLATTEN": persistent and bool(config.get("FLATTEN")),
             "EPILOGUE": epilogue, "SAVE_ACC": saved is not None,
             **dict(zip(self.factor_names, factors)),
         }
