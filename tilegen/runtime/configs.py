@@ -385,8 +385,9 @@ class MatmulSpace:
                                     variants.append(dict(config, PERSISTENT=1, FLATTEN=1))
                                 for variant in variants:
                                     out.append(variant)
-                                    if explore:  # tensor-memory-accelerator loads, where they fit
-                                        out.append(dict(variant, TMA=1))
+                                    if explore:  # tensor-memory-accelerator loads, where they fit,
+                                        out.append(dict(variant, TMA=1))  # and with them stores
+                                        out.append(dict(variant, TMA=1, TMA_STORE=1))
         return out
 
     def heuristic(self, fitting, facts, key):

@@ -1,5 +1,5 @@
 """Tile-level helpers every matmul kernel calls: an operand's tile through its tensor descriptor,
-and the sum of split-K's partial tiles. Generated modules import them by their own names
+an output tile stored through one, and the sum of split-K's partial tiles. Generated modules import them by their own names
 (torch.compile copies the functions a kernel calls by the names they are defined with)."""
 
 import triton
@@ -23,6 +23,18 @@ def operand_tile(desc, batch, row, col, ROWS: tl.constexpr, COLS: tl.constexpr, 
         else:
             tile = desc.load([row, col])
     return tile
+
+
+@triton.jit
+def store_tile(desc, tile, batch, row, col, BATCHED: tl.constexpr):
+    """Store `tile` at (row, col) of an output through its tensor descriptor (of matrix `batch`
+    where the descriptor is 3-D), cast to the output's dtype. The store is asynchronous (the
+    tensor memory accelerator drains it from shared memory while the program moves on) and drops
+    what lies past the output's edges."""
+    if BATCHED:
+        desc.store([batch, row, col], tile.to(desc.dtype).reshape(1, tile.shape[0], tile.shape[1]))
+    else:
+        desc.store([row, col], tile.to(desc.dtype))
 
 
 @triton.jit
