@@ -208,3 +208,10 @@ def test_a_batch_loads_through_3d_descriptors_a_matrix_a_box(launches, a_major, 
         shared = operand((), 40, 24, a_major)  # one A for every matrix of the batch: stride 0
         torch.testing.assert_close(module.bmm(shared, w), shared @ w, atol=1e-4, rtol=1e-4)
         assert launches[-1].constexprs["BATCHED"] and not launches[-1].constexprs["USE_TMA"]
+    # TMA_STORE: the output goes out through a 3-D descriptor too, which drops what lies past
+    # each matrix's edges (40 x 36 in 32 x 32 tiles).
+    with module._OP.configs.forcing(dict(config, TMA_STORE=1)):
+        torch.testing.assert_close(module.bmm(x, w), x @ w, atol=1e-4, rtol=1e-4)
+        args, constexprs = launches[-1]
+        assert constexprs["USE_TMA_STORE"] and constexprs["BATCHED"]
+        assert [len(arg.shape) for arg in args if isinstance(arg, TensorDescriptor)] == [3, 3, 3]

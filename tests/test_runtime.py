@@ -193,9 +193,12 @@ def test_exploring_varies_warps_and_stages_around_the_same_tiles():
     base, wide = candidates(facts, key), candidates(facts, key, explore=True)
 
     assert {rt.tile_of(c) for c in wide} == {rt.tile_of(c) for c in base} and all(c in wide for c in base)
-    # Every config is explored with tensor-descriptor loads too; only tuning offers them.
-    assert [c for c in wide if c.get("TMA")] == [dict(c, TMA=1) for c in wide if not c.get("TMA")]
-    assert not any("TMA" in c for c in base)
+    # Every config is explored with tensor-descriptor loads too, and with loads and stores; only
+    # tuning offers them.
+    plain = [c for c in wide if not c.get("TMA")]
+    assert [c for c in wide if c.get("TMA") and not c.get("TMA_STORE")] == [dict(c, TMA=1) for c in plain]
+    assert [c for c in wide if c.get("TMA_STORE")] == [dict(c, TMA=1, TMA_STORE=1) for c in plain]
+    assert not any("TMA" in c or "TMA_STORE" in c for c in base)
     assert {c["num_warps"] for c in wide} == {4, 8} and {c["num_stages"] for c in wide} == {2, 3, 4, 5}
     assert all((c["BM"] + c["BN"]) * c["BK"] * 2 * c["num_stages"] <= facts[1] for c in wide)
     # Accumulators of 128x256 need 8 warps, exploring or not.
@@ -205,8 +208,12 @@ def test_exploring_varies_warps_and_stages_around_the_same_tiles():
     one = dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=3)
     # (2048^2 in 64x64 tiles fills more than one wave, so the persistent launch is tried too.)
     assert fixed(facts, key) == [one]
-    assert fixed(facts, key, explore=True) == [one, dict(one, TMA=1), dict(one, PERSISTENT=1),
-                                                dict(one, PERSISTENT=1, TMA=1)]
+    loads, stores = dict(TMA=1), dict(TMA=1, TMA_STORE=1)
+    assert fixed(facts, key, explore=True) == [
+        one, dict(one, **loads), dict(one, **stores),
+        dict(one, PERSISTENT=1), dict(one, PERSISTENT=1, **loads), dict(one, PERSISTENT=1, **stores),
+        dict(one, PERSISTENT=1, FLATTEN=1), dict(one, PERSISTENT=1, FLATTEN=1, **loads),
+        dict(one, PERSISTENT=1, FLATTEN=1, **stores)]
     blocks = rt.ElementwiseSpace("BLOCK", [1024, 4096], [], False).candidates
     assert blocks(facts, (1 << 20, 2)) == [dict(BLOCK=1024, num_warps=4), dict(BLOCK=4096, num_warps=8)]
     assert [c["num_warps"] for c in blocks(facts, (1 << 20, 2), explore=True)] == [2, 4, 8, 4, 8, 16]
@@ -260,9 +267,15 @@ def test_persistent_variants_are_tried_in_tuning_only_past_one_wave():
     assert {(c["BM"], c["BN"]) for c in persistent} == {(64, 64), (64, 128), (128, 64), (128, 128)}
     assert not any(c.get("PERSISTENT") for c in candidates("auto", (1024, 1024, 1024, 2), True)
                    if c["BM"] * c["BN"] == 128 * 128)  # 64 tiles: one wave, nothing to loop over
-    # tiled and persistent fix the style in the wrapper: tuning has nothing to vary.
-    for launch in ("tiled", "persistent"):
-        assert not any(c.get("PERSISTENT") for c in candidates(launch, (4096, 4096, 4096, 2), True))
+    # Each persistent variant is tried with its tile loop flattened into the K loop too.
+    flattened = [c for c in explored if c.get("FLATTEN")]
+    assert [dict(c, FLATTEN=1) for c in persistent if not c.get("FLATTEN")] == flattened
+    # tiled and persistent fix the style in the wrapper: tuning varies no more than flattening
+    # a persistent one's loop.
+    assert not any(c.get("PERSISTENT") or c.get("FLATTEN") for c in candidates("tiled", (4096, 4096, 4096, 2), True))
+    fixed = candidates("persistent", (4096, 4096, 4096, 2), True)
+    assert {c.get("FLATTEN", 0) for c in fixed} == {0, 1}
+    assert not any(c.get("PERSISTENT") for c in fixed if not c.get("FLATTEN"))
 
 
 def test_split_k_workspace_off_cuda_is_fresh_for_each_call():
@@ -679,5 +692,45 @@ def test_a_product_with_a_column_major_operand_through_descriptors_launches_pers
             assert launches[-1].constexprs["USE_TMA"] and launches[-1].constexprs["TRANS_B"] == transposed
             assert launches[-1].constexprs["PERSISTENT"] == transposed
         monkeypatch.setattr(op, "schedule", "tiled")  # a spec's schedule.launch: tiled stands
+        op.product_path.forget()  # (a GPU's compiled call path learned the call above, persistent)
         op.product(x, columns)
         assert launches[-1].constexprs["TRANS_B"] and not launches[-1].constexprs["PERSISTENT"]
+
+
+def test_flatten_reaches_the_kernel_only_with_a_persistent_launch(launches):
+    """FLATTEN pipelines a persistent program's tile loop with its K loop; a tiled launch has no
+    tile loop, so the flag is dropped there rather than passed on (one compiled variant fewer)."""
+    import importlib
+
+    op = importlib.import_module("generated.matmul")._OP
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(96, 48, generator=g).to(device), torch.randn(48, 80, generator=g).to(device)
+    base = dict(BM=32, BN=32, BK=16, SPLIT_K=1, num_warps=4, num_stages=2, TMA=0)
+    for persistent in (0, 1):
+        with op.products.forcing(dict(base, PERSISTENT=persistent, FLATTEN=1)):
+            torch.testing.assert_close(op.product(x, y), x @ y, atol=1e-3, rtol=1e-3)
+        assert launches[-1].constexprs["PERSISTENT"] == launches[-1].constexprs["FLATTEN"] == bool(persistent)
+
+
+def test_outputs_store_through_descriptors_where_their_rows_allow(launches):
+    """TMA_STORE stores the outputs through tensor descriptors, which drop what lies past M and N
+    (here N = 80 in 32-column tiles), where every output's rows are 16-byte aligned; an output
+    whose rows are not (81 floats) goes out through pointers, its operands still through
+    descriptors."""
+    import importlib
+
+    op = importlib.import_module("generated.matmul")._OP
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(96, 48, generator=g).to(device)
+    config = dict(BM=32, BN=32, BK=16, SPLIT_K=1, num_warps=4, num_stages=2, TMA=1, TMA_STORE=1)
+    for cols, stored in ((80, True), (81, False)):
+        y = torch.randn(48, 96, generator=g).to(device)[:, :cols]
+        for persistent in (0, 1):
+            with op.products.forcing(dict(config, PERSISTENT=persistent)):
+                torch.testing.assert_close(op.product(x, y), x @ y, atol=1e-3, rtol=1e-3)
+            assert launches[-1].constexprs["USE_TMA"] and launches[-1].constexprs["USE_TMA_STORE"] == stored
+    assert rt.layout.tma_stores_fit([torch.empty(3, 8, 8, device=device)])
+    assert not rt.layout.tma_stores_fit([torch.empty(1, 8, 8, device=device).expand(3, 8, 8)])  # stride 0
+    assert not rt.layout.tma_stores_fit([torch.empty(8, 8, device=device).t()])  # column-major

@@ -92,12 +92,12 @@ def test_second_pass_varies_only_the_fastest_tiles(monkeypatch):
     assert best == {"1024x1024x1024x2": dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=5)}
     tiles = [(c["BM"], c["BN"]) for _, c in timed]
     # Every tile once with its defaults, then variants of the two fastest only (the 128x128 variant
-    # that would have won is never timed), each also with TMA loads, and a config that runs out
-    # of resources is skipped: 64x64 has 2 more stage counts, 64x128 5 more warp/stage pairs less
-    # the one that does not fit.
+    # that would have won is never timed), each also with TMA loads and with TMA loads and stores,
+    # and a config that runs out of resources is skipped: 64x64 has 2 more stage counts, 64x128 5
+    # more warp/stage pairs less the one that does not fit.
     assert sorted(tiles[:4]) == [(64, 64), (64, 128), (128, 64), (128, 128)]
-    assert set(tiles[4:]) == {(64, 64), (64, 128)} and len(timed) == 4 + (2 + 3) + (4 + 5)
-    assert any("skipped" in line for line in lines) and "of 18 candidates" in lines[-1]
+    assert set(tiles[4:]) == {(64, 64), (64, 128)} and len(timed) == 4 + (2 + 3 + 3) + (4 + 5 + 5)
+    assert any("skipped" in line for line in lines) and "of 26 candidates" in lines[-1]
 
 
 def test_dtypes_sharing_a_key_pick_among_configs_timed_for_both(monkeypatch):
@@ -198,7 +198,7 @@ def test_leaders_are_timed_again_so_no_config_wins_on_one_lucky_timing(monkeypat
     lucky = [ident for ident in times_timed if dict(ident)["BM"] == dict(ident)["BN"] == 64]
     assert lucky and all(times_timed[ident] == 1 + tune.CONFIRM_ROUNDS for ident in lucky)
     assert times_timed[tune.identity(winner)] == 1 + tune.CONFIRM_ROUNDS
-    assert "each timed 1 times, the 9 leading ones 3 times" in lines[-1]  # every lucky one, and the winner
+    assert "each timed 1 times, the 12 leading ones 3 times" in lines[-1]  # every lucky one, and the winner
 
 
 def test_one_slow_timing_does_not_drop_the_fastest_config(monkeypatch):
@@ -272,6 +272,7 @@ def test_finalists_are_decided_by_rounds_of_their_own_when_the_gpu_slows(monkeyp
 def test_brief_names_a_config_on_one_line():
     config = dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1, PERSISTENT=0)
     assert tune.brief(config) == "BM128 BN256 BK64 w8 s3 TMA"
+    assert tune.brief(dict(config, PERSISTENT=1, FLATTEN=1, TMA_STORE=1)) == "BM128 BN256 BK64 w8 s3 TMA PERSISTENT FLATTEN TMA_STORE"
     assert tune.brief(dict(BLOCK=1024, num_warps=4)) == "BLOCK1024 w4"
     assert tune.brief(dict(BLOCK=8192, ROWS=1, num_warps=32, UNROLL=0)) == "BLOCK8192 ROWS1 w32"
     assert tune.brief(dict(BLOCK=8192, ROWS=1, num_warps=32, UNROLL=2)) == "BLOCK8192 ROWS1 w32 UNROLL2"

@@ -28,6 +28,7 @@ TEMPLATE_NAMES = frozenset({
     "rows", "cols", "row_mask", "row_block", "start", "n_rows", "row_length", "scale",
     "batch", "launch_tile", "tiles_per_matrix",
     "first", "last", "others", "step", "sum_cols", "wait_for_every_program", "group", "block",
+    "operand_tile", "store_tile", "sum_split_k",
 })
 # Python builtins the generated package calls.
 BUILTIN_NAMES = frozenset({"dict", "enumerate", "float", "int", "isinstance", "len", "list", "max", "min", "range",

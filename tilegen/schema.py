@@ -12,17 +12,18 @@ The rule that tells calls apart (which calls may repeat a learned launch) lives 
 
 # The interface generated code is written against (tilegen.runtime.require checks it). Raise it
 # whenever a generated module built for the old one would not work with the new one.
-RUNTIME_VERSION = 3
+RUNTIME_VERSION = 5
 
 # Each kind's config fields, block fields first, under their canonical (table file) names.
 BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",), "reduction": ("BLOCK",)}
-CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stages", "TMA", "PERSISTENT"),
+CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stages", "TMA", "PERSISTENT",
+                            "FLATTEN", "TMA_STORE"),
                  "elementwise": ("BLOCK", "num_warps"), "reduction": ("BLOCK", "ROWS", "num_warps", "UNROLL")}
 # Fields that say how a tile is computed, not which: an entry applies to an op whose candidates
 # hold its other fields, whatever these say.
-SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA", "PERSISTENT", "UNROLL")
+SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA", "PERSISTENT", "FLATTEN", "TMA_STORE", "UNROLL")
 # Fields that entries written before the field existed leave out, with the value they meant.
-FIELD_DEFAULTS = {"SPLIT_K": 1, "TMA": 0, "PERSISTENT": 0, "UNROLL": 0}
+FIELD_DEFAULTS = {"SPLIT_K": 1, "TMA": 0, "PERSISTENT": 0, "FLATTEN": 0, "TMA_STORE": 0, "UNROLL": 0}
 # A reduction's UNROLL (blocks a loop trip along a row) where a config names it; 0 leaves it to
 # the launch (tilegen.runtime.configs.row_unroll).
 UNROLL_SIZES = (1, 2, 4, 8)

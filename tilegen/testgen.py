@@ -213,6 +213,8 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
         empty_literal=_shape_literal(empty),
         odd_shape=fit(127, 65, 129),
         aligned_shape=fit(128, 96, 256),
+        # Output rows 16-byte aligned in every dtype, a multiple of no tile (where masks allow).
+        store_shape=fit(127, 72, 129),
         tiny_shape=fit(5, 3, 4),
         a_index=[t.name for t in spec.inputs].index(a.name), b_index=[t.name for t in spec.inputs].index(b.name),
         # Config keys whose candidates hold every tile, and every split of K.

@@ -91,7 +91,7 @@ def brief(config: dict) -> str:
     short = {"num_warps": "w", "num_stages": "s"}
     parts = []
     for name, value in config.items():
-        if name in ("TMA", "PERSISTENT"):
+        if name in ("TMA", "PERSISTENT", "FLATTEN", "TMA_STORE"):
             parts += [name] if value else []
         elif name not in FIELD_DEFAULTS or value != FIELD_DEFAULTS[name]:
             parts.append(f"{short.get(name, name)}{value}")

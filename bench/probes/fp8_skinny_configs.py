@@ -2,10 +2,14 @@
 depth, tile and stages beyond what the tables' candidate rule offers, beside torch._scaled_mm
 (fast accumulation) in the same run.
 
-    PYTHONPATH=. python3 bench/probes/fp8_skinny_configs.py > OUT.txt
+    PYTHONPATH=. python3 bench/probes/fp8_skinny_configs.py [split|narrow] > OUT.txt
+
+`split` (the default): deeper split-K on 64/128 tiles; `narrow`: narrow N tiles (32), no split,
+BK 256.
 """
 
 import itertools
+import sys
 
 import torch
 import triton
@@ -14,7 +18,16 @@ from generated import fp8_scaled_mm
 from generated.fp8_scaled_mm import _OP
 
 
+# (BM, BN, BK, SPLIT_K, num_stages) candidates of each space.
+SPACES = {
+    "split": [(bm, bn, 128, split, stages)
+              for bm, bn, split, stages in itertools.product((64, 128), (64, 128), (2, 4, 8), (4, 6))],
+    "narrow": list(itertools.product((64, 128), (32, 64), (128, 256), (1, 2), (4, 6))),
+}
+
+
 def main():
+    space = SPACES[sys.argv[1] if len(sys.argv) > 1 else "split"]
     m, n, k = 128, 4096, 4096
     gen = torch.Generator(device="cuda").manual_seed(0)
     a = (torch.randn(m, k, device="cuda", generator=gen) * k ** -0.25).to(torch.float8_e4m3fn)
@@ -27,8 +40,8 @@ def main():
     print(f"torch._scaled_mm fast accumulation: {theirs:.1f} us")
     print(f"table's choice: {bench(lambda: fp8_scaled_mm(a, b, one_a, one_b)):.1f} us")
     rows = []
-    for bm, bn, split, stages, tma in itertools.product((64, 128), (64, 128), (2, 4, 8), (4, 6), (1,)):
-        config = dict(BM=bm, BN=bn, BK=128, SPLIT_K=split, num_warps=4, num_stages=stages, TMA=tma)
+    for bm, bn, bk, split, stages in space:
+        config = dict(BM=bm, BN=bn, BK=bk, SPLIT_K=split, num_warps=4, num_stages=stages, TMA=1)
         with _OP.configs.forcing(config):
             try:
                 got = fp8_scaled_mm(a, b, one_a, one_b)

@@ -321,7 +321,10 @@ class MatmulSpace:
 
     `launch` is the spec's schedule.launch. Under "auto", tuning also tries persistent variants
     (PERSISTENT: one program per multiprocessor, looping over the tiles) where the tiles fill
-    more than one wave; "tiled" and "persistent" fix the launch style in the op instead.
+    more than one wave; "tiled" and "persistent" fix the launch style in the op instead. Where a
+    launch can be persistent, tuning also tries its tile loop flattened with the K loop (FLATTEN:
+    the next tile's first loads then overlap this tile's epilogue, which pays where a short K
+    leaves a tile little else to hide its store behind).
     """
 
     def __init__(self, names, bm_sizes, bn_sizes, bk_sizes, warps, stages, exact, splits=(1,), launch="auto"):
@@ -378,10 +381,13 @@ class MatmulSpace:
                                 variants = [config]
                                 if explore and self.launch == "auto" and split == 1 and tiles > sms:
                                     variants.append(dict(config, PERSISTENT=1))
+                                if explore and self.launch != "tiled" and split == 1 and tiles > sms:
+                                    variants.append(dict(config, PERSISTENT=1, FLATTEN=1))
                                 for variant in variants:
                                     out.append(variant)
-                                    if explore:  # tensor-memory-accelerator loads, where they fit
-                                        out.append(dict(variant, TMA=1))
+                                    if explore:  # tensor-memory-accelerator loads, where they fit,
+                                        out.append(dict(variant, TMA=1))  # and with them stores
+                                        out.append(dict(variant, TMA=1, TMA_STORE=1))
         return out
 
     def heuristic(self, fitting, facts, key):

@@ -143,6 +143,15 @@ def batch_descriptors_fit(*matrices):
     return all(t.stride(0) != 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in matrices)
 
 
+def tma_stores_fit(outputs):
+    """Whether a matmul kernel can store each of `outputs` (its [rows, cols] matrix, or a batch of
+    them, [matrices, rows, cols]) through a tensor descriptor: each row-major with 16-byte aligned
+    rows and base address, a batch stepping by a nonzero, 16-byte aligned stride."""
+    return TensorDescriptor is not None and all(
+        tma_orientation(out if out.dim() == 2 else out[0]) == "rows" and (out.dim() == 2 or batch_descriptors_fit(out))
+        for out in outputs)
+
+
 def described_operand(view, block, transposed):
     """The descriptor a matmul kernel loads an operand through: `view` is its [rows, cols] matrix
     or a batch of them ([matrices, rows, cols], read a matrix a box); `block` its tile. A

@@ -19,7 +19,7 @@ from .launch import Kernel, split_k_workspace
 from .sync import grid_wait_allowed
 from .layout import (MAX_STRIDED_RANK, batch_descriptors_fit, collapse, described_operand, k_rows_load_wide,
                      needs_int64, offsets_along_fit, pad_after_first, size_factor, stride_factor, tma_loads_fit,
-                     tma_orientation)
+                     tma_orientation, tma_stores_fit)
 from ..schema import bucket
 
 
@@ -292,6 +292,10 @@ class MatmulOp(Op):
             count == 1 or batch_descriptors_fit(*(views[i] for i in self.operands)))
         # A column-major operand is described as its transpose (the kernel transposes its tiles).
         trans_a, trans_b = (use_tma and tma_orientation(t) == "columns" for t in (a, b))
+        # Outputs (all the epilogue's, or a product's one) go out through descriptors where the
+        # config asks for it with its loads and every output's layout allows it.
+        stored = range(self.output, len(views)) if epilogue else (self.output,)
+        use_tma_store = use_tma and bool(config.get("TMA_STORE")) and tma_stores_fit([views[i] for i in stored])
         persistent = {"tiled": False, "persistent": True}.get(self.schedule, bool(config.get("PERSISTENT")))
         # A column-major operand through descriptors (a backward's dA = dZ @ B^T, dB = A^T @ dZ)
         # launches persistent: the tiled launch of the tables' tiles took 1.19x its time for dA at
@@ -315,8 +319,9 @@ class MatmulOp(Op):
             "SPLIT_K": split_k, "MASK_M": mask_m, "MASK_N": mask_n, "MASK_K": mask_k,
             # Where K rows load wide, whole K steps run unmasked and the partial one apart.
             "PEEL_K": mask_k and k_rows_load_wide(a, b, assume_aligned=traced), "USE_TMA": use_tma,
-            "TRANS_A": trans_a, "TRANS_B": trans_b,
+            "TRANS_A": trans_a, "TRANS_B": trans_b, "USE_TMA_STORE": use_tma_store,
             "INDEX_64": needs_int64(*views, extra=bk), "PERSISTENT": persistent,
+            "FLATTEN": persistent and bool(config.get("FLATTEN")),
             "EPILOGUE": epilogue, "SAVE_ACC": saved is not None,
             **dict(zip(self.factor_names, factors)),
         }
@@ -335,6 +340,9 @@ class MatmulOp(Op):
         if use_tma:
             head[self.operands[0]] = described_operand(views[self.operands[0]], (bm, bk), trans_a)
             head[self.operands[1]] = described_operand(views[self.operands[1]], (bk, bn), trans_b)
+        if use_tma_store:
+            for i in stored:
+                head[i] = described_operand(views[i], (bm, bn), False)
         # Where nothing is saved the output stands in (never written): a tensor, so that the
         # binary takes the parameter on every call (only leading None arguments may be dropped
         # for the compiled call path to learn a launch) and traced launches pass no None.
