@@ -128,6 +128,26 @@ def test_tma_variants_are_not_timed_where_the_operands_cannot_take_descriptors(m
     assert len(timed) == 4 + 2 + 5  # the refined tiles' other warps and stages, as above, none with TMA
 
 
+def test_store_variants_are_not_timed_where_the_outputs_cannot_take_descriptors(monkeypatch):
+    # A TMA_STORE config whose outputs cannot take descriptors stores through pointers: it would
+    # time its TMA config a second time. The op is asked about the outputs a call returned.
+    fp16 = cost({(64, 64): 10, (64, 128): 11, (128, 64): 12, (128, 128): 13}, {})
+    module, op_module, timed, do_bench = stand_in({torch.float16: fp16}, [torch.float16])
+    asked = []
+    op_module.stores_through_descriptors = lambda config, outputs: asked.append([o.shape for o in outputs]) or False
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(tune, "SWEEPS", 1)
+    monkeypatch.setattr(tune, "REFINED_TILES", 2)
+    monkeypatch.setattr(tune, "CONFIRM_ROUNDS", 0)
+    monkeypatch.setattr(tune, "DECIDING_ROUNDS", 0)
+    tune.tune_module(module, op_module, None, lambda line: None)
+    assert asked and all(shapes == [torch.Size([3])] for shapes in asked)  # the stand-in returns its input's clone
+    assert any(c.get("TMA") for _, c in timed) and not any(c.get("TMA_STORE") for _, c in timed)
+    # Every tile, then the two fastest's other warps and stages (64x64: 2, 64x128: 5), each of
+    # those and the tile's default also with loads, none with stores.
+    assert len(timed) == 4 + (2 + 3) + (5 + 6)
+
+
 def test_a_batched_op_asks_about_descriptors_for_its_operands_matrices(monkeypatch):
     # A batch loads through 3-D descriptors, a matrix a box: whether a TMA config is timed
     # depends on the matrices' layouts, so the op is asked about [M, K] and [K, N], not the batch.

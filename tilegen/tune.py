@@ -162,6 +162,13 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
         # A batched op's operands by their first matrices: a batch loads through 3-D descriptors
         # (MatmulOp._launch), which the inputs' contiguous batches allow.
         return op.loads_through_descriptors(config, *(inputs[i][(0,) * (inputs[i].dim() - 2)] for i in op.operands))
+
+    def stores_through_descriptors(config, outputs):
+        # `outputs`: a forward call's results, the tensors its kernel stores (a backward's
+        # results are not its products' outputs: those configs are all timed).
+        if not config.get("TMA_STORE") or outputs is None or not hasattr(op, "stores_through_descriptors"):
+            return True
+        return op.stores_through_descriptors(config, outputs)
     scores: dict[tuple, dict[tuple, list[float]]] = {}
     configs: dict[tuple, dict] = {}
     chosen_dtypes = [d for d in module.DTYPES if not dtypes or dtype_name(d) in dtypes]
@@ -173,9 +180,11 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
             inputs = module.make_inputs(shape, dtype)
             call, check = calls(module, inputs, dtype)
             with chooser.recording() as chosen:
-                call()
+                got = call()
             key = chosen[-1][0]
             keys.append(key)
+            results = got if isinstance(got, (tuple, list)) else (got,)
+            outputs = [t for t in results if isinstance(t, torch.Tensor)] if calls is forward_calls else None
             samples: dict[tuple, list[float]] = {}  # kernel ms per config identity, in timing order
             host: dict[tuple, list[float]] = {}  # host ms per call, likewise
 
@@ -198,6 +207,7 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
                 # A TMA config whose operands cannot take descriptors would time the pointer
                 # path again, and could win by noise an entry that aligned shapes then follow.
                 candidates = [c for c in candidates if not c.get("TMA") or loads_through_descriptors(c, inputs)]
+                candidates = [c for c in candidates if stores_through_descriptors(c, outputs)]  # (likewise)
                 if compiler is not None:
                     compiler.compile(module.OP, shape, dtype, candidates)
                 by_ident = {identity(c): dict(c) for c in candidates}

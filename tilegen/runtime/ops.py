@@ -278,6 +278,13 @@ class MatmulOp(Op):
         A traced launch loads through pointers: the layout of the data it will see is unknown."""
         return bool(config.get("TMA")) and not traced and tma_loads_fit(a, b)
 
+    def stores_through_descriptors(self, config, outputs):
+        """Whether `config` stores the op's `outputs` (each [..., M, N], as a call returns them)
+        through tensor descriptors, where its operands load through them: it asks for them
+        (TMA_STORE) and the outputs' layouts allow them (a batch of matrices, one matrix a box)."""
+        return bool(config.get("TMA_STORE")) and tma_stores_fit([o.reshape(-1, *o.shape[-2:]) if o.dim() > 2 else o
+                                                                  for o in outputs])
+
     def _launch(self, pointers, views, scalars, M, N, K, config, traced=False, masks=None, saved=None,
                 epilogue=True, count=1):
         """One launch over `count` matrices (M, N, K each): `views` are the tensors as the kernel
