@@ -184,7 +184,9 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
             key = chosen[-1][0]
             keys.append(key)
             results = got if isinstance(got, (tuple, list)) else (got,)
-            outputs = [t for t in results if isinstance(t, torch.Tensor)] if calls is forward_calls else None
+            # (A call's outputs are contiguous: their batch axes flatten into one.)
+            outputs = [t.flatten(0, -3) if t.dim() > 3 else t for t in results if isinstance(t, torch.Tensor)] \
+                if calls is forward_calls else None
             samples: dict[tuple, list[float]] = {}  # kernel ms per config identity, in timing order
             host: dict[tuple, list[float]] = {}  # host ms per call, likewise
 

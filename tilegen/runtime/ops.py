@@ -279,11 +279,10 @@ class MatmulOp(Op):
         return bool(config.get("TMA")) and not traced and tma_loads_fit(a, b)
 
     def stores_through_descriptors(self, config, outputs):
-        """Whether `config` stores the op's `outputs` (each [..., M, N], as a call returns them)
-        through tensor descriptors, where its operands load through them: it asks for them
-        (TMA_STORE) and the outputs' layouts allow them (a batch of matrices, one matrix a box)."""
-        return bool(config.get("TMA_STORE")) and tma_stores_fit([o.reshape(-1, *o.shape[-2:]) if o.dim() > 2 else o
-                                                                  for o in outputs])
+        """Whether `config` stores `outputs` (each a matrix, or a batch of them as [matrices, rows,
+        cols]) through tensor descriptors, where its operands load through them: it asks for them
+        (TMA_STORE) and the outputs' layouts allow them."""
+        return bool(config.get("TMA_STORE")) and tma_stores_fit(outputs)
 
     def _launch(self, pointers, views, scalars, M, N, K, config, traced=False, masks=None, saved=None,
                 epilogue=True, count=1):
@@ -302,7 +301,7 @@ class MatmulOp(Op):
         # Outputs (all the epilogue's, or a product's one) go out through descriptors where the
         # config asks for it with its loads and every output's layout allows it.
         stored = range(self.output, len(views)) if epilogue else (self.output,)
-        use_tma_store = use_tma and bool(config.get("TMA_STORE")) and tma_stores_fit([views[i] for i in stored])
+        use_tma_store = use_tma and self.stores_through_descriptors(config, [views[i] for i in stored])
         persistent = {"tiled": False, "persistent": True}.get(self.schedule, bool(config.get("PERSISTENT")))
         # A column-major operand through descriptors (a backward's dA = dZ @ B^T, dB = A^T @ dZ)
         # launches persistent: the tiled launch of the tables' tiles took 1.19x its time for dA at
