@@ -1,28 +1,72 @@
 """fp8_scaled_mm at 128x4096x4096, per-tensor and row-wise scales: do_bench, host time per call
 and GPU time per call (events around 300 back-to-back calls), beside torch._scaled_mm, for the
-tree whose generated/ is first on sys.path (its label the first argument).
+tree whose generated/ is first on sys.path (its label the first argument). With `--profile`,
+also whether the compiled call path serves a repeat call, and where 50 calls spend their host
+time (cProfile, the 12 costliest functions by own time).
 
-    (cd TREE && PYTHONPATH=TREE python3 bench/probes/fp8_host_diag.py LABEL) >> OUT.txt
+    (cd TREE && PYTHONPATH=TREE python3 bench/probes/fp8_host_diag.py LABEL [--profile]) >> OUT.txt
 """
-import sys, time, torch, triton
+
+import cProfile
+import pstats
+import sys
+import time
+
+import torch
+import triton
+
 from generated import fp8_scaled_mm
-import generated.fp8_scaled_mm as mod
-m, n, k = 128, 4096, 4096
-g = torch.Generator(device="cuda").manual_seed(0)
-a = (torch.randn(m, k, device="cuda", generator=g) * k ** -0.25).to(torch.float8_e4m3fn)
-b = (torch.randn(n, k, device="cuda", generator=g) * k ** -0.25).to(torch.float8_e4m3fn).t()
-sa, sb = torch.tensor(0.75, device="cuda"), torch.tensor(1.5, device="cuda")
-ra, rb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5
-for label, x, y in (("per-tensor", sa, sb), ("row-wise", ra, rb)):
-    fn = lambda: fp8_scaled_mm(a, b, x, y)
-    fn(); torch.cuda.synchronize()
-    bench = triton.testing.do_bench(fn, warmup=25, rep=100) * 1e3
-    t0 = time.perf_counter()
-    for _ in range(300): fn()
-    t1 = time.perf_counter(); torch.cuda.synchronize(); t2 = time.perf_counter()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(300): fn()
-    e1.record(); torch.cuda.synchronize()
-    theirs = triton.testing.do_bench(lambda: torch._scaled_mm(a, b, scale_a=sa if x.dim() == 0 else x[:, None], scale_b=sb if y.dim() == 0 else y[None, :], out_dtype=torch.bfloat16, use_fast_accum=True), warmup=25, rep=100) * 1e3
-    print(f"{sys.argv[1]} {label}: do_bench {bench:.1f} us, host {(t1 - t0) / 300 * 1e6:.1f} us/call, back-to-back {e0.elapsed_time(e1) / 300 * 1e3:.1f} us/call; _scaled_mm {theirs:.1f} us; callpath {getattr(mod, '_OP', None) and type(mod._OP).__name__}", flush=True)
+
+CALLS = 300
+
+
+def per_call_us(fn):
+    """(host us, GPU us) per call over CALLS back-to-back calls."""
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        fn()
+    host = (time.perf_counter() - start) / CALLS * 1e6
+    torch.cuda.synchronize()
+    first, last = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    first.record()
+    for _ in range(CALLS):
+        fn()
+    last.record()
+    torch.cuda.synchronize()
+    return host, first.elapsed_time(last) / CALLS * 1e3
+
+
+def main():
+    label, profile = sys.argv[1], "--profile" in sys.argv[2:]
+    op = sys.modules["generated.fp8_scaled_mm"]._OP  # (`generated.fp8_scaled_mm`, the attribute, is the function)
+    m, n, k = 128, 4096, 4096
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = (torch.randn(m, k, device="cuda", generator=gen) * k ** -0.25).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, k, device="cuda", generator=gen) * k ** -0.25).to(torch.float8_e4m3fn).t()
+    per_tensor = (torch.tensor(0.75, device="cuda"), torch.tensor(1.5, device="cuda"))
+    row_wise = (torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5)
+    for scaling, (x, y) in (("per-tensor", per_tensor), ("row-wise", row_wise)):
+        call = lambda: fp8_scaled_mm(a, b, x, y)  # noqa: E731
+        call()
+        torch.cuda.synchronize()
+        bench = triton.testing.do_bench(call, warmup=25, rep=100) * 1e3
+        host, gpu = per_call_us(call)
+        scale_a, scale_b = (x, y) if x.dim() == 0 else (x[:, None], y[None, :])
+        theirs = triton.testing.do_bench(lambda: torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b,
+                                                                  out_dtype=torch.bfloat16, use_fast_accum=True),
+                                         warmup=25, rep=100) * 1e3
+        served = op.fast(a, b, x, y) is not None
+        print(f"{label} {scaling}: do_bench {bench:.1f} us, host {host:.1f} us/call, back-to-back {gpu:.1f} us/call; "
+              f"_scaled_mm {theirs:.1f} us; compiled call path serves it: {served}", flush=True)
+        if profile:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(50):
+                call()
+            profiler.disable()
+            torch.cuda.synchronize()
+            pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(12)
+
+
+if __name__ == "__main__":
+    main()
