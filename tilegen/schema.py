@@ -22,6 +22,8 @@ CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stage
 # Fields that say how a tile is computed, not which: an entry applies to an op whose candidates
 # hold its other fields, whatever these say.
 SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA", "PERSISTENT", "FLATTEN", "TMA_STORE", "UNROLL")
+# On/off fields of a config (1: on), named by themselves where a config is shown.
+FLAG_FIELDS = ("TMA", "PERSISTENT", "FLATTEN", "TMA_STORE")
 # Fields that entries written before the field existed leave out, with the value they meant.
 FIELD_DEFAULTS = {"SPLIT_K": 1, "TMA": 0, "PERSISTENT": 0, "FLATTEN": 0, "TMA_STORE": 0, "UNROLL": 0}
 # A reduction's UNROLL (blocks a loop trip along a row) where a config names it; 0 leaves it to

@@ -18,7 +18,7 @@ from pathlib import Path
 from .measure import (BenchError, as_tuple, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes,
                       settle_call_path, shape_label)
 from .runtime import backward_op_of, device_facts, op_of
-from .schema import BLOCK_FIELDS, FIELD_DEFAULTS, rename_blocks, tile_of
+from .schema import BLOCK_FIELDS, FIELD_DEFAULTS, FLAG_FIELDS, rename_blocks, tile_of
 from .tables import SCOPES, TABLE_DIR, backward_table_name, format_key, merge_entries
 
 
@@ -91,7 +91,7 @@ def brief(config: dict) -> str:
     short = {"num_warps": "w", "num_stages": "s"}
     parts = []
     for name, value in config.items():
-        if name in ("TMA", "PERSISTENT", "FLATTEN", "TMA_STORE"):
+        if name in FLAG_FIELDS:
             parts += [name] if value else []
         elif name not in FIELD_DEFAULTS or value != FIELD_DEFAULTS[name]:
             parts.append(f"{short.get(name, name)}{value}")

@@ -18,7 +18,7 @@ from .errors import ErrorLog
 from .expressions import Expression, ExpressionError, parse_expression
 from .rows import ELEMENT, LEVEL_NAMES, ROW, UNIFORM, level_of
 from .schema import UNROLL_SIZES
-from .naming import RESERVED, identifiers
+from .naming import KERNEL_HELPERS, RESERVED, identifiers
 from .shape_rules import ShapeRules, matmul_axes
 from .spec import ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec
 from .yaml_source import Document
@@ -43,12 +43,12 @@ BLOCK_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,30}$")
 # generated code renames values that collide with its own identifiers (naming.py).
 LANGUAGE_NAMES = frozenset({"acc", "out"})
 # An op name is a module and the public function in it: it may not shadow what the module uses.
-RESERVED_OP_NAMES = RESERVED | {"generated", "support", "route", "is_compiling", "sum_split_k", "operand_tile", "store_tile",
-                                 "wait_for_every_program"}
+RESERVED_OP_NAMES = RESERVED | KERNEL_HELPERS | {"generated", "support", "route", "is_compiling"}
 # The constexprs generated kernels take beside a spec's blocks, which a block may not be named
 # (tests/test_build.py checks every kernel the specs render against these).
 RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "MATH_64", "NUM_SMS", "DOT_PRECISION", "EPILOGUE",
-                                  "SAVE_ACC", "SPLIT_K", "USE_TMA", "TRANS_A", "TRANS_B", "PEEL_K", "PERSISTENT", "FLATTEN", "USE_TMA_STORE", "BATCHED", "EVEN",
+                                  "SAVE_ACC", "SPLIT_K", "USE_TMA", "USE_TMA_STORE", "TRANS_A", "TRANS_B", "PEEL_K",
+                                  "PERSISTENT", "FLATTEN", "BATCHED", "EVEN",
                                   "ROWS", "ONE_TILE", "UNROLL", "SHARED_FINISH"})
 RESERVED_BLOCK_PREFIXES = ("EVEN_", "MASK_", "HAS_", "OUT_", "IN_")
 RESERVED_BLOCK_SUFFIXES = ("_FACTOR",)  # a size's or a stride's known factor (M_FACTOR, STRIDE_A_0_FACTOR)

@@ -9,7 +9,7 @@ by tilegen needs only `pip install tilegen` to import.
 - configs: candidate configs, heuristics, tuned-table lookup, the ConfigChooser
 - launch: Triton's launch, split-K scratch
 - sync: a grid-wide barrier generated kernels call (wait_for_every_program)
-- tiles: tile helpers matmul kernels call (operand_tile, sum_split_k)
+- tiles: tile helpers matmul kernels call (operand_tile, store_tile, sum_split_k)
 - callpath, native: the compiled call path and the one mechanism that builds native code
 - batch: a batched matmul's batch axes (broadcasting, one stride per tensor)
 - ops: each kind's launch logic (ElementwiseOp, MatmulOp, ReductionOp)

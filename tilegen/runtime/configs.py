@@ -379,10 +379,11 @@ class MatmulSpace:
                                 config = {name_m: bm, name_n: bn, name_k: bk, "SPLIT_K": split, "num_warps": w,
                                           "num_stages": s}
                                 variants = [config]
-                                if explore and self.launch == "auto" and split == 1 and tiles > sms:
-                                    variants.append(dict(config, PERSISTENT=1))
-                                if explore and self.launch != "tiled" and split == 1 and tiles > sms:
-                                    variants.append(dict(config, PERSISTENT=1, FLATTEN=1))
+                                if explore and split == 1 and tiles > sms:  # a loop over tiles to try
+                                    if self.launch == "auto":
+                                        variants.append(dict(config, PERSISTENT=1))
+                                    if self.launch != "tiled":
+                                        variants.append(dict(config, PERSISTENT=1, FLATTEN=1))
                                 for variant in variants:
                                     out.append(variant)
                                     if explore:  # tensor-memory-accelerator loads, where they fit,

@@ -1,6 +1,7 @@
 """Tile-level helpers every matmul kernel calls: an operand's tile through its tensor descriptor,
-an output tile stored through one, and the sum of split-K's partial tiles. Generated modules import them by their own names
-(torch.compile copies the functions a kernel calls by the names they are defined with)."""
+an output tile stored through one, and the sum of split-K's partial tiles. Generated modules
+import them by their own names (torch.compile copies the functions a kernel calls by the names
+they are defined with; tilegen.naming.KERNEL_HELPERS)."""
 
 import triton
 import triton.language as tl
