@@ -181,6 +181,33 @@ def test_the_call_path_learns_a_launch_through_a_tensor_descriptor(module, monke
     assert filled_values(module, filled) == (a2.data_ptr(), 8, 16, 16, 1, got.data_ptr(), 0, 0)  # (scratch: null)
 
 
+def test_a_tensor_map_over_a_view_of_an_output_is_encoded_for_each_calls_output(module, monkeypatch):
+    """A batched output stored through a 3-D descriptor is described over a view of the result
+    ([matrices, rows, cols]), not the result object itself: the map's base is that output, so
+    each call's map is encoded for the address of the output it allocates."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    _quiet_call_path(monkeypatch, module)
+    path = callpath.CallPath()
+    a, c = torch.randn(2, 8, 16, dtype=torch.float16), torch.empty(2, 8, 16, dtype=torch.float16)
+    binary = _fake_binary({"a_ptr": "*fp16", "c_desc": "tensordesc<fp16[1, 4, 8]>", "BLOCK": "constexpr"},
+                          tensordesc_meta=[dict(_MAP_META, block_size=[1, 4, 8], elem_type=9)])
+    view = c.view(2, 8, 16)
+    assert view is not c
+    launched = rt.launch.Launched(binary, ["a_ptr", "c_desc", "BLOCK"], (1,),
+                                  (a, TensorDescriptor.from_tensor(view, [1, 4, 8])), 2, 0)
+    assert path.learn((a,), launched, c) is True
+    a2 = torch.randn(2, 8, 16, dtype=torch.float16)
+    got, filled = path.table.explain(a2)
+    assert got.shape == c.shape and got.data_ptr() != c.data_ptr()
+    assert filled_values(module, filled) == (a2.data_ptr(), got.data_ptr(), 2, 8, 16, 128, 16, 1, 0, 0)
+    # A view that starts elsewhere in the output is no such map: the call is not learned.
+    path.forget()
+    tail = TensorDescriptor.from_tensor(c[1:], [1, 4, 8])
+    launched = rt.launch.Launched(binary, ["a_ptr", "c_desc", "BLOCK"], (1,), (a, tail), 2, 0)
+    assert path.learn((a,), launched, c) is False
+
+
 def test_only_the_learned_signature_is_served(module):
     table = table_with(module)
     a, b, c = torch.randn(4, 5), torch.randn(4, 5), torch.empty(4, 5)
@@ -657,10 +684,13 @@ def test_a_norms_backward_is_one_launch_served_compiled_the_same_every_run():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled call path launches on a GPU only")
+@pytest.mark.parametrize("store", [False, True], ids=["pointer_store", "descriptor_store"])
 @pytest.mark.parametrize("op", ["bmm", "fp8_scaled_mm"])
-def test_repeat_calls_through_3d_and_fp8_descriptors_are_served_and_stay_right(op):
+def test_repeat_calls_through_3d_and_fp8_descriptors_are_served_and_stay_right(op, store):
     # A batch's [matrices, rows, cols] descriptors and fp8's K-major B: tensor maps of rank 3, and
-    # of one-byte elements with a transposed box, encoded per call.
+    # of one-byte elements with a transposed box, encoded per call. With TMA_STORE the output
+    # goes out through a descriptor too, described over a view of the call's output (3-D for
+    # bmm): its map is encoded for each call's fresh output.
     import importlib
 
     if callpath.load(wait=True) is None:
@@ -680,7 +710,7 @@ def test_repeat_calls_through_3d_and_fp8_descriptors_are_served_and_stay_right(o
             b = torch.randn(192, 128, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
             return a, b, torch.rand(256, device="cuda", generator=g) + 0.5, torch.rand(192, device="cuda", generator=g) + 0.5
         oracle = lambda a, b, row, col: ((a.float() @ b.float()) * row[:, None] * col).to(torch.bfloat16)  # noqa: E731
-    config = dict(BM=128, BN=64, BK=64, SPLIT_K=1, num_warps=4, num_stages=3, TMA=1)
+    config = dict(BM=128, BN=64, BK=64, SPLIT_K=1, num_warps=4, num_stages=3, TMA=1, **({"TMA_STORE": 1} if store else {}))
     with module._OP.configs.forcing(config):
         getattr(module, op)(*make())  # the Python path serves it, and the table learns it
         table = module._OP.call_path.table
@@ -689,4 +719,5 @@ def test_repeat_calls_through_3d_and_fp8_descriptors_are_served_and_stay_right(o
             args = make()
             torch.testing.assert_close(getattr(module, op)(*args).float(), oracle(*args).float(), atol=5e-2, rtol=2e-2)
         assert table.hits - hits == 3
-        assert "D" in callpath.load().describe(table.explain(*args)[1])[5]
+        codes = callpath.load().describe(table.explain(*args)[1])[5]
+        assert codes.count("D") == (3 if store else 2), codes  # both operands' maps, and the output's

@@ -1,8 +1,9 @@
 """fp8_scaled_mm at 128x4096x4096, per-tensor and row-wise scales: do_bench, host time per call
 and GPU time per call (events around 300 back-to-back calls), beside torch._scaled_mm, for the
 tree whose generated/ is first on sys.path (its label the first argument). With `--profile`,
-also whether the compiled call path serves a repeat call, and where 50 calls spend their host
-time (cProfile, the 12 costliest functions by own time).
+also whether the compiled call path serves a repeat call, where 50 calls spend their host
+time (cProfile, the 12 costliest functions by own time), and the GPU time of each kernel the
+calls launch (torch.profiler): host-bound calls and slow kernels then read apart.
 
     (cd TREE && PYTHONPATH=TREE python3 bench/probes/fp8_host_diag.py LABEL [--profile]) >> OUT.txt
 """
@@ -36,6 +37,16 @@ def per_call_us(fn):
     return host, first.elapsed_time(last) / CALLS * 1e3
 
 
+def print_kernel_times(call, calls=20):
+    """Each kernel's GPU time over `calls` calls, as torch.profiler records it."""
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    print(prof.key_averages().table(sort_by="device_time_total", row_limit=8), flush=True)
+
+
 def main():
     label, profile = sys.argv[1], "--profile" in sys.argv[2:]
     op = sys.modules["generated.fp8_scaled_mm"]._OP  # (`generated.fp8_scaled_mm`, the attribute, is the function)
@@ -66,6 +77,7 @@ def main():
             profiler.disable()
             torch.cuda.synchronize()
             pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(12)
+            print_kernel_times(call)
 
 
 if __name__ == "__main__":

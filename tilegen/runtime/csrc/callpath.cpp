@@ -635,7 +635,8 @@ PyObject *Table_explain(Table *self, PyObject *const *args, Py_ssize_t count) {
 }
 
 /* Where `value`, a varying launch parameter, comes from: one of the call's arguments or outputs
-   (the very object), a tensor held for the launch, or a null pointer. False where none. */
+   (the very object, or a view that starts where it does), a tensor held for the launch, or a
+   null pointer. False where none. */
 bool find_source(PyObject *value, PyObject *const *given, Py_ssize_t count, const std::vector<PyObject *> &outputs,
                  Entry &entry, Source *source) {
     for (Py_ssize_t k = 0; k < count; k++)
@@ -652,19 +653,27 @@ bool find_source(PyObject *value, PyObject *const *given, Py_ssize_t count, cons
         *source = {Source::NULL_POINTER, 0};  /* a pointer the kernel never reads */
         return true;
     }
-    /* A view of an argument that starts where it does (an input expanded to the broadcast shape):
-       its pointer is the argument's; the strides it was read through are the launch's fixed tail,
-       which a call with this signature always computes alike. */
+    /* A view of an argument or an output that starts where it does (an input expanded to the
+       broadcast shape, a batched output described [matrices, rows, cols]): its pointer is the
+       tensor's; the strides it was read through are the launch's fixed tail (or its tensor map's
+       fixed shape), which a call with this signature always computes alike. */
     if (THPVariable_CheckExact(value)) {
         const at::Tensor &view = THPVariable_Unpack(value);
+        auto starts = [&view](PyObject *tensor) {
+            if (!THPVariable_CheckExact(tensor))
+                return false;
+            const at::Tensor &whole = THPVariable_Unpack(tensor);
+            return whole.numel() > 0 && view.data_ptr() == whole.data_ptr() && view.is_alias_of(whole);
+        };
         for (Py_ssize_t k = 0; k < count; k++)
-            if (THPVariable_CheckExact(given[k])) {
-                const at::Tensor &argument = THPVariable_Unpack(given[k]);
-                if (argument.numel() > 0 && view.data_ptr() == argument.data_ptr() &&
-                    view.is_alias_of(argument)) {
-                    *source = {Source::ARGUMENT, static_cast<int>(k)};
-                    return true;
-                }
+            if (starts(given[k])) {
+                *source = {Source::ARGUMENT, static_cast<int>(k)};
+                return true;
+            }
+        for (size_t k = 0; k < outputs.size(); k++)
+            if (starts(outputs[k])) {
+                *source = {Source::OUTPUT, static_cast<int>(k)};
+                return true;
             }
     }
     if (THPVariable_CheckExact(value)) {
