@@ -721,3 +721,77 @@ def test_repeat_calls_through_3d_and_fp8_descriptors_are_served_and_stay_right(o
         assert table.hits - hits == 3
         codes = callpath.load().describe(table.explain(*args)[1])[5]
         assert codes.count("D") == (3 if store else 2), codes  # both operands' maps, and the output's
+
+
+# Keys whose candidates, explored as tuning explores them, hold every launch style: many tiles
+# (persistent and flattened variants), few tiles over a long K (split-K).
+_STYLE_KEYS = {"matmul": [(4096, 4096, 1024), (256, 192, 4096)], "bmm": [(2048, 2048, 1024, 8), (256, 192, 4096, 2)],
+               "fp8_scaled_mm": [(4096, 4096, 1024), (256, 192, 4096)]}
+
+
+def launch_styles(space, facts, keys, itemsize):
+    """One config of each launch style `space` offers tuning at `keys` (its smallest tile): the
+    style is which of the on/off fields it sets, and whether it splits K."""
+    from tilegen.schema import FLAG_FIELDS
+
+    styles = {}
+    for key in keys:
+        for config in space.candidates(facts, (*key, itemsize), explore=True):
+            style = tuple(f for f in FLAG_FIELDS if config.get(f)) + (("SPLIT_K",) if config.get("SPLIT_K", 1) > 1 else ())
+            size = (config["BM"] * config["BN"] * config["BK"], config["num_stages"], config["num_warps"])
+            if style not in styles or size < styles[style][0]:
+                styles[style] = (size, config)
+    return {style: config for style, (_, config) in styles.items()}
+
+
+@pytest.mark.parametrize("op", sorted(_STYLE_KEYS))
+def test_the_launch_styles_cover_what_tuning_may_choose(op):
+    import importlib
+
+    space = importlib.import_module(f"generated.{op}")._OP.configs.space
+    itemsize = 1 if op.startswith("fp8") else 2
+    styles = launch_styles(space, (132, 232448), _STYLE_KEYS[op], itemsize)
+    assert {(), ("TMA",), ("TMA", "TMA_STORE"), ("SPLIT_K",), ("PERSISTENT", "FLATTEN"),
+            ("TMA", "PERSISTENT", "FLATTEN", "TMA_STORE")} <= set(styles), sorted(styles)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled call path launches on a GPU only")
+@pytest.mark.parametrize("op", sorted(_STYLE_KEYS))
+def test_every_launch_style_tuning_may_choose_is_served_compiled_and_stays_right(op):
+    # A launch the compiled call path cannot learn falls back to the Python path without a word:
+    # hundreds of microseconds a call, which tuning then counts against the config (descriptor
+    # stores of a batched output, described over a view of it, did until the call path knew
+    # such views). Every style tuning may choose: its repeat calls served, and right.
+    import importlib
+
+    if callpath.load(wait=True) is None:
+        pytest.skip(f"no compiled call path here: {callpath.UNAVAILABLE}")
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("tensor descriptors need compute capability 9")
+    module = importlib.import_module(f"generated.{op}")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    if op == "fp8_scaled_mm":
+        def make():
+            a = torch.randn(256, 1024, device="cuda", generator=g).to(torch.float8_e4m3fn)
+            b = torch.randn(192, 1024, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
+            return a, b, torch.rand(256, device="cuda", generator=g) + 0.5, torch.rand(192, device="cuda", generator=g) + 0.5
+        oracle = lambda a, b, row, col: ((a.float() @ b.float()) * row[:, None] * col).to(torch.bfloat16)  # noqa: E731
+    else:
+        batch = (3,) if op == "bmm" else ()
+
+        def make():
+            return (torch.randn(*batch, 256, 1024, device="cuda", generator=g, dtype=torch.float16),
+                    torch.randn(*batch, 1024, 192, device="cuda", generator=g, dtype=torch.float16))
+        oracle = lambda a, b: (a.float() @ b.float()).to(a.dtype)  # noqa: E731
+    facts = rt.device_facts(torch.device("cuda"))
+    itemsize = 1 if op.startswith("fp8") else 2
+    for style, config in launch_styles(module._OP.configs.space, facts, _STYLE_KEYS[op], itemsize).items():
+        with module._OP.configs.forcing(config):
+            getattr(module, op)(*make())  # the Python path serves it, and the table learns it
+            table = module._OP.call_path.table
+            hits = table.hits
+            for _ in range(3):
+                args = make()
+                torch.testing.assert_close(getattr(module, op)(*args).float(), oracle(*args).float(),
+                                           atol=5e-2, rtol=2e-2, msg=lambda m: f"{style}: {m}")
+            assert table.hits - hits == 3, (style, config)
