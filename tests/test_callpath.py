@@ -201,11 +201,17 @@ def test_a_tensor_map_over_a_view_of_an_output_is_encoded_for_each_calls_output(
     got, filled = path.table.explain(a2)
     assert got.shape == c.shape and got.data_ptr() != c.data_ptr()
     assert filled_values(module, filled) == (a2.data_ptr(), got.data_ptr(), 2, 8, 16, 128, 16, 1, 0, 0)
-    # A view that starts elsewhere in the output is no such map: the call is not learned.
+    # A view that starts elsewhere in the output, or reaches past its end (the tensor it was cut
+    # from), is no such map: the call is not learned.
     path.forget()
     tail = TensorDescriptor.from_tensor(c[1:], [1, 4, 8])
     launched = rt.launch.Launched(binary, ["a_ptr", "c_desc", "BLOCK"], (1,), (a, tail), 2, 0)
     assert path.learn((a,), launched, c) is False
+    whole = torch.empty(4, 8, 16, dtype=torch.float16)
+    first = whole[:2]
+    launched = rt.launch.Launched(binary, ["a_ptr", "c_desc", "BLOCK"], (1,),
+                                  (a, TensorDescriptor.from_tensor(whole, [1, 4, 8])), 2, 0)
+    assert path.learn((a,), launched, first) is False
 
 
 def test_only_the_learned_signature_is_served(module):

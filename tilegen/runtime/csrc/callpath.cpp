@@ -634,9 +634,19 @@ PyObject *Table_explain(Table *self, PyObject *const *args, Py_ssize_t count) {
     return Py_BuildValue("NN", result, plan);
 }
 
+/* The offset in bytes of the last element `t` reaches from its first (none: -1). */
+int64_t last_byte(const at::Tensor &t) {
+    if (t.numel() == 0)
+        return -1;
+    int64_t last = 0;
+    for (int64_t d = 0; d < t.dim(); d++)
+        last += (t.size(d) - 1) * t.stride(d);
+    return last * static_cast<int64_t>(t.element_size());
+}
+
 /* Where `value`, a varying launch parameter, comes from: one of the call's arguments or outputs
-   (the very object, or a view that starts where it does), a tensor held for the launch, or a
-   null pointer. False where none. */
+   (the very object, or a view that starts where it does and ends within it), a tensor held for
+   the launch, or a null pointer. False where none. */
 bool find_source(PyObject *value, PyObject *const *given, Py_ssize_t count, const std::vector<PyObject *> &outputs,
                  Entry &entry, Source *source) {
     for (Py_ssize_t k = 0; k < count; k++)
@@ -663,7 +673,9 @@ bool find_source(PyObject *value, PyObject *const *given, Py_ssize_t count, cons
             if (!THPVariable_CheckExact(tensor))
                 return false;
             const at::Tensor &whole = THPVariable_Unpack(tensor);
-            return whole.numel() > 0 && view.data_ptr() == whole.data_ptr() && view.is_alias_of(whole);
+            /* ... and ends within it: a call's fresh output is only as large as the learned one. */
+            return whole.numel() > 0 && view.data_ptr() == whole.data_ptr() && view.is_alias_of(whole) &&
+                   last_byte(view) <= last_byte(whole);
         };
         for (Py_ssize_t k = 0; k < count; k++)
             if (starts(given[k])) {
