@@ -78,38 +78,61 @@ def cost(base, variants):
     return of
 
 
-def test_second_pass_varies_only_the_fastest_tiles(monkeypatch):
+def test_second_pass_varies_only_the_fastest_launches(monkeypatch):
     fp16 = cost({(64, 64): 10, (64, 128): 11, (128, 64): 12, (128, 128): 13},
                 {((64, 64), 4, 5): 9, ((128, 128), 8, 3): 1, ((64, 128), 8, 5): None})
     module, op_module, timed, do_bench = stand_in({torch.float16: fp16}, [torch.float16])
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     monkeypatch.setattr(tune, "SWEEPS", 1)  # one timing per config: the passes' shape
-    monkeypatch.setattr(tune, "REFINED_TILES", 2)
+    monkeypatch.setattr(tune, "REFINED_LAUNCHES", 2)
     monkeypatch.setattr(tune, "CONFIRM_ROUNDS", 0)  # the passes alone (confirmation: its own test)
     monkeypatch.setattr(tune, "DECIDING_ROUNDS", 0)
     lines = []
     best = tune.tune_module(module, op_module, None, lines.append)
     assert best == {"1024x1024x1024x2": dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=5)}
-    tiles = [(c["BM"], c["BN"]) for _, c in timed]
-    # Every tile once with its defaults, then variants of the two fastest only (the 128x128 variant
-    # that would have won is never timed), each also with TMA loads and with TMA loads and stores,
-    # and a config that runs out of resources is skipped: 64x64 has 2 more stage counts, 64x128 5
-    # more warp/stage pairs less the one that does not fit.
-    assert sorted(tiles[:4]) == [(64, 64), (64, 128), (128, 64), (128, 128)]
-    assert set(tiles[4:]) == {(64, 64), (64, 128)} and len(timed) == 4 + (2 + 3 + 3) + (4 + 5 + 5)
-    assert any("skipped" in line for line in lines) and "of 26 candidates" in lines[-1]
+    launches = [((c["BM"], c["BN"]), c.get("TMA", 0), c.get("TMA_STORE", 0)) for _, c in timed]
+    # Every tile once in each way it launches (pointers, TMA loads, TMA loads and stores) with its
+    # default warps and stages, then the other warps and stages of the two fastest launches only,
+    # 64x64 through pointers and with TMA loads (the 128x128 variant that would have won is never
+    # timed): 64x64 has 2 more stage counts.
+    assert sorted(launches[:12]) == sorted((tile, tma, store) for tile in [(64, 64), (64, 128), (128, 64), (128, 128)]
+                                           for tma, store in [(0, 0), (1, 0), (1, 1)])
+    assert all(c["num_warps"] == 4 and c["num_stages"] == 4 for _, c in timed[:12])  # the defaults
+    assert sorted(launches[12:]) == [((64, 64), 0, 0)] * 2 + [((64, 64), 1, 0)] * 2 and len(timed) == 16
+    assert "of 16 candidates" in lines[-1]
+
+
+def test_every_launch_of_every_tile_is_timed_before_any_is_dropped(monkeypatch):
+    # A tile whose pointer launch is the slowest can be the fastest through descriptors (attention's
+    # scores on the H200: one 128x128 tile 209 us tiled through pointers, 98 us with descriptor
+    # stores): the first pass times each launch of each tile, not each tile's default launch alone.
+    base = cost({(64, 64): 10, (64, 128): 11, (128, 64): 12, (128, 128): 13}, {})
+
+    def fp16(config):
+        if (config["BM"], config["BN"]) == (128, 128) and config.get("TMA_STORE"):
+            return 2.0
+        return base(config)
+    module, op_module, timed, do_bench = stand_in({torch.float16: fp16}, [torch.float16])
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(tune, "SWEEPS", 1)
+    monkeypatch.setattr(tune, "REFINED_LAUNCHES", 1)
+    best = tune.tune_module(module, op_module, None, lambda line: None)
+    assert best["1024x1024x1024x2"] == dict(BM=128, BN=128, BK=32, SPLIT_K=1, num_warps=4, num_stages=4, TMA=1, TMA_STORE=1)
+    assert tune.first_pass([], [dict(BM=64, ROWS=4, num_warps=w) for w in (4, 8)]) == \
+        [dict(BM=64, ROWS=4, num_warps=w) for w in (4, 8)]  # a tile tuning alone tries: every warp count
 
 
 def test_dtypes_sharing_a_key_pick_among_configs_timed_for_both(monkeypatch):
-    # float16 refines 64x64 and 64x128, bfloat16 64x128 and 128x64: the very fast 64x64 variant
-    # was timed for float16 only, so it cannot stand for bfloat16.
+    # float16 refines 64x64's three launches and 64x128 through pointers, bfloat16 64x128's three
+    # launches and 128x64 through pointers: the very fast 64x64 variant was timed for float16
+    # only, so it cannot stand for bfloat16.
     fp16 = cost({(64, 64): 10, (64, 128): 11, (128, 64): 12, (128, 128): 13},
                 {((64, 64), 4, 5): 5, ((64, 128), 8, 5): 9})
     bf16 = cost({(64, 64): 13, (64, 128): 10, (128, 64): 11, (128, 128): 12}, {((64, 128), 8, 5): 9})
     module, op_module, _, do_bench = stand_in({torch.float16: fp16, torch.bfloat16: bf16},
                                               [torch.float16, torch.bfloat16])
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
-    monkeypatch.setattr(tune, "REFINED_TILES", 2)
+    monkeypatch.setattr(tune, "REFINED_LAUNCHES", 4)
     best = tune.tune_module(module, op_module, None, lambda line: None)
     assert best == {"1024x1024x1024x2": dict(BM=64, BN=128, BK=32, SPLIT_K=1, num_warps=8, num_stages=5)}
 
@@ -120,7 +143,7 @@ def test_tma_variants_are_not_timed_where_the_operands_cannot_take_descriptors(m
     module, op_module, timed, do_bench = stand_in({torch.float16: fp16}, [torch.float16], descriptors_fit=False)
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     monkeypatch.setattr(tune, "SWEEPS", 1)  # one timing per config: the passes' shape
-    monkeypatch.setattr(tune, "REFINED_TILES", 2)
+    monkeypatch.setattr(tune, "REFINED_LAUNCHES", 2)
     monkeypatch.setattr(tune, "CONFIRM_ROUNDS", 0)
     monkeypatch.setattr(tune, "DECIDING_ROUNDS", 0)
     tune.tune_module(module, op_module, None, lambda line: None)
@@ -137,15 +160,15 @@ def test_store_variants_are_not_timed_where_the_outputs_cannot_take_descriptors(
     op_module.stores_through_descriptors = lambda config, outputs: asked.append([o.shape for o in outputs]) or False
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     monkeypatch.setattr(tune, "SWEEPS", 1)
-    monkeypatch.setattr(tune, "REFINED_TILES", 2)
+    monkeypatch.setattr(tune, "REFINED_LAUNCHES", 2)
     monkeypatch.setattr(tune, "CONFIRM_ROUNDS", 0)
     monkeypatch.setattr(tune, "DECIDING_ROUNDS", 0)
     tune.tune_module(module, op_module, None, lambda line: None)
     assert asked and all(shapes == [torch.Size([3])] for shapes in asked)  # the stand-in returns its input's clone
     assert any(c.get("TMA") for _, c in timed) and not any(c.get("TMA_STORE") for _, c in timed)
-    # Every tile, then the two fastest's other warps and stages (64x64: 2, 64x128: 5), each of
-    # those and the tile's default also with loads, none with stores.
-    assert len(timed) == 4 + (2 + 3) + (5 + 6)
+    # Every tile through pointers and with TMA loads, then the two fastest launches' other warps
+    # and stages (64x64's both: 2 more stage counts each), none with stores.
+    assert len(timed) == 4 * 2 + 2 * 2
 
 
 def test_a_batched_op_asks_about_descriptors_for_its_operands_matrices(monkeypatch):
@@ -207,7 +230,7 @@ def test_leaders_are_timed_again_so_no_config_wins_on_one_lucky_timing(monkeypat
         return 5 if lucky else steady(config)
 
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
-    monkeypatch.setattr(tune, "REFINED_TILES", 1)
+    monkeypatch.setattr(tune, "REFINED_LAUNCHES", 1)
     monkeypatch.setattr(tune, "DECIDING_ROUNDS", 0)  # the confirmation alone (deciding: its own test)
     monkeypatch.setattr(tune, "SWEEPS", 1)  # (several sweeps would already outvote the lucky timing)
     lines = []
@@ -218,7 +241,8 @@ def test_leaders_are_timed_again_so_no_config_wins_on_one_lucky_timing(monkeypat
     lucky = [ident for ident in times_timed if dict(ident)["BM"] == dict(ident)["BN"] == 64]
     assert lucky and all(times_timed[ident] == 1 + tune.CONFIRM_ROUNDS for ident in lucky)
     assert times_timed[tune.identity(winner)] == 1 + tune.CONFIRM_ROUNDS
-    assert "each timed 1 times, the 12 leading ones 3 times" in lines[-1]  # every lucky one, and the winner
+    # Every lucky one (64x64's three launches and its two other stage counts), and 128x64's launches.
+    assert "each timed 1 times, the 8 leading ones 3 times" in lines[-1]
 
 
 def test_one_slow_timing_does_not_drop_the_fastest_config(monkeypatch):
@@ -237,27 +261,30 @@ def test_one_slow_timing_does_not_drop_the_fastest_config(monkeypatch):
         return 30 if first else steady(config)
 
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
-    monkeypatch.setattr(tune, "REFINED_TILES", 1)
+    monkeypatch.setattr(tune, "REFINED_LAUNCHES", 1)
     winner = dict(BM=128, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=4)
     monkeypatch.setattr(tune, "SWEEPS", 1)
     assert tune.tune_module(module, op_module, None, lambda line: None)["1024x1024x1024x2"] != winner
     order.clear()
     monkeypatch.setattr(tune, "SWEEPS", 3)
     assert tune.tune_module(module, op_module, None, lambda line: None)["1024x1024x1024x2"] == winner
-    # The first pass: the four tiles three times, forward, backward, forward.
-    first_pass = [(c["BM"], c["BN"]) for c in order[:12]]
-    assert first_pass[:4] == first_pass[4:8][::-1] == first_pass[8:12]
-    assert sorted(first_pass[:4]) == [(64, 64), (64, 128), (128, 64), (128, 128)]
+    # The first pass: the four tiles' twelve launches three times, forward, backward, forward.
+    first_pass = [((c["BM"], c["BN"]), c.get("TMA", 0), c.get("TMA_STORE", 0)) for c in order[:36]]
+    assert first_pass[:12] == first_pass[12:24][::-1] == first_pass[24:36]
+    assert sorted(first_pass[:12]) == sorted((tile, tma, store) for tile in [(64, 64), (64, 128), (128, 64), (128, 128)]
+                                             for tma, store in [(0, 0), (1, 0), (1, 1)])
 
 
 def test_a_config_that_cannot_run_is_tried_once(monkeypatch):
-    # 128x128 runs out of resources: one try in the first of three sweeps, none after.
+    # 128x128 runs out of resources however it launches: each launch one try in the first of
+    # three sweeps, none after.
     fp16 = cost({(64, 64): 10, (64, 128): 11, (128, 64): 12, (128, 128): 13}, {((128, 128), 4, 4): None})
     module, op_module, timed, do_bench = stand_in({torch.float16: fp16}, [torch.float16])
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
     lines = []
     tune.tune_module(module, op_module, None, lines.append)
-    assert sum("skipped" in line for line in lines) == 1
+    skipped = [line for line in lines if "skipped" in line]
+    assert len(skipped) == len(set(skipped)) == 3  # each of its launches (pointers, TMA loads, and stores) once
     assert not any((c["BM"], c["BN"]) == (128, 128) for _, c in timed)
 
 
@@ -276,7 +303,7 @@ def test_finalists_are_decided_by_rounds_of_their_own_when_the_gpu_slows(monkeyp
         return steady(op_module.configs.forced) * (1 + 0.01 * (len(calls) - 1))
 
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
-    monkeypatch.setattr(tune, "REFINED_TILES", 1)
+    monkeypatch.setattr(tune, "REFINED_LAUNCHES", 1)
     winner = dict(BM=128, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=4)
     monkeypatch.setattr(tune, "DECIDING_ROUNDS", 0)
     assert tune.tune_module(module, op_module, None, lambda line: None)["1024x1024x1024x2"] != winner
@@ -320,7 +347,7 @@ def tma_stand_in(monkeypatch, kernel_ms, tma_host_ms, pointer_host_ms=0.004):
             + 0.5 * ((config["num_warps"], config["num_stages"]) != (4, 4)) - 0.25 * config.get("TMA", 0)
     module, op_module, _, do_bench = stand_in({torch.float16: gpu}, [torch.float16])
     monkeypatch.setattr(triton.testing, "do_bench", do_bench)
-    monkeypatch.setattr(tune, "REFINED_TILES", 1)
+    monkeypatch.setattr(tune, "REFINED_LAUNCHES", 1)
 
     def host(fn):
         fn()

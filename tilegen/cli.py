@@ -323,9 +323,10 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, timer,
 def tune(ops, package, shapes, tables, dtypes, jobs, scope, backward):
     """Measure candidate configs of OPS (default: matmul, add) on this GPU; record the best.
 
-    Every candidate tile is timed with default warps and stages (a tile only tuning tries, such
-    as a reduction's other rows per program, with each of its warp counts); the fastest few tiles are then
-    timed with the other warps and stages the spec leaves open (each config three times, ranked
+    Every candidate tile is timed in each way it can launch (descriptor loads and stores,
+    persistent, flattened) with its default warps and stages (a tile only tuning tries, such as a
+    reduction's other rows per program, with each of its warp counts); the fastest few launches
+    are then timed with the other warps and stages the spec leaves open (each config three times, ranked
     by the median). The leaders are timed again; the three still ahead then meet in rounds of
     their own, which alone decide (a GPU's speed drifts as it heats), and a line per shape gives
     their times there. A config's time is its kernel's, plus any host time per call that would hold back a loop of calls (the least of

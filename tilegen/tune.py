@@ -41,8 +41,10 @@ def _warm_up_gpu(seconds: float = 1.0) -> None:
 # leaders nor make it one (one timing each left the best tile of matmul_residual_scaled at
 # 64x4096x4096 fp16 out of the leaders; tune/matmul_residual_scaled_3fbd522.log).
 SWEEPS = 3
-# Tiles kept from the first pass whose warps and stages are then varied.
-REFINED_TILES = 4
+# Launches (a tile and how it launches) kept from the first pass whose warps and stages are then varied.
+REFINED_LAUNCHES = 4
+# What the second pass varies; everything else of a config is its launch, ranked in the first.
+REFINED_FIELDS = ("num_warps", "num_stages")
 # The leading configs of each shape are timed this many more times, until the leaders hold.
 FINALISTS = 3
 CONFIRM_ROUNDS = 2
@@ -78,6 +80,31 @@ def call_cost(kernel_ms: float, host: float, host_floor: float) -> float:
     kernel lasts, but hidden behind a long one. Host work every config shares cannot tell
     configs apart, so it is left out, and the short kernel that is fastest wins."""
     return kernel_ms + max(0.0, host - max(kernel_ms, host_floor))
+
+
+def launch_of(config: dict) -> tuple:
+    """A config less its warps and stages: its tile and how it launches (descriptor loads and
+    stores, persistent, flattened, a reduction's rows and blocks a trip), which the first pass ranks."""
+    return tuple((k, v) for k, v in sorted(config.items()) if k not in REFINED_FIELDS)
+
+
+def first_pass(base: list, explored: list) -> list:
+    """The configs the first pass times: every launch among `explored` once, with its tile's
+    default warps and stages (`base`: a config per tile), or where tuning alone tries the tile
+    (a reduction's other rows per program), with each of its own. How a tile launches moves its
+    time more than its warps and stages do (attention's scores, 32 x 2048x2048x128: one 128x128
+    tile 209 us tiled through pointers, 98 us persistent and flattened with descriptor stores,
+    bench/results/h200/store_callpath/bmm_forced_profile.txt), so no launch waits on its tile's
+    default launch to be tried."""
+    defaults = {tile_of(c): tuple(c.get(f) for f in REFINED_FIELDS) for c in base}
+    launches: dict[tuple, list] = {}
+    for config in explored:
+        launches.setdefault(launch_of(config), []).append(config)
+    first = []
+    for group in launches.values():
+        default = defaults.get(tile_of(group[0]))
+        first += [c for c in group if tuple(c.get(f) for f in REFINED_FIELDS) == default] or group
+    return first
 
 
 def identity(config: dict) -> tuple:
@@ -133,10 +160,11 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
     """{key: best config} for one op over its dtypes and shapes; `on_key(key, config)` hears of
     each key as soon as its shape is done in every dtype (so a run cut short keeps what it found).
 
-    Two passes per shape: every candidate tile with its default warps and stages (and every tile
+    Two passes per shape: every candidate launch (a tile and how it launches: descriptor loads
+    and stores, persistent, flattened) with its tile's default warps and stages (and every tile
     only tuning explores, such as a reduction's other rows per program, with each of its warp
-    counts), then the REFINED_TILES fastest tiles with the other warps and stages the spec leaves
-    open; each pass times its configs in SWEEPS sweeps (see alternate_rounds). Configs rank by the median of
+    counts: first_pass), then the REFINED_LAUNCHES fastest launches with the other warps and
+    stages the spec leaves open; each pass times its configs in SWEEPS sweeps (see alternate_rounds). Configs rank by the median of
     their samples. The FINALISTS leading configs are then timed CONFIRM_ROUNDS more times, until
     the leaders are all confirmed; the FINALISTS leaders then meet in DECIDING_ROUNDS rounds of
     their own, which alone rank them (alternate_rounds again).
@@ -230,20 +258,15 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
                 floor = host_floor()
                 return sorted(samples, key=lambda ident: rank_ms(ident, floor))  # stable: ties keep timing order
 
-            base = chooser.candidates(facts, key)
             explored = chooser.candidates(facts, key, explore=True)
             # Tiles only tuning tries (a reduction's other rows per program) have no default warps to
             # stand for them: each comes with all of its own, or one poor pick would drop the tile
             # (layer_norm 32768x4096: four rows a program ran 138 us with 8 warps, 213 with 16).
-            base_tiles = {tile_of(c) for c in base}
-            first = base + [c for c in explored if tile_of(c) not in base_tiles]
+            first = first_pass(chooser.candidates(facts, key), explored)
             measure(first)
-            best_tiles = []
-            for ident in ranked():
-                if tile_of(configs[ident]) not in best_tiles:
-                    best_tiles.append(tile_of(configs[ident]))
+            best_launches = list(dict.fromkeys(launch_of(configs[ident]) for ident in ranked()))
             seen = {identity(c) for c in first}
-            measure([c for c in explored if tile_of(c) in best_tiles[:REFINED_TILES] and identity(c) not in seen])
+            measure([c for c in explored if launch_of(c) in best_launches[:REFINED_LAUNCHES] and identity(c) not in seen])
             if not samples:
                 raise BenchError(f"{module.OP} {shape_label(shape)}: no candidate config could run")
             # A few timings can still flatter a config whose speed varies from run to run
