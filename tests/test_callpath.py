@@ -697,36 +697,58 @@ def test_repeat_calls_through_3d_and_fp8_descriptors_are_served_and_stay_right(o
     # of one-byte elements with a transposed box, encoded per call. With TMA_STORE the output
     # goes out through a descriptor too, described over a view of the call's output (3-D for
     # bmm): its map is encoded for each call's fresh output.
+    module = _descriptor_module(op)
+    # bmm's B column-major: its descriptor is of B's transpose (fp8's B is K-major anyway).
+    make, oracle = _matmul_case(op, 256, 128, 192, batch=(3,) if op == "bmm" else (), b_column_major=True)
+    config = dict(BM=128, BN=64, BK=64, SPLIT_K=1, num_warps=4, num_stages=3, TMA=1, **({"TMA_STORE": 1} if store else {}))
+    table, args = _served_again_and_right(module, op, config, make, oracle)
+    codes = callpath.load().describe(table.explain(*args)[1])[5]
+    assert codes.count("D") == (3 if store else 2), codes  # both operands' maps, and the output's
+
+
+def _descriptor_module(op):
+    """The generated module of `op`, where the compiled call path and tensor descriptors are (else the test skips)."""
     import importlib
 
     if callpath.load(wait=True) is None:
         pytest.skip(f"no compiled call path here: {callpath.UNAVAILABLE}")
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("tensor descriptors need compute capability 9")
-    module = importlib.import_module(f"generated.{op}")
+    return importlib.import_module(f"generated.{op}")
+
+
+def _matmul_case(op, m, k, n, batch=(), b_column_major=False):
+    """(make, oracle): fresh inputs of an [m, k] @ [k, n] call of `op` (matmul-like in float16,
+    `batch` leading; fp8_scaled_mm with K-major B and row-wise scales), and its float32 oracle."""
     g = torch.Generator(device="cuda").manual_seed(0)
-    if op == "bmm":
+    if op == "fp8_scaled_mm":
         def make():
-            return (torch.randn(3, 256, 128, device="cuda", generator=g, dtype=torch.float16),
-                    torch.randn(3, 192, 128, device="cuda", generator=g, dtype=torch.float16).transpose(1, 2))
-        oracle = lambda a, b: (a.float() @ b.float()).to(a.dtype)  # noqa: E731
-    else:
-        def make():
-            a = torch.randn(256, 128, device="cuda", generator=g).to(torch.float8_e4m3fn)
-            b = torch.randn(192, 128, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
-            return a, b, torch.rand(256, device="cuda", generator=g) + 0.5, torch.rand(192, device="cuda", generator=g) + 0.5
-        oracle = lambda a, b, row, col: ((a.float() @ b.float()) * row[:, None] * col).to(torch.bfloat16)  # noqa: E731
-    config = dict(BM=128, BN=64, BK=64, SPLIT_K=1, num_warps=4, num_stages=3, TMA=1, **({"TMA_STORE": 1} if store else {}))
+            a = torch.randn(m, k, device="cuda", generator=g).to(torch.float8_e4m3fn)
+            b = torch.randn(n, k, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
+            return a, b, torch.rand(m, device="cuda", generator=g) + 0.5, torch.rand(n, device="cuda", generator=g) + 0.5
+        return make, lambda a, b, row, col: ((a.float() @ b.float()) * row[:, None] * col).to(torch.bfloat16)
+
+    def make():
+        a = torch.randn(*batch, m, k, device="cuda", generator=g, dtype=torch.float16)
+        if b_column_major:
+            return a, torch.randn(*batch, n, k, device="cuda", generator=g, dtype=torch.float16).transpose(-2, -1)
+        return a, torch.randn(*batch, k, n, device="cuda", generator=g, dtype=torch.float16)
+    return make, lambda a, b: (a.float() @ b.float()).to(a.dtype)
+
+
+def _served_again_and_right(module, op, config, make, oracle, label=""):
+    """Under `config`: a first call the Python path serves and the call path learns, then three
+    calls with fresh inputs, each served by the call path and right. (The table, the last call's arguments.)"""
     with module._OP.configs.forcing(config):
-        getattr(module, op)(*make())  # the Python path serves it, and the table learns it
+        getattr(module, op)(*make())
         table = module._OP.call_path.table
         hits = table.hits
         for _ in range(3):
             args = make()
-            torch.testing.assert_close(getattr(module, op)(*args).float(), oracle(*args).float(), atol=5e-2, rtol=2e-2)
-        assert table.hits - hits == 3
-        codes = callpath.load().describe(table.explain(*args)[1])[5]
-        assert codes.count("D") == (3 if store else 2), codes  # both operands' maps, and the output's
+            torch.testing.assert_close(getattr(module, op)(*args).float(), oracle(*args).float(), atol=5e-2, rtol=2e-2,
+                                       msg=lambda m: f"{label}: {m}")
+        assert table.hits - hits == 3, (label, config)
+        return table, args
 
 
 # Keys whose candidates, explored as tuning explores them, hold every launch style: many tiles
@@ -768,36 +790,9 @@ def test_every_launch_style_tuning_may_choose_is_served_compiled_and_stays_right
     # hundreds of microseconds a call, which tuning then counts against the config (descriptor
     # stores of a batched output, described over a view of it, did until the call path knew
     # such views). Every style tuning may choose: its repeat calls served, and right.
-    import importlib
-
-    if callpath.load(wait=True) is None:
-        pytest.skip(f"no compiled call path here: {callpath.UNAVAILABLE}")
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("tensor descriptors need compute capability 9")
-    module = importlib.import_module(f"generated.{op}")
-    g = torch.Generator(device="cuda").manual_seed(0)
-    if op == "fp8_scaled_mm":
-        def make():
-            a = torch.randn(256, 1024, device="cuda", generator=g).to(torch.float8_e4m3fn)
-            b = torch.randn(192, 1024, device="cuda", generator=g).to(torch.float8_e4m3fn).t()
-            return a, b, torch.rand(256, device="cuda", generator=g) + 0.5, torch.rand(192, device="cuda", generator=g) + 0.5
-        oracle = lambda a, b, row, col: ((a.float() @ b.float()) * row[:, None] * col).to(torch.bfloat16)  # noqa: E731
-    else:
-        batch = (3,) if op == "bmm" else ()
-
-        def make():
-            return (torch.randn(*batch, 256, 1024, device="cuda", generator=g, dtype=torch.float16),
-                    torch.randn(*batch, 1024, 192, device="cuda", generator=g, dtype=torch.float16))
-        oracle = lambda a, b: (a.float() @ b.float()).to(a.dtype)  # noqa: E731
+    module = _descriptor_module(op)
+    make, oracle = _matmul_case(op, 256, 1024, 192, batch=(3,) if op == "bmm" else ())
     facts = rt.device_facts(torch.device("cuda"))
     itemsize = 1 if op.startswith("fp8") else 2
     for style, config in launch_styles(module._OP.configs.space, facts, _STYLE_KEYS[op], itemsize).items():
-        with module._OP.configs.forcing(config):
-            getattr(module, op)(*make())  # the Python path serves it, and the table learns it
-            table = module._OP.call_path.table
-            hits = table.hits
-            for _ in range(3):
-                args = make()
-                torch.testing.assert_close(getattr(module, op)(*args).float(), oracle(*args).float(),
-                                           atol=5e-2, rtol=2e-2, msg=lambda m: f"{style}: {m}")
-            assert table.hits - hits == 3, (style, config)
+        _served_again_and_right(module, op, config, make, oracle, label=" ".join(style) or "pointers")
