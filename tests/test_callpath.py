@@ -135,6 +135,15 @@ def test_a_view_of_an_argument_starting_where_it_does_reads_the_arguments_pointe
     held = torch.randn(6)[1:]
     assert table.learn((x, row), (x, held, out), plan, 0, out, 77) is True
     assert filled_values(module, table.explain(x2, row2)[1])[1] == held.data_ptr()
+    # Its bytes read as another dtype are the argument still; a view reaching past its end (the
+    # tensor it was cut from) is not: a later call's argument need not extend so far.
+    table.forget()
+    assert table.learn((x, row), (x, row.view(torch.uint8), out), plan, 0, out, 77) is True
+    assert filled_values(module, table.explain(x2, row2)[1])[1] == row2.data_ptr()
+    table.forget()
+    whole = torch.randn(10)
+    assert table.learn((x, whole[:5]), (x, whole, out), plan, 0, out, 77) is True
+    assert filled_values(module, table.explain(x2, row2)[1])[1] == whole.data_ptr()  # held, not row2's
 
 
 class Traced(torch.Tensor):

@@ -634,14 +634,14 @@ PyObject *Table_explain(Table *self, PyObject *const *args, Py_ssize_t count) {
     return Py_BuildValue("NN", result, plan);
 }
 
-/* The offset in bytes of the last element `t` reaches from its first (none: -1). */
-int64_t last_byte(const at::Tensor &t) {
+/* How many bytes `t` spans from its first element to the end of its last (none: 0). */
+int64_t bytes_spanned(const at::Tensor &t) {
     if (t.numel() == 0)
-        return -1;
+        return 0;
     int64_t last = 0;
     for (int64_t d = 0; d < t.dim(); d++)
         last += (t.size(d) - 1) * t.stride(d);
-    return last * static_cast<int64_t>(t.element_size());
+    return (last + 1) * static_cast<int64_t>(t.element_size());
 }
 
 /* Where `value`, a varying launch parameter, comes from: one of the call's arguments or outputs
@@ -675,7 +675,7 @@ bool find_source(PyObject *value, PyObject *const *given, Py_ssize_t count, cons
             const at::Tensor &whole = THPVariable_Unpack(tensor);
             /* ... and ends within it: a call's fresh output is only as large as the learned one. */
             return whole.numel() > 0 && view.data_ptr() == whole.data_ptr() && view.is_alias_of(whole) &&
-                   last_byte(view) <= last_byte(whole);
+                   bytes_spanned(view) <= bytes_spanned(whole);
         };
         for (Py_ssize_t k = 0; k < count; k++)
             if (starts(given[k])) {
