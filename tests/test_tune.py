@@ -515,3 +515,37 @@ def test_backward_tuning_writes_the_ops_backward_table_only(monkeypatch):
     with pytest.raises(BenchError, match="clamp_add: .*no input holds floats"):
         tune.run(["clamp_add"], str(REPO / "generated"), None, scope="op", backward=True)
     assert tune.backward_table_name("softmax") == "softmax_backward"
+
+
+def test_configs_whose_calls_the_call_path_never_served_are_named(monkeypatch):
+    # A launch the compiled call path cannot learn pays Triton's launch on every call, which
+    # tuning counts against it: the log names such configs, so a call path that should have
+    # learned them is noticed (descriptor stores into a batched output were such launches).
+    from tilegen.runtime import callpath
+
+    fp16 = cost({(64, 64): 10, (64, 128): 11, (128, 64): 12, (128, 128): 13}, {})
+    module, op_module, timed, do_bench = stand_in({torch.float16: fp16}, [torch.float16])
+    op_module.call_path = SimpleNamespace(table=SimpleNamespace(hits=0))
+    run_tilegen = module.run_tilegen
+
+    def served_unless_stored_through_descriptors(inputs):
+        got = run_tilegen(inputs)
+        if not (op_module.configs.forced or {}).get("TMA_STORE"):
+            op_module.call_path.table.hits += 1
+        return got
+    module.run_tilegen = served_unless_stored_through_descriptors
+    monkeypatch.setattr(callpath, "load", lambda wait=False: object())
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)  # (which calls once: a repeat call)
+    monkeypatch.setattr(tune, "SWEEPS", 1)
+    monkeypatch.setattr(tune, "CONFIRM_ROUNDS", 0)
+    monkeypatch.setattr(tune, "DECIDING_ROUNDS", 0)
+    lines = []
+    tune.tune_module(module, op_module, None, lines.append)
+    named = [line for line in lines if "took Triton's launch on every call" in line]
+    stored = {tune.identity(c) for _, c in timed if c.get("TMA_STORE")}
+    assert len(named) == 1 and f": {len(stored)} of " in named[0] and "TMA_STORE" in named[0]
+    # Without a compiled call path (the interpreter, no compiler) nothing is named.
+    monkeypatch.setattr(callpath, "load", lambda wait=False: None)
+    lines.clear()
+    tune.tune_module(module, op_module, None, lines.append)
+    assert not any("took Triton's launch" in line for line in lines)

@@ -107,6 +107,17 @@ def first_pass(base: list, explored: list) -> list:
     return first
 
 
+def served_calls(op) -> int | None:
+    """How many calls the compiled call paths of `op` (its own, its training calls', its backward
+    products') have served so far; None where there is no compiled call path to serve them."""
+    from .runtime import callpath
+
+    if callpath.load() is None:
+        return None
+    paths = (getattr(op, name, None) for name in ("call_path", "training_path", "product_path"))
+    return sum(path.table.hits for path in paths if getattr(path, "table", None) is not None)
+
+
 def identity(config: dict) -> tuple:
     """A config as a hashable value."""
     return tuple(sorted(config.items()))
@@ -217,6 +228,11 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
                 if calls is forward_calls else None
             samples: dict[tuple, list[float]] = {}  # kernel ms per config identity, in timing order
             host: dict[tuple, list[float]] = {}  # host ms per call, likewise
+            # Configs whose repeat calls the compiled call path never served: their host time is
+            # Triton's launch (tens to hundreds of us a call), which ranks them as it would a user's
+            # calls, but which no launch it could learn should pay (a batched output stored through
+            # descriptors was such a launch until the call path knew views of outputs).
+            unserved: dict[tuple, dict] = {}
 
             def time_config(config):
                 """(kernel ms, host ms) of a call with `config`, or None where it does not fit the GPU."""
@@ -227,7 +243,11 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
                         progress(f"{module.OP}: skipped {config}: {exc}")
                         return None
                     check(got, f"{module.OP} {shape_label(shape)} {config}")
-                    return do_bench(call, warmup=10, rep=40, return_mode="median"), host_ms(call)
+                    served = served_calls(op)
+                    timing = do_bench(call, warmup=10, rep=40, return_mode="median"), host_ms(call)
+                    if served is not None and served_calls(op) == served:
+                        unserved[identity(config)] = config
+                    return timing
 
             def record(ident, timing):
                 samples.setdefault(ident, []).append(timing[0])
@@ -302,6 +322,11 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
             # What the deciding rounds saw, so a choice can be checked against a probe.
             progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)} finalists: " + "; ".join(
                 f"{brief(configs[i])} {decided[i] * 1e3:.1f} us" for i in sorted(decided, key=decided.get)))
+            if unserved:
+                shown = "; ".join(brief(c) for c in list(unserved.values())[:4])
+                progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)}: {len(unserved)} of {len(samples)} "
+                         f"configs took Triton's launch on every call (the compiled call path did not learn "
+                         f"them; their host time counted): {shown}{' ...' if len(unserved) > 4 else ''}")
             progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)}: fastest {configs[winner]} "
                      f"{decided[winner] * 1e3:.1f} us (kernel {kernel_of[winner] * 1e3:.1f} us, host "
                      f"{host_of[winner] * 1e3:.1f} us; of {len(samples)} candidates, each timed {SWEEPS} times, the "
