@@ -228,11 +228,12 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
                 if calls is forward_calls else None
             samples: dict[tuple, list[float]] = {}  # kernel ms per config identity, in timing order
             host: dict[tuple, list[float]] = {}  # host ms per call, likewise
-            # Configs whose repeat calls the compiled call path never served: their host time is
-            # Triton's launch (tens to hundreds of us a call), which ranks them as it would a user's
-            # calls, but which no launch it could learn should pay (a batched output stored through
-            # descriptors was such a launch until the call path knew views of outputs).
-            unserved: dict[tuple, dict] = {}
+            # Configs some of whose repeat calls the compiled call path served (None: there is no
+            # call path). The others' host time is Triton's launch (tens to hundreds of us a call),
+            # which ranks them as it would a user's calls, but which no launch the call path could
+            # learn should pay (a batched output stored through descriptors was such a launch until
+            # the call path knew views of outputs): the log names them.
+            served_ever: set[tuple] | None = None if served_calls(op) is None else set()
 
             def time_config(config):
                 """(kernel ms, host ms) of a call with `config`, or None where it does not fit the GPU."""
@@ -245,8 +246,8 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
                     check(got, f"{module.OP} {shape_label(shape)} {config}")
                     served = served_calls(op)
                     timing = do_bench(call, warmup=10, rep=40, return_mode="median"), host_ms(call)
-                    if served is not None and served_calls(op) == served:
-                        unserved[identity(config)] = config
+                    if served_ever is not None and served_calls(op) != served:
+                        served_ever.add(identity(config))
                     return timing
 
             def record(ident, timing):
@@ -322,8 +323,9 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
             # What the deciding rounds saw, so a choice can be checked against a probe.
             progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)} finalists: " + "; ".join(
                 f"{brief(configs[i])} {decided[i] * 1e3:.1f} us" for i in sorted(decided, key=decided.get)))
+            unserved = [configs[i] for i in samples if served_ever is not None and i not in served_ever]
             if unserved:
-                shown = "; ".join(brief(c) for c in list(unserved.values())[:4])
+                shown = "; ".join(brief(c) for c in unserved[:4])
                 progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)}: {len(unserved)} of {len(samples)} "
                          f"configs took Triton's launch on every call (the compiled call path did not learn "
                          f"them; their host time counted): {shown}{' ...' if len(unserved) > 4 else ''}")
