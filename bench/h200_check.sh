@@ -20,6 +20,7 @@
 #   OUT=/tmp/check STEPS="reductions:forward reductions:backward" bash bench/h200_check.sh  # about 6 minutes
 #   OUT=/tmp/check STEPS="batched:forward batched:backward" bash bench/h200_check.sh   # about 3 minutes
 #   OUT=/tmp/check STEPS="fp8" bash bench/h200_check.sh                  # about 3 minutes
+#   OUT=/tmp/check STEPS="build callpath" bash bench/h200_check.sh       # the compiled call path's tests alone
 #   OUT=/tmp/check STEPS="reductions:forward_compile" REDUCE_SHAPES=16384x1024,32768x4096 bash bench/h200_check.sh
 #   OUT=/tmp/check STEPS="reductions:tune build reductions:forward" bash bench/h200_check.sh  # about 8 minutes
 #   OUT=/tmp/check STEPS="reductions:tune_backward build reductions:backward" REDUCTIONS="softmax log_softmax" \
@@ -80,6 +81,9 @@ fi
 # --durations: the slowest tests, to keep the matrix inside its limit (about 430 s of 540 in the last run).
 step tests 540 python3 -m pytest -v -n 16 -p no:cacheprovider --durations=25
 step bench 300 python3 -m tilegen bench ${BENCH:-} --out "$out/bench"  # BENCH: bench arguments (default: every op)
+# The compiled call path's tests (callpath.cpp, and every launch style tuning may choose served
+# by it): a quick check after a change to the native code (not a default step; `tests` has them).
+step callpath 300 python3 -m pytest -v -n 16 -p no:cacheprovider tests/test_callpath.py
 # A training step (forward+backward) of every op against eager autograd, with peak memory
 # (about 5 minutes); BACKWARD: bench arguments. backward_compile adds torch.compile (default and
 # max-autotune), one step per kind on a shape set small enough for its compiles: over every
