@@ -1,0 +1,55 @@
+"""Host time of an eager training step through tilegen's autograd wrapper, on a CPU: the
+compiled call path (GPU only) stood in by torch.add, so what remains is the Python around it
+(the wrapper's checks, torch.autograd.Function, the formula's setup and backward), beside eager
+PyTorch's own step on the same tensors; then cProfile of tilegen's steps.
+
+    PYTHONPATH=. python3 bench/probes/training_host_cpu.py > OUT.txt
+
+A step: add(a, b) on 16 float32 elements that require grad, then torch.autograd.grad. Eager's
+step computes on the CPU too (16 elements: microseconds); the difference is host overhead.
+"""
+
+import cProfile
+import os
+import pstats
+import sys
+import time
+
+os.environ["TRITON_INTERPRET"] = "1"  # (CPU tensors; nothing is launched here)
+
+import torch  # noqa: E402
+
+from generated import add  # noqa: E402
+
+OP = sys.modules["generated.add"]._OP
+# The call path serves calls without grad (the forward inside the autograd function) in C++;
+# torch.add stands in for it. Calls it would refuse (inputs that require grad) go on.
+OP.fast = lambda a, b: None if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad) else torch.add(a, b)
+
+
+def main():
+    a, b = torch.randn(16, requires_grad=True), torch.randn(16, requires_grad=True)
+    seed = torch.ones(16)
+
+    def step(fn):
+        torch.autograd.grad(fn(), (a, b), seed)
+
+    steps = {"tilegen (call path stood in)": lambda: add(a, b), "eager": lambda: a + b}
+    for turn in range(2):
+        for name, fn in steps.items():
+            for _ in range(100):
+                step(fn)
+            start = time.perf_counter()
+            for _ in range(2000):
+                step(fn)
+            print(f"turn {turn}: {name}: {(time.perf_counter() - start) / 2000 * 1e6:.1f} us a step")
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(2000):
+        step(steps["tilegen (call path stood in)"])
+    profiler.disable()
+    pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(16)
+
+
+if __name__ == "__main__":
+    main()
