@@ -67,6 +67,16 @@ def stand_in(costs, dtypes, descriptors_fit=True):
     return module, op, timed, do_bench
 
 
+def launch(config):
+    """A stand-in config's tile and how it loads and stores: ((BM, BN), TMA, TMA_STORE)."""
+    return (config["BM"], config["BN"]), config.get("TMA", 0), config.get("TMA_STORE", 0)
+
+
+# Every launch of the stand-in's tiles: through pointers, with TMA loads, with TMA loads and stores.
+STAND_IN_LAUNCHES = sorted((tile, tma, store) for tile in [(64, 64), (64, 128), (128, 64), (128, 128)]
+                           for tma, store in [(0, 0), (1, 0), (1, 1)])
+
+
 def cost(base, variants):
     """Time of a config: base[tile] with default warps/stages (4, 4), variants[(tile, warps, stages)]
     otherwise; tensor-descriptor loads (TMA) add a quarter (None: out of resources either way)."""
@@ -90,13 +100,12 @@ def test_second_pass_varies_only_the_fastest_launches(monkeypatch):
     lines = []
     best = tune.tune_module(module, op_module, None, lines.append)
     assert best == {"1024x1024x1024x2": dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=5)}
-    launches = [((c["BM"], c["BN"]), c.get("TMA", 0), c.get("TMA_STORE", 0)) for _, c in timed]
+    launches = [launch(c) for _, c in timed]
     # Every tile once in each way it launches (pointers, TMA loads, TMA loads and stores) with its
     # default warps and stages, then the other warps and stages of the two fastest launches only,
     # 64x64 through pointers and with TMA loads (the 128x128 variant that would have won is never
     # timed): 64x64 has 2 more stage counts.
-    assert sorted(launches[:12]) == sorted((tile, tma, store) for tile in [(64, 64), (64, 128), (128, 64), (128, 128)]
-                                           for tma, store in [(0, 0), (1, 0), (1, 1)])
+    assert sorted(launches[:12]) == STAND_IN_LAUNCHES
     assert all(c["num_warps"] == 4 and c["num_stages"] == 4 for _, c in timed[:12])  # the defaults
     assert sorted(launches[12:]) == [((64, 64), 0, 0)] * 2 + [((64, 64), 1, 0)] * 2 and len(timed) == 16
     assert "of 16 candidates" in lines[-1]
@@ -269,10 +278,9 @@ def test_one_slow_timing_does_not_drop_the_fastest_config(monkeypatch):
     monkeypatch.setattr(tune, "SWEEPS", 3)
     assert tune.tune_module(module, op_module, None, lambda line: None)["1024x1024x1024x2"] == winner
     # The first pass: the four tiles' twelve launches three times, forward, backward, forward.
-    first_pass = [((c["BM"], c["BN"]), c.get("TMA", 0), c.get("TMA_STORE", 0)) for c in order[:36]]
+    first_pass = [launch(c) for c in order[:36]]
     assert first_pass[:12] == first_pass[12:24][::-1] == first_pass[24:36]
-    assert sorted(first_pass[:12]) == sorted((tile, tma, store) for tile in [(64, 64), (64, 128), (128, 64), (128, 128)]
-                                             for tma, store in [(0, 0), (1, 0), (1, 1)])
+    assert sorted(first_pass[:12]) == STAND_IN_LAUNCHES
 
 
 def test_a_config_that_cannot_run_is_tried_once(monkeypatch):
