@@ -35,28 +35,35 @@ class Gradients:
     def __init__(self, backward, tensors, saved, sources, outputs=1, saved_outputs=(), phases=None):
         self.backward, self.tensors, self.saved, self.sources = backward, tensors, tuple(saved), tuple(sources)
         self.outputs, self.saved_outputs, self.phases = outputs, tuple(saved_outputs), phases
+        # What setup_context does on every call, worked out once (a training step's host time is
+        # mostly Python): the outputs an eager call keeps apart from autograd's saved tensors (see
+        # setup_context), and whether the backward kernel runs for a gradient at all.
+        self._apart = tuple(i for i in self.saved_outputs if i is not None and i >= outputs) if phases is not None else ()
+        self._computes = backward is not None and any(s is not None and s[0] == "result" for s in self.sources)
 
     def setup_context(self, ctx, inputs, output, eager=False):
         outputs = output if isinstance(output, tuple) else (output,)
         # An eager call (call) keeps the outputs kept for the backward only (past the results)
         # out of autograd's saved tensors, which live until the whole backward returns: its first
         # phase drops them (compute). None can reach them but the backward.
-        apart = {i for i in self.saved_outputs if i is not None and i >= self.outputs} \
-            if eager and self.phases is not None else set()
+        apart = self._apart if eager else ()
         ctx.kept = {i: outputs[i] for i in apart}
         ctx.save_for_backward(*(inputs[i] for i in self.saved),
                               *(outputs[i] for i in self.saved_outputs if i is not None and i not in apart))
-        ctx.scalars = tuple(inputs[self.tensors:])
-        # An output no loss reads gets no gradient (None): it counts as zeros of its shape, made
-        # here only for the op's results (autograd would also make zeros for each kept output,
-        # an [M, N] tensor for a matmul's accumulator, never read).
-        ctx.set_materialize_grads(False)
+        ctx.scalars = inputs[self.tensors:]
         # A gradient comes back in the outputs' shape; an input that was broadcast gets it
         # summed over its broadcast axes.
         ctx.shapes = [inputs[i].shape for i in range(self.tensors)]
-        ctx.outputs = [(o.shape, o.dtype, o.device) for o in outputs[:self.outputs]]
         if len(outputs) > self.outputs:
+            # An output no loss reads gets no gradient (None): it counts as zeros of its shape,
+            # made in compute only for the op's results (autograd would also make zeros for each
+            # kept output, an [M, N] tensor for a matmul's accumulator, never read). Where every
+            # output is a result, autograd makes the zeros itself.
+            ctx.set_materialize_grads(False)
+            ctx.outputs = [(o.shape, o.dtype, o.device) for o in outputs[:self.outputs]]
             ctx.mark_non_differentiable(*outputs[self.outputs:])
+        else:
+            ctx.outputs = None
 
     def _saved(self, ctx):
         # Detached: the backward computes no graph, and the compiled call path (which leaves
@@ -72,11 +79,11 @@ class Gradients:
 
     def compute(self, ctx, grads, needed):
         """The gradients of the op's arguments (None for scalars and inputs not `needed`)."""
-        grads = [g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
-                 for g, (shape, dtype, device) in zip(grads[:self.outputs], ctx.outputs)]
+        if ctx.outputs is not None:  # (else autograd made any missing gradient zeros)
+            grads = [g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
+                     for g, (shape, dtype, device) in zip(grads[:self.outputs], ctx.outputs)]
         results = ()
-        if self.backward is not None and any(
-                n and s is not None and s[0] == "result" for n, s in zip(needed, self.sources)):
+        if self._computes and any(n and s is not None and s[0] == "result" for n, s in zip(needed, self.sources)):
             saved = self._saved(ctx)
             traced = tracing((*saved, *grads))
             if self.phases is not None and not traced:
@@ -107,9 +114,10 @@ class _EagerAutograd(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gradients, implementation, *args):
-        # Detached, so that the compiled call path (which leaves tensors that require grad to
-        # autograd) can serve the forward's launch.
-        output = implementation(*(a.detach() if isinstance(a, torch.Tensor) else a for a in args))
+        # The tensors detached, so that the compiled call path (which leaves tensors that require
+        # grad to autograd) can serve the forward's launch.
+        tensors = gradients.tensors
+        output = implementation(*[a.detach() for a in args[:tensors]], *args[tensors:])
         ctx.gradients = gradients
         gradients.setup_context(ctx, args, output, eager=True)
         return output
@@ -142,4 +150,16 @@ def call(op, *args):
     formula = formula_of(op)
     if formula is None or tracing(args):
         return op(*args)
-    return _EagerAutograd.apply(formula, implementation_of(op), *args)
+    if torch._C._are_functorch_transforms_active():
+        # (Function.apply's own route, which refuses a Function without a separate setup_context.)
+        return _EagerAutograd.apply(formula, implementation_of(op), *args)
+    # Function.apply's Python wrapper adds only that check and about 4 us a call.
+    return _apply(_EagerAutograd, formula, implementation_of(op), *args)
+
+
+def _apply(function, *args):
+    """torch.autograd.Function's own apply (C++), under its Python wrapper."""
+    return _C_APPLY.__get__(None, function)(*args)
+
+
+_C_APPLY = torch._C._FunctionBase.__dict__["apply"]
