@@ -107,6 +107,28 @@ def test_elementwise_outputs_add_their_gradients_and_pass_the_incoming_one(packa
     assert "_d_a = " in source and "_d_c = -_g_z" in source
 
 
+@pytest.mark.parametrize("used", [0, 1])
+@pytest.mark.parametrize("op", ["ew_mix", "mm_mix"])
+def test_a_loss_through_one_output_of_several_gets_the_others_as_zeros(package, op, used):
+    # The output no loss reads gets no gradient: autograd makes it zeros where every output is a
+    # result (ew_mix), the formula makes it where the op also keeps an accumulator for the
+    # backward (mm_mix, in its training variant). Either way the gradients are those of the loss.
+    g = torch.Generator().manual_seed(2)
+    shapes = [(7, 11)] * 3 if op == "ew_mix" else [(37, 45), (45, 29), (37, 29), (37,), (29,)]
+    inputs = [torch.randn(*shape, generator=g, dtype=torch.float64).to(_device(), torch.float32) for shape in shapes]
+    fn = getattr(package, op)
+    leaves = [t.clone().requires_grad_() for t in inputs]
+    seed = torch.randn(shapes[2] if op == "mm_mix" else shapes[0], generator=g).to(_device())
+    got = torch.autograd.grad(fn(*leaves)[used], leaves, seed, allow_unused=True)
+    zero = torch.zeros_like(seed)
+    want = _gradients(fn, inputs, [seed, zero] if used == 0 else [zero, seed])
+    for x, y in zip(got, want):
+        if x is None:  # (an input the used output does not depend on)
+            assert not y.any()
+            continue
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+
+
 def test_an_eager_matmul_backward_frees_the_kept_accumulator_before_its_products(monkeypatch):
     # matmul_bias_gelu's gelu needs the accumulator: its training variant keeps it. An eager
     # backward runs in two phases (rt.Gradients.phases) and drops the kept accumulator after the
