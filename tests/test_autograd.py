@@ -190,3 +190,161 @@ def test_a_matmul_backward_sums_broadcast_gradients_before_its_products(monkeypa
     inputs = [torch.randn(*shape, generator=g).to(_device()) for shape in [(33, 21), (21, 17), (17,)]]
     _gradients(matmul_bias_gelu, inputs, [torch.randn(33, 17, generator=g).to(_device())])
     assert order == ["sum", "product", "product"]
+
+
+# The autograd node in C++ (csrc/autograd_node.cpp), which eager training calls record with
+# TILEGEN_AUTOGRAD_NODE=1; here built and put in place, over the interpreter's CPU tensors.
+@pytest.fixture
+def node(monkeypatch):
+    from tilegen.runtime import autograd, native
+
+    try:
+        module = native.load("autograd_node")
+    except native.BuildError as exc:
+        pytest.skip(f"the native module cannot be built here: {exc}")
+    monkeypatch.setattr(autograd, "native_module", lambda: module)
+    return module
+
+
+def _leaves(*shapes, seed=3, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=g, dtype=dtype).to(_device()).requires_grad_() for shape in shapes]
+
+
+def test_the_node_records_eager_calls_and_its_gradients_pass_gradcheck(package, node):
+    a, b, c = _leaves((7, 11), (7, 11), (7, 11))
+    y, _ = package.ew_mix(a, b, c)
+    assert y.grad_fn.name() == "ew_mixBackward"
+    assert torch.autograd.gradcheck(package.ew_mix, [a, b, c])
+
+
+@pytest.mark.parametrize("op, shapes", [("softmax", [(5, 33)]), ("log_softmax", [(5, 33)]), ("rms_norm", [(5, 33), (33,)]),
+                                        ("layer_norm", [(5, 33), (33,), (33,)]), ("add_rms_norm", [(5, 33), (5, 33), (33,)]),
+                                        ("add", [(5, 33), (33,)]), ("scaled_silu_mul", [(5, 33), (5, 33)])])
+def test_generated_ops_through_the_node_match_their_python_autograd(node, op, shapes, monkeypatch):
+    # The same gradients as the torch.autograd.Function path (whose gradients the generated tests
+    # check against PyTorch): broadcast inputs summed, several outputs, saved inputs and outputs.
+    from tilegen.runtime import autograd
+
+    fn = getattr(importlib.import_module("generated"), op)
+    leaves = _leaves(*shapes, dtype=torch.float32)
+    outputs = fn(*leaves)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    assert all(o.grad_fn is not None and o.grad_fn.name() == f"{op}Backward" for o in outputs if o.requires_grad)
+    seeds = [torch.randn_like(o) for o in outputs]
+    got = torch.autograd.grad(outputs, leaves, seeds, allow_unused=True)
+    monkeypatch.setattr(autograd, "native_module", lambda: None)  # (every formula's node goes with it)
+    again = [t.detach().clone().requires_grad_() for t in leaves]
+    outputs = fn(*again)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    assert all("_EagerAutograd" in type(o.grad_fn).__name__ for o in outputs if o.requires_grad)
+    want = torch.autograd.grad(outputs, again, seeds, allow_unused=True)
+    for x, y in zip(got, want):
+        assert (x is None) == (y is None)
+        if x is not None:
+            assert x.shape == y.shape
+            torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)
+
+
+def test_the_node_refuses_what_autograd_refuses(package, node):
+    from generated import rms_norm as normed
+
+    def rms_norm(x, w):
+        return normed(x, w)[0]  # (y; the saved rstd follows)
+
+    x, w = _leaves((4, 16), (16,))
+    # A saved tensor changed in place after the call.
+    y = rms_norm(x, w)
+    with torch.no_grad():
+        w.add_(1.0)
+    with pytest.raises(RuntimeError, match="rms_norm: one of the tensors its backward needs was modified by an in-place"):
+        y.sum().backward()
+    # A second backward through a freed graph; with retain_graph=True it runs again, the same.
+    y = rms_norm(x, w)
+    first = torch.autograd.grad(y.sum(), (x, w), retain_graph=True)
+    second = torch.autograd.grad(y.sum(), (x, w))
+    for p, q in zip(first, second):
+        torch.testing.assert_close(p, q)
+    with pytest.raises(RuntimeError, match="rms_norm: trying to backward through the graph a second time"):
+        torch.autograd.grad(y.sum(), (x, w))
+    # A second derivative: the gradients would carry no history.
+    y = rms_norm(x, w)
+    (gx,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad((gx * gx).sum(), x)
+
+
+def test_an_input_used_twice_and_a_non_leaf_input_get_their_gradients(package, node):
+    a, b = _leaves((6, 9), (6, 9))
+    mid = a * 3.0  # a non-leaf input: its gradient flows on to a
+    y, z = package.ew_mix(mid, mid, b)
+    (y.sum() + z.sum()).backward()
+    a2, b2 = (t.detach().clone().requires_grad_() for t in (a, b))
+    m2 = a2 * 3.0
+    ((m2 + m2 * torch.exp(m2)).sum() + (m2 - b2).sum()).backward()
+    torch.testing.assert_close(a.grad, a2.grad)
+    torch.testing.assert_close(b.grad, b2.grad)
+
+
+def test_saved_tensor_hooks_take_the_python_node(package, node):
+    # Checkpointing and offloading reach saved tensors through these hooks, which the C++ node's
+    # kept tensors would skip: under them the call records torch.autograd.Function's node.
+    a, b, c = _leaves((5, 7), (5, 7), (5, 7))
+    packed = []
+
+    def pack(t):
+        packed.append(t.shape)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y, _ = package.ew_mix(a, b, c)
+    assert "_EagerAutograd" in type(y.grad_fn).__name__ and packed
+    y.sum().backward()
+    torch.testing.assert_close(c.grad, torch.zeros_like(c))
+
+
+def test_an_error_in_the_backward_reaches_the_caller(package, node, monkeypatch):
+    from tilegen.runtime import autograd
+
+    a, b, c = _leaves((3, 4), (3, 4), (3, 4))
+    y, _ = package.ew_mix(a, b, c)
+
+    def broken(self, *args):
+        raise ValueError("a broken backward")
+    monkeypatch.setattr(autograd.Gradients, "gradients", broken)
+    with pytest.raises(ValueError, match="a broken backward"):
+        y.sum().backward()
+
+
+def test_the_node_builds_without_warnings(tmp_path, monkeypatch):
+    from tilegen.runtime import native
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setenv("TILEGEN_CACHE_DIR", str(cache))
+    try:
+        path, warnings = native.build("autograd_node")
+    except native.BuildError as exc:
+        pytest.skip(f"the native module cannot be built here: {exc}")
+    assert warnings == "", warnings
+    assert os.path.basename(path).startswith("autograd_node-")
+
+
+def test_the_node_is_opt_in_and_a_failed_build_says_so_once(monkeypatch):
+    import warnings
+
+    from tilegen.runtime import autograd, native
+
+    monkeypatch.setattr(autograd, "_NODE", {})
+    monkeypatch.delenv("TILEGEN_AUTOGRAD_NODE", raising=False)
+    assert autograd.native_module() is None
+    monkeypatch.setenv("TILEGEN_AUTOGRAD_NODE", "1")
+
+    def fail(name):
+        raise native.BuildError("no C++ compiler (c++, g++ or clang++) on PATH")
+    monkeypatch.setattr(native, "load", fail)
+    with pytest.warns(RuntimeWarning, match=r"the autograd node is not available \(no C\+\+ compiler"):
+        assert autograd.native_module() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert autograd.native_module() is None

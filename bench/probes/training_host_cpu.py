@@ -1,7 +1,8 @@
 """Host time of an eager training step through tilegen's autograd wrapper, on a CPU: the
 compiled call path (GPU only) stood in by torch.add, so what remains is the Python around it
-(the wrapper's checks, torch.autograd.Function, the formula's setup and backward), beside eager
-PyTorch's own step on the same tensors; then cProfile of tilegen's steps.
+(the wrapper's checks, the autograd node: torch.autograd.Function's, or the C++ one of
+TILEGEN_AUTOGRAD_NODE=1, built here), beside eager PyTorch's own step on the same tensors; then
+cProfile of tilegen's steps through the C++ node.
 
     PYTHONPATH=. python3 bench/probes/training_host_cpu.py > OUT.txt
 
@@ -20,6 +21,7 @@ os.environ["TRITON_INTERPRET"] = "1"  # (CPU tensors; nothing is launched here)
 import torch  # noqa: E402
 
 from generated import add  # noqa: E402
+from tilegen.runtime import autograd, native  # noqa: E402
 
 OP = sys.modules["generated.add"]._OP
 # The call path serves calls without grad (the forward inside the autograd function) in C++;
@@ -34,7 +36,16 @@ def main():
     def step(fn):
         torch.autograd.grad(fn(), (a, b), seed)
 
-    steps = {"tilegen (call path stood in)": lambda: add(a, b), "eager": lambda: a + b}
+    node = native.load("autograd_node")
+
+    def through(module):
+        def call():
+            autograd.native_module = lambda: module
+            return add(a, b)
+        return call
+
+    steps = {"tilegen, torch.autograd.Function": through(None), "tilegen, C++ node": through(node),
+             "eager": lambda: a + b}
     # One thread (the 16-element adds gain nothing from more), and the fastest of five rounds a
     # step, taking turns: the other core's load moves single rounds by 10% and more.
     torch.set_num_threads(1)
@@ -48,11 +59,11 @@ def main():
                 step(fn)
             best[name] = min(best[name], (time.perf_counter() - start) / 2000 * 1e6)
     for name, us in best.items():
-        print(f"{name}: {us:.1f} us a step (fastest of 5 rounds of 2000)")
+        print(f"{name}: {us:.1f} us a step (fastest of 5 rounds of 2000; call path stood in)")
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(2000):
-        step(steps["tilegen (call path stood in)"])
+        step(steps["tilegen, C++ node"])
     profiler.disable()
     pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(16)
 

@@ -6,11 +6,16 @@ tilegen derives each op's backward from its spec and registers it as an op of it
 of its inputs come from that op's results or straight from the incoming gradients, and sums a
 broadcast input's gradient over its broadcast axes. While traced, autograd records the registered
 ops; an eager call that records autograd runs the same implementations under a
-torch.autograd.Function instead (call), without the dispatcher's round trips.
+torch.autograd.Function instead (call), without the dispatcher's round trips, or (opt-in,
+TILEGEN_AUTOGRAD_NODE=1) under an autograd node in C++ (csrc/autograd_node.cpp).
 """
+
+import os
+import warnings
 
 import torch
 
+from . import native
 from .library import formula_of, implementation_of, tracing
 
 
@@ -40,6 +45,7 @@ class Gradients:
         # setup_context), and whether the backward kernel runs for a gradient at all.
         self._apart = tuple(i for i in self.saved_outputs if i is not None and i >= outputs) if phases is not None else ()
         self._computes = backward is not None and any(s is not None and s[0] == "result" for s in self.sources)
+        self._node = None  # node_formula's (the module, its Formula), once made
 
     def setup_context(self, ctx, inputs, output, eager=False):
         outputs = output if isinstance(output, tuple) else (output,)
@@ -82,30 +88,77 @@ class Gradients:
         if ctx.outputs is not None:  # (else autograd made any missing gradient zeros)
             grads = [g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
                      for g, (shape, dtype, device) in zip(grads[:self.outputs], ctx.outputs)]
+        saved = self._saved(ctx) if self._reads_results(needed) else None
+        chosen = self.gradients(saved, grads, needed, ctx.scalars)
+        return (*(g if g is None or g.shape == shape else g.sum_to_size(shape) for g, shape in zip(chosen, ctx.shapes)),
+                *(None for _ in ctx.scalars))
+
+    def _reads_results(self, needed):
+        """Whether a gradient `needed` comes from the backward op's results (else none is called)."""
+        return self._computes and any(n and s is not None and s[0] == "result" for n, s in zip(needed, self.sources))
+
+    def gradients(self, saved, grads, needed, scalars):
+        """Each tensor input's gradient in the outputs' shape (None where not `needed` or not
+        dependent), from `saved` (the saved inputs, then the saved outputs: a list, which the
+        two-phase backward empties of its kept outputs as it goes; None where no result is read),
+        the incoming gradients (none missing) and the scalars. A broadcast input's gradient is
+        summed to its shape by the caller."""
         results = ()
-        if self._computes and any(n and s is not None and s[0] == "result" for n, s in zip(needed, self.sources)):
-            saved = self._saved(ctx)
+        if saved is not None:
             traced = tracing((*saved, *grads))
             if self.phases is not None and not traced:
                 first, rest = self.phases
-                computed = first(*saved, *grads, *ctx.scalars)
+                computed = first(*saved, *grads, *scalars)
                 # The kept outputs' last references: freed before the products allocate theirs,
                 # as eager PyTorch frees a pre-activation once its activation's backward ran.
                 del saved[len(self.saved):]
-                results = rest(*saved, *grads, *ctx.scalars, computed)
+                results = rest(*saved, *grads, *scalars, computed)
             else:
                 # Eager, the backward's implementation runs directly: a registered op's call costs
                 # tens of microseconds of dispatch. Traced, the graph records the registered op.
                 backward = self.backward if traced else implementation_of(self.backward)
-                results = backward(*saved, *grads, *ctx.scalars)
-        chosen = []
-        for need, source, shape in zip(needed, self.sources, ctx.shapes):
-            if not need or source is None:
-                chosen.append(None)
-                continue
-            grad = results[source[1]] if source[0] == "result" else grads[source[1]]
-            chosen.append(grad if grad.shape == shape else grad.sum_to_size(shape))
-        return (*chosen, *(None for _ in ctx.scalars))
+                results = backward(*saved, *grads, *scalars)
+        return tuple(None if not need or source is None else results[source[1]] if source[0] == "result"
+                     else grads[source[1]] for need, source in zip(needed, self.sources))
+
+    def node_formula(self, name):
+        """The compiled call path's Formula for this op (an autograd node in C++, see call), or
+        None: not built (yet), or not for this formula (a two-phase backward frees kept outputs
+        midway, which the node's saved tensors would outlive)."""
+        module = native_module()
+        if module is None or self.phases is not None:
+            return None
+        if self._node is None or self._node[0] is not module:
+            kept = [i for i in self.saved_outputs if i is not None]
+            self._node = module, module.Formula(name, self._node_gradients, self.tensors, self.saved, kept, self.outputs)
+        return self._node[1]
+
+    def _node_gradients(self, saved, grads, needed, scalars):
+        # The node keeps the saved outputs that are tensors; the backward takes None for the others.
+        kept = iter(saved[len(self.saved):])
+        saved = saved[:len(self.saved)] + [None if i is None else next(kept) for i in self.saved_outputs]
+        return self.gradients(saved if self._reads_results(needed) else None, grads, needed, scalars)
+
+
+# The C++ autograd node (csrc/autograd_node.cpp) is opt-in until it has run on a GPU:
+# TILEGEN_AUTOGRAD_NODE=1 builds it at the first training call that wants it (10-20 s, cached
+# after), and eager training calls then record it instead of torch.autograd.Function's node.
+_NODE = {}
+
+
+def native_module():
+    """The autograd node's native module where TILEGEN_AUTOGRAD_NODE=1 asks for it and it can be
+    built, else None (a warning says once why it cannot)."""
+    if os.environ.get("TILEGEN_AUTOGRAD_NODE", "0") in ("", "0"):
+        return None
+    if "module" not in _NODE:
+        try:
+            _NODE["module"] = native.load("autograd_node")
+        except native.BuildError as exc:
+            warnings.warn(f"TILEGEN_AUTOGRAD_NODE=1: the autograd node is not available ({exc}); "
+                          "training calls record torch.autograd.Function's node", RuntimeWarning, stacklevel=3)
+            _NODE["module"] = None
+    return _NODE["module"]
 
 
 class _EagerAutograd(torch.autograd.Function):
@@ -146,15 +199,26 @@ def call(op, *args):
     """The registered op `op` (an OpOverload rt.register made) called on `args`: through the
     dispatcher while traced (the graph records the op), else its implementation directly, under
     the same autograd formula. An eager call through a registered op's autograd costs hundreds
-    of microseconds of host time (bench/probes/training_step_profile.py)."""
+    of microseconds of host time (bench/probes/training_step_profile.py); through
+    torch.autograd.Function, tens (bench/probes/training_host_cpu.py). With the autograd node
+    (TILEGEN_AUTOGRAD_NODE=1, native_module), the formula's node is C++: the forward runs, then
+    the node is attached to its results."""
     formula = formula_of(op)
     if formula is None or tracing(args):
         return op(*args)
-    if torch._C._are_functorch_transforms_active():
+    implementation = implementation_of(op)
+    functorch = torch._C._are_functorch_transforms_active()
+    node = None if functorch else formula.node_formula(op._opname)
+    if node is not None and node.usable():
+        tensors = formula.tensors
+        output = implementation(*[a.detach() for a in args[:tensors]], *args[tensors:])
+        node.attach(args, output if isinstance(output, tuple) else (output,))
+        return output
+    if functorch:
         # (Function.apply's own route, which refuses a Function without a separate setup_context.)
-        return _EagerAutograd.apply(formula, implementation_of(op), *args)
+        return _EagerAutograd.apply(formula, implementation, *args)
     # Function.apply's Python wrapper adds only that check and about 4 us a call.
-    return _apply(_EagerAutograd, formula, implementation_of(op), *args)
+    return _apply(_EagerAutograd, formula, implementation, *args)
 
 
 def _apply(function, *args):

@@ -1,0 +1,350 @@
+/* An op's autograd node in C++: what an eager training call records, without a Python
+   torch.autograd.Function.
+
+   A `Formula` per op holds what its autograd formula (tilegen.runtime.autograd.Gradients) says
+   once: how many leading arguments are tensors, which inputs and outputs the backward reads, how
+   many outputs are results, and the Python function that computes the gradients. Its
+   `attach(args, outputs)` makes the outputs of a forward the caller has already run the results
+   of one node: the inputs' gradient edges collected, the tensors the backward reads kept (as
+   detached aliases with their version, so that an output kept does not hold its own node, and a
+   tensor changed in place since raises as autograd's saved tensors do), the scalars held.
+
+   The node's apply takes the GIL and calls the Python function with (saved tensors, incoming
+   gradients with zeros for those no loss reads, which inputs need a gradient, scalars); it
+   returns one gradient (or None) per tensor input. A second derivative (create_graph) raises: the
+   gradients carry no history. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <ATen/ExpandUtils.h>
+#include <ATen/SavedTensorHooks.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using torch::autograd::Node;
+using torch::autograd::variable_list;
+
+/* A tensor the backward reads: a detached alias (same storage and version counter) and the
+   version it had when kept. */
+struct Kept {
+    at::Tensor alias;
+    int64_t version = 0;
+};
+
+Kept keep(const at::Tensor &t) {
+    return Kept{t.detach(), t._version()};
+}
+
+/* The Python object a node shares with its formula: its refcount is touched under the GIL only. */
+struct PyRef {
+    PyObject *object;
+    explicit PyRef(PyObject *o) : object(o) { Py_XINCREF(o); }
+    PyRef(const PyRef &) = delete;
+    PyRef &operator=(const PyRef &) = delete;
+    ~PyRef() {
+        if (object != nullptr && Py_IsInitialized()) {
+            PyGILState_STATE state = PyGILState_Ensure();
+            Py_DECREF(object);
+            PyGILState_Release(state);
+        }
+    }
+};
+
+struct TilegenNode : Node {
+    std::string op;
+    std::shared_ptr<PyRef> gradients;  /* the formula's Python function */
+    PyRef scalars;                     /* the call's arguments after its tensors (a tuple) */
+    std::vector<Kept> kept;            /* the saved inputs, then the saved outputs */
+    std::vector<std::vector<int64_t>> shapes;  /* each tensor input's */
+    bool released = false;
+
+    TilegenNode(std::string op_, std::shared_ptr<PyRef> gradients_, PyObject *scalars_, torch::autograd::edge_list &&edges)
+        : Node(std::move(edges)), op(std::move(op_)), gradients(std::move(gradients_)), scalars(scalars_) {}
+
+    std::string name() const override { return op + "Backward"; }
+
+    void release_variables() override {
+        kept.clear();
+        released = true;
+    }
+
+    variable_list apply(variable_list &&grads) override {
+        if (at::GradMode::is_enabled()) {
+            for (const at::Tensor &g : grads) {
+                if (g.defined() && g.requires_grad())
+                    throw std::runtime_error(op + ": its backward has no derivative (create_graph=True asks for "
+                                             "one); compute the second derivative another way");
+            }
+        }
+        if (released)
+            throw std::runtime_error(op + ": trying to backward through the graph a second time; specify "
+                                     "retain_graph=True the first time");
+        variable_list saved;
+        saved.reserve(kept.size());
+        for (const Kept &k : kept) {
+            if (k.alias._version() != k.version)
+                throw std::runtime_error(op + ": one of the tensors its backward needs was modified by an "
+                                         "in-place operation after the call (version " + std::to_string(k.alias._version()) +
+                                         ", expected " + std::to_string(k.version) + ")");
+            saved.push_back(k.alias);
+        }
+        for (size_t i = 0; i < grads.size(); i++) {
+            if (!grads[i].defined())
+                grads[i] = input_metadata(i).zeros_like();  /* an output no loss reads */
+        }
+        size_t inputs = num_outputs();
+        PyGILState_STATE state = PyGILState_Ensure();
+        variable_list results(inputs);
+        PyObject *call_args = nullptr, *result = nullptr;
+        bool failed = true;
+        do {
+            PyObject *saved_list = PyList_New(static_cast<Py_ssize_t>(saved.size()));
+            PyObject *grads_tuple = PyTuple_New(static_cast<Py_ssize_t>(grads.size()));
+            PyObject *needed = PyTuple_New(static_cast<Py_ssize_t>(inputs));
+            call_args = PyTuple_New(4);
+            if (saved_list == nullptr || grads_tuple == nullptr || needed == nullptr || call_args == nullptr) {
+                Py_XDECREF(saved_list);
+                Py_XDECREF(grads_tuple);
+                Py_XDECREF(needed);
+                break;
+            }
+            PyTuple_SET_ITEM(call_args, 0, saved_list);
+            PyTuple_SET_ITEM(call_args, 1, grads_tuple);
+            PyTuple_SET_ITEM(call_args, 2, needed);
+            PyTuple_SET_ITEM(call_args, 3, Py_NewRef(scalars.object));
+            bool wrapped = true;
+            for (size_t i = 0; i < saved.size() && wrapped; i++) {
+                PyObject *t = THPVariable_Wrap(saved[i]);
+                wrapped = t != nullptr;
+                if (wrapped)
+                    PyList_SET_ITEM(saved_list, static_cast<Py_ssize_t>(i), t);
+            }
+            for (size_t i = 0; i < grads.size() && wrapped; i++) {
+                PyObject *t = THPVariable_Wrap(grads[i]);
+                wrapped = t != nullptr;
+                if (wrapped)
+                    PyTuple_SET_ITEM(grads_tuple, static_cast<Py_ssize_t>(i), t);
+            }
+            for (size_t i = 0; i < inputs && wrapped; i++)
+                PyTuple_SET_ITEM(needed, static_cast<Py_ssize_t>(i), Py_NewRef(task_should_compute_output(i) ? Py_True : Py_False));
+            if (!wrapped)
+                break;
+            result = PyObject_Call(gradients->object, call_args, nullptr);
+            if (result == nullptr)
+                break;
+            if (!PyTuple_Check(result) || static_cast<size_t>(PyTuple_GET_SIZE(result)) != inputs) {
+                PyErr_Format(PyExc_RuntimeError, "%s: its backward returned %R, not a tuple of %zu gradients",
+                             op.c_str(), result, inputs);
+                break;
+            }
+            bool ok = true;
+            for (size_t i = 0; i < inputs && ok; i++) {
+                PyObject *item = PyTuple_GET_ITEM(result, static_cast<Py_ssize_t>(i));
+                if (item == Py_None)
+                    continue;
+                if (!THPVariable_Check(item)) {
+                    PyErr_Format(PyExc_RuntimeError, "%s: its backward returned %R for input %zu, not a tensor",
+                                 op.c_str(), item, i);
+                    ok = false;
+                } else {
+                    results[i] = THPVariable_Unpack(item);
+                    /* A broadcast input's gradient, summed over its broadcast axes (as
+                       Gradients.compute does for the Python node). */
+                    if (!results[i].sizes().equals(shapes[i]))
+                        results[i] = at::sum_to(results[i], shapes[i]);
+                }
+            }
+            failed = !ok;
+        } while (false);
+        Py_XDECREF(call_args);
+        Py_XDECREF(result);
+        if (failed) {
+            python_error error;  /* autograd's engine raises it again in the caller's thread */
+            error.persist();
+            PyGILState_Release(state);
+            throw error;
+        }
+        PyGILState_Release(state);
+        return results;
+    }
+};
+
+/* The node, as this torch holds nodes (an intrusive_ptr in newer releases, a shared_ptr before). */
+template <typename T, typename... Args>
+auto make_node(Args &&...args) {
+    if constexpr (std::is_base_of_v<c10::intrusive_ptr_target, T>)
+        return c10::make_intrusive<T>(std::forward<Args>(args)...);
+    else
+        return std::make_shared<T>(std::forward<Args>(args)...);
+}
+
+struct Formula {
+    PyObject_HEAD
+    std::string *op;
+    std::shared_ptr<PyRef> *gradients;
+    Py_ssize_t tensors;
+    std::vector<Py_ssize_t> *saved_inputs;
+    std::vector<Py_ssize_t> *saved_outputs;
+    Py_ssize_t results;
+};
+
+bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
+    PyObject *fast = PySequence_Fast(sequence, "expected a sequence of ints");
+    if (fast == nullptr)
+        return false;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
+        Py_ssize_t value = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
+        if (value == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return false;
+        }
+        into->push_back(value);
+    }
+    Py_DECREF(fast);
+    return true;
+}
+
+/* Formula(op, gradients, tensors, saved_inputs, saved_outputs, results) */
+PyObject *Formula_new(PyTypeObject *type, PyObject *args, PyObject *) {
+    const char *op;
+    PyObject *gradients, *saved_inputs, *saved_outputs;
+    Py_ssize_t tensors, results;
+    if (!PyArg_ParseTuple(args, "sOnOOn:Formula", &op, &gradients, &tensors, &saved_inputs, &saved_outputs, &results))
+        return nullptr;
+    if (!PyCallable_Check(gradients))
+        return PyErr_Format(PyExc_TypeError, "Formula: gradients must be callable");
+    Formula *self = reinterpret_cast<Formula *>(type->tp_alloc(type, 0));
+    if (self == nullptr)
+        return nullptr;
+    self->op = new std::string(op);
+    self->gradients = new std::shared_ptr<PyRef>(std::make_shared<PyRef>(gradients));
+    self->tensors = tensors;
+    self->saved_inputs = new std::vector<Py_ssize_t>();
+    self->saved_outputs = new std::vector<Py_ssize_t>();
+    self->results = results;
+    if (!read_indices(saved_inputs, self->saved_inputs) || !read_indices(saved_outputs, self->saved_outputs)) {
+        Py_DECREF(self);
+        return nullptr;
+    }
+    for (Py_ssize_t i : *self->saved_inputs) {
+        if (i < 0 || i >= tensors) {
+            Py_DECREF(self);
+            return PyErr_Format(PyExc_ValueError, "Formula: saved input %zd is not one of the %zd tensors", i, tensors);
+        }
+    }
+    return reinterpret_cast<PyObject *>(self);
+}
+
+void Formula_dealloc(Formula *self) {
+    delete self->op;
+    delete self->gradients;  /* (the GIL is held: PyRef's release takes it again, which is allowed) */
+    delete self->saved_inputs;
+    delete self->saved_outputs;
+    Py_TYPE(self)->tp_free(reinterpret_cast<PyObject *>(self));
+}
+
+/* formula.usable() -> bool: whether attach would attach (no saved-tensor hooks are set). */
+PyObject *Formula_usable(Formula *, PyObject *) {
+    return PyBool_FromLong(!at::SavedTensorDefaultHooks::get_hooks().has_value());
+}
+
+/* formula.attach(args, outputs): the outputs (a tuple, the results first) made the results of one
+   node whose inputs are args' tensors. Returns True; False, attaching nothing, where saved-tensor
+   hooks are set (torch.autograd.graph.saved_tensors_hooks: checkpointing, offloading), which a
+   Python autograd.Function's saved tensors go through and this node's would not. */
+PyObject *Formula_attach(Formula *self, PyObject *const *argv, Py_ssize_t count) {
+    if (count != 2 || !PyTuple_Check(argv[0]) || !PyTuple_Check(argv[1]))
+        return PyErr_Format(PyExc_TypeError, "attach(args, outputs): two tuples");
+    if (at::SavedTensorDefaultHooks::get_hooks().has_value())
+        Py_RETURN_FALSE;
+    PyObject *args = argv[0], *outputs = argv[1];
+    if (PyTuple_GET_SIZE(args) < self->tensors || PyTuple_GET_SIZE(outputs) < self->results)
+        return PyErr_Format(PyExc_ValueError, "%s: attach got %zd arguments and %zd outputs, expected %zd tensors and %zd results",
+                            self->op->c_str(), PyTuple_GET_SIZE(args), PyTuple_GET_SIZE(outputs), self->tensors, self->results);
+    HANDLE_TH_ERRORS
+    variable_list inputs;
+    inputs.reserve(static_cast<size_t>(self->tensors));
+    for (Py_ssize_t i = 0; i < self->tensors; i++) {
+        PyObject *arg = PyTuple_GET_ITEM(args, i);
+        if (!THPVariable_Check(arg))
+            return PyErr_Format(PyExc_TypeError, "%s: argument %zd is not a tensor", self->op->c_str(), i);
+        inputs.push_back(THPVariable_Unpack(arg));
+    }
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(outputs); j++) {
+        if (!THPVariable_Check(PyTuple_GET_ITEM(outputs, j)))
+            return PyErr_Format(PyExc_TypeError, "%s: output %zd is not a tensor", self->op->c_str(), j);
+    }
+    PyObject *scalars = PyTuple_GetSlice(args, self->tensors, PyTuple_GET_SIZE(args));
+    if (scalars == nullptr)
+        return nullptr;
+    auto node = make_node<TilegenNode>(*self->op, *self->gradients, scalars, torch::autograd::collect_next_edges(inputs));
+    Py_DECREF(scalars);
+    node->kept.reserve(self->saved_inputs->size() + self->saved_outputs->size());
+    for (Py_ssize_t i : *self->saved_inputs)
+        node->kept.push_back(keep(inputs[static_cast<size_t>(i)]));
+    node->shapes.reserve(inputs.size());
+    for (const at::Tensor &t : inputs)
+        node->shapes.emplace_back(t.sizes().begin(), t.sizes().end());
+    for (Py_ssize_t j = 0; j < self->results; j++)
+        torch::autograd::set_history(THPVariable_Unpack(PyTuple_GET_ITEM(outputs, j)), node);
+    for (Py_ssize_t j : *self->saved_outputs) {
+        if (j < 0 || j >= PyTuple_GET_SIZE(outputs))
+            return PyErr_Format(PyExc_ValueError, "%s: saved output %zd is not among the %zd outputs", self->op->c_str(), j,
+                                PyTuple_GET_SIZE(outputs));
+        node->kept.push_back(keep(THPVariable_Unpack(PyTuple_GET_ITEM(outputs, j))));
+    }
+    Py_RETURN_TRUE;
+    END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef Formula_methods[] = {
+    {"usable", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(Formula_usable)), METH_NOARGS,
+     "usable() -> bool: whether attach would attach (saved-tensor hooks set: not)"},
+    {"attach", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(Formula_attach)), METH_FASTCALL,
+     "attach(args, outputs) -> bool: the outputs made the results of one autograd node over args' tensors"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+/* The type's fields are set one by one in PyInit (C++ has no designated initializers for it). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+PyTypeObject FormulaType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+#pragma GCC diagnostic pop
+
+PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_tilegen_autograd_node", nullptr, -1, nullptr,
+                          nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__tilegen_autograd_node(void) {
+    FormulaType.tp_name = "_tilegen_autograd_node.Formula";
+    FormulaType.tp_basicsize = sizeof(Formula);
+    FormulaType.tp_flags = Py_TPFLAGS_DEFAULT;
+    FormulaType.tp_new = Formula_new;
+    FormulaType.tp_dealloc = reinterpret_cast<destructor>(Formula_dealloc);
+    FormulaType.tp_methods = Formula_methods;
+    FormulaType.tp_doc = "Formula(op, gradients, tensors, saved_inputs, saved_outputs, results)";
+    if (PyType_Ready(&FormulaType) < 0)
+        return nullptr;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == nullptr)
+        return nullptr;
+    if (PyModule_AddObjectRef(module, "Formula", reinterpret_cast<PyObject *>(&FormulaType)) < 0) {
+        Py_DECREF(module);
+        return nullptr;
+    }
+    return module;
+}
