@@ -17,6 +17,7 @@
 #   OUT=/tmp/check STEPS="compile:matmul_relu" bash bench/h200_check.sh  # about 5 minutes (one op)
 #   OUT=/tmp/check STEPS="host" BEFORE=.before bash bench/h200_check.sh  # host time, two trees
 #   OUT=/tmp/check STEPS="backward" bash bench/h200_check.sh        # forward+backward, peak memory
+#   OUT=/tmp/check STEPS="node" bash bench/h200_check.sh            # the same through the C++ autograd node
 #   OUT=/tmp/check STEPS="reductions:forward reductions:backward" bash bench/h200_check.sh  # about 6 minutes
 #   OUT=/tmp/check STEPS="batched:forward batched:backward" bash bench/h200_check.sh   # about 3 minutes
 #   OUT=/tmp/check STEPS="fp8" bash bench/h200_check.sh                  # about 3 minutes
@@ -89,6 +90,11 @@ step callpath 300 python3 -m pytest -v -n 16 -p no:cacheprovider tests/test_call
 # max-autotune), one step per kind on a shape set small enough for its compiles: over every
 # default shape it takes about 9 s a point, past any one call's limit (64 of 163 points in 560 s).
 step backward 560 python3 -m tilegen bench ${BACKWARD:-} --backward --out "$out/backward"
+# The C++ autograd node (opt-in, TILEGEN_AUTOGRAD_NODE=1): the gradient tests through it, then the
+# training steps (host-bound at small shapes: what it is for), eager beside.
+step node:tests 540 env TILEGEN_AUTOGRAD_NODE=1 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_autograd.py \
+    generated/tests -k "grad or backward or training or autograd or cuda_graph"
+step node:backward 560 env TILEGEN_AUTOGRAD_NODE=1 python3 -m tilegen bench ${BACKWARD:-} --backward --out "$out/node/backward"
 step backward_compile:elementwise 560 python3 -m tilegen bench add fma_clamp rms_scale_exp scaled_silu_mul \
     --shapes 2^16,2^24,2^26 --backward --compile --out "$out/backward_compile/elementwise"
 step backward_compile:matmul 560 python3 -m tilegen bench matmul matmul_relu matmul_bias_gelu matmul_residual_scaled \
