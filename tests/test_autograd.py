@@ -286,6 +286,20 @@ def test_an_input_used_twice_and_a_non_leaf_input_get_their_gradients(package, n
     torch.testing.assert_close(b.grad, b2.grad)
 
 
+def test_an_input_that_needs_no_gradient_gets_none_through_the_node(package, node):
+    # add's gradients are the incoming one (passed on in C++); ew_mix's come from its backward.
+    from generated import add
+
+    x, = _leaves((4, 6), dtype=torch.float32)
+    bias = torch.randn(6).to(_device())  # needs no gradient, broadcast
+    (gx,) = torch.autograd.grad(add(x, bias).sum(), (x,))
+    torch.testing.assert_close(gx, torch.ones_like(x))
+    b, = _leaves((4, 6), dtype=torch.float32)
+    y, z = package.ew_mix(x.detach(), b, torch.zeros_like(b))
+    (gb,) = torch.autograd.grad(y.sum() + z.sum(), (b,))
+    torch.testing.assert_close(gb, torch.exp(x.detach()))
+
+
 def test_saved_tensor_hooks_take_the_python_node(package, node):
     # Checkpointing and offloading reach saved tensors through these hooks, which the C++ node's
     # kept tensors would skip: under them the call records torch.autograd.Function's node.

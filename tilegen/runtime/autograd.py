@@ -130,7 +130,10 @@ class Gradients:
             return None
         if self._node is None or self._node[0] is not module:
             kept = [i for i in self.saved_outputs if i is not None]
-            self._node = module, module.Formula(name, self._node_gradients, self.tensors, self.saved, kept, self.outputs)
+            # Per tensor input: the incoming gradient that is its own, none (-1), or the backward's (-2).
+            sources = [-1 if s is None else s[1] if s[0] == "grad" else -2 for s in self.sources]
+            self._node = module, module.Formula(name, self._node_gradients, self.tensors, self.saved, kept, self.outputs,
+                                                sources)
         return self._node[1]
 
     def _node_gradients(self, saved, grads, needed, scalars):

@@ -11,7 +11,8 @@
 
    The node's apply takes the GIL and calls the Python function with (saved tensors, incoming
    gradients with zeros for those no loss reads, which inputs need a gradient, scalars); it
-   returns one gradient (or None) per tensor input. A second derivative (create_graph) raises: the
+   returns one gradient (or None) per tensor input. Where every gradient needed is an incoming
+   one (an input the op adds to an output), the node passes them on without Python. A second derivative (create_graph) raises: the
    gradients carry no history. */
 
 #define PY_SSIZE_T_CLEAN
@@ -36,6 +37,10 @@ namespace {
 
 using torch::autograd::Node;
 using torch::autograd::variable_list;
+
+/* A tensor input's source of gradient besides an incoming gradient's index (Formula). */
+constexpr Py_ssize_t NO_GRADIENT = -1;
+constexpr Py_ssize_t FROM_BACKWARD = -2;
 
 /* A tensor the backward reads: a detached alias (same storage and version counter) and the
    version it had when kept. */
@@ -69,12 +74,19 @@ struct TilegenNode : Node {
     PyRef scalars;                     /* the call's arguments after its tensors (a tuple) */
     std::vector<Kept> kept;            /* the saved inputs, then the saved outputs */
     std::vector<std::vector<int64_t>> shapes;  /* each tensor input's */
+    std::shared_ptr<const std::vector<Py_ssize_t>> sources;  /* the formula's */
     bool released = false;
 
     TilegenNode(std::string op_, std::shared_ptr<PyRef> gradients_, PyObject *scalars_, torch::autograd::edge_list &&edges)
         : Node(std::move(edges)), op(std::move(op_)), gradients(std::move(gradients_)), scalars(scalars_) {}
 
     std::string name() const override { return op + "Backward"; }
+
+    /* A broadcast input's gradient, summed over its broadcast axes (as Gradients.compute does
+       for torch.autograd.Function's node). */
+    at::Tensor sum_to_input(const at::Tensor &grad, size_t i) const {
+        return grad.sizes().equals(shapes[i]) ? grad : at::sum_to(grad, shapes[i]);
+    }
 
     void release_variables() override {
         kept.clear();
@@ -106,6 +118,18 @@ struct TilegenNode : Node {
                 grads[i] = input_metadata(i).zeros_like();  /* an output no loss reads */
         }
         size_t inputs = num_outputs();
+        bool python = false;  /* whether a gradient needed comes from the backward (else all are incoming ones) */
+        for (size_t i = 0; i < inputs; i++)
+            python = python || ((*sources)[i] == FROM_BACKWARD && task_should_compute_output(i));
+        if (!python) {
+            variable_list results(inputs);
+            for (size_t i = 0; i < inputs; i++) {
+                Py_ssize_t source = (*sources)[i];
+                if (source >= 0 && task_should_compute_output(i))
+                    results[i] = sum_to_input(grads[static_cast<size_t>(source)], i);
+            }
+            return results;
+        }
         PyGILState_STATE state = PyGILState_Ensure();
         variable_list results(inputs);
         PyObject *call_args = nullptr, *result = nullptr;
@@ -160,11 +184,7 @@ struct TilegenNode : Node {
                                  op.c_str(), item, i);
                     ok = false;
                 } else {
-                    results[i] = THPVariable_Unpack(item);
-                    /* A broadcast input's gradient, summed over its broadcast axes (as
-                       Gradients.compute does for the Python node). */
-                    if (!results[i].sizes().equals(shapes[i]))
-                        results[i] = at::sum_to(results[i], shapes[i]);
+                    results[i] = sum_to_input(THPVariable_Unpack(item), i);
                 }
             }
             failed = !ok;
@@ -199,6 +219,7 @@ struct Formula {
     std::vector<Py_ssize_t> *saved_inputs;
     std::vector<Py_ssize_t> *saved_outputs;
     Py_ssize_t results;
+    std::shared_ptr<const std::vector<Py_ssize_t>> *sources;
 };
 
 bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
@@ -217,12 +238,15 @@ bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
     return true;
 }
 
-/* Formula(op, gradients, tensors, saved_inputs, saved_outputs, results) */
+/* Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources): `sources` has one
+   int per tensor input: the index of the incoming gradient that is its gradient (an input the op
+   adds to an output), NO_GRADIENT, or FROM_BACKWARD (the Python function computes it). */
 PyObject *Formula_new(PyTypeObject *type, PyObject *args, PyObject *) {
     const char *op;
-    PyObject *gradients, *saved_inputs, *saved_outputs;
+    PyObject *gradients, *saved_inputs, *saved_outputs, *sources;
     Py_ssize_t tensors, results;
-    if (!PyArg_ParseTuple(args, "sOnOOn:Formula", &op, &gradients, &tensors, &saved_inputs, &saved_outputs, &results))
+    if (!PyArg_ParseTuple(args, "sOnOOnO:Formula", &op, &gradients, &tensors, &saved_inputs, &saved_outputs, &results,
+                          &sources))
         return nullptr;
     if (!PyCallable_Check(gradients))
         return PyErr_Format(PyExc_TypeError, "Formula: gradients must be callable");
@@ -235,9 +259,23 @@ PyObject *Formula_new(PyTypeObject *type, PyObject *args, PyObject *) {
     self->saved_inputs = new std::vector<Py_ssize_t>();
     self->saved_outputs = new std::vector<Py_ssize_t>();
     self->results = results;
-    if (!read_indices(saved_inputs, self->saved_inputs) || !read_indices(saved_outputs, self->saved_outputs)) {
+    auto source_list = std::make_shared<std::vector<Py_ssize_t>>();
+    self->sources = new std::shared_ptr<const std::vector<Py_ssize_t>>(source_list);
+    if (!read_indices(saved_inputs, self->saved_inputs) || !read_indices(saved_outputs, self->saved_outputs) ||
+        !read_indices(sources, source_list.get())) {
         Py_DECREF(self);
         return nullptr;
+    }
+    if (static_cast<Py_ssize_t>(source_list->size()) != tensors) {
+        Py_DECREF(self);
+        return PyErr_Format(PyExc_ValueError, "Formula: %zd sources for %zd tensors", source_list->size(), tensors);
+    }
+    for (Py_ssize_t source : *source_list) {
+        if (source >= results || source < FROM_BACKWARD) {
+            Py_DECREF(self);
+            return PyErr_Format(PyExc_ValueError, "Formula: source %zd is not a result's gradient (of %zd), %d or %d",
+                                source, results, NO_GRADIENT, FROM_BACKWARD);
+        }
     }
     for (Py_ssize_t i : *self->saved_inputs) {
         if (i < 0 || i >= tensors) {
@@ -253,6 +291,7 @@ void Formula_dealloc(Formula *self) {
     delete self->gradients;  /* (the GIL is held: PyRef's release takes it again, which is allowed) */
     delete self->saved_inputs;
     delete self->saved_outputs;
+    delete self->sources;
     Py_TYPE(self)->tp_free(reinterpret_cast<PyObject *>(self));
 }
 
@@ -291,6 +330,7 @@ PyObject *Formula_attach(Formula *self, PyObject *const *argv, Py_ssize_t count)
     if (scalars == nullptr)
         return nullptr;
     auto node = make_node<TilegenNode>(*self->op, *self->gradients, scalars, torch::autograd::collect_next_edges(inputs));
+    node->sources = *self->sources;
     Py_DECREF(scalars);
     node->kept.reserve(self->saved_inputs->size() + self->saved_outputs->size());
     for (Py_ssize_t i : *self->saved_inputs)
@@ -336,7 +376,7 @@ PyMODINIT_FUNC PyInit__tilegen_autograd_node(void) {
     FormulaType.tp_new = Formula_new;
     FormulaType.tp_dealloc = reinterpret_cast<destructor>(Formula_dealloc);
     FormulaType.tp_methods = Formula_methods;
-    FormulaType.tp_doc = "Formula(op, gradients, tensors, saved_inputs, saved_outputs, results)";
+    FormulaType.tp_doc = "Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources)";
     if (PyType_Ready(&FormulaType) < 0)
         return nullptr;
     PyObject *module = PyModule_Create(&module_def);
