@@ -61,9 +61,28 @@ masks:
 """
 
 
+FLAGGED = """
+op: ew_flag
+kind: elementwise
+doc: y = x * x, and where x is positive (a bool output)
+inputs:
+  x: {dtype: [float32, float64]}
+outputs:
+  y: {dtype: x}
+  positive: {dtype: [bool]}
+compute:
+  y: x * x
+  positive: x > 0
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+masks:
+  N: auto
+"""
+
+
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    specs = {"mm_mix.yaml": MATMUL, "ew_mix.yaml": ELEMENTWISE}
+    specs = {"mm_mix.yaml": MATMUL, "ew_mix.yaml": ELEMENTWISE, "ew_flag.yaml": FLAGGED}
     with built_package(tmp_path_factory.mktemp("autograd"), "autograd_ops", specs) as module:
         yield module
 
@@ -298,6 +317,20 @@ def test_an_input_that_needs_no_gradient_gets_none_through_the_node(package, nod
     y, z = package.ew_mix(x.detach(), b, torch.zeros_like(b))
     (gb,) = torch.autograd.grad(y.sum() + z.sum(), (b,))
     torch.testing.assert_close(gb, torch.exp(x.detach()))
+
+
+@pytest.mark.parametrize("through", ["node", "function"])
+def test_a_bool_output_beside_a_differentiable_one_stays_plain(package, node, through, monkeypatch):
+    from tilegen.runtime import autograd
+
+    if through == "function":
+        monkeypatch.setattr(autograd, "native_module", lambda: None)
+    x, = _leaves((5, 8))
+    y, positive = package.ew_flag(x)
+    assert y.requires_grad and not positive.requires_grad and positive.dtype == torch.bool
+    assert ("_EagerAutograd" in type(y.grad_fn).__name__) == (through == "function")
+    (gx,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(gx, 2 * x.detach())
 
 
 def test_saved_tensor_hooks_take_the_python_node(package, node):

@@ -122,8 +122,8 @@ class Gradients:
                      else grads[source[1]] for need, source in zip(needed, self.sources))
 
     def node_formula(self, name):
-        """The compiled call path's Formula for this op (an autograd node in C++, see call), or
-        None: not built (yet), or not for this formula (a two-phase backward frees kept outputs
+        """This op's Formula (its autograd node in C++, see call and native_module), or None: not
+        asked for or not built, or not for this formula (a two-phase backward frees kept outputs
         midway, which the node's saved tensors would outlive)."""
         module = native_module()
         if module is None or self.phases is not None:

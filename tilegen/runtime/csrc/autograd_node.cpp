@@ -21,11 +21,13 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/SavedTensorHooks.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/zeros.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -75,6 +77,8 @@ struct TilegenNode : Node {
     std::vector<Kept> kept;            /* the saved inputs, then the saved outputs */
     std::vector<std::vector<int64_t>> shapes;  /* each tensor input's */
     std::shared_ptr<const std::vector<Py_ssize_t>> sources;  /* the formula's */
+    /* The results autograd does not differentiate, by slot: their shapes and options. */
+    std::map<size_t, std::pair<std::vector<int64_t>, at::TensorOptions>> plain_results;
     bool released = false;
 
     TilegenNode(std::string op_, std::shared_ptr<PyRef> gradients_, PyObject *scalars_, torch::autograd::edge_list &&edges)
@@ -114,8 +118,13 @@ struct TilegenNode : Node {
             saved.push_back(k.alias);
         }
         for (size_t i = 0; i < grads.size(); i++) {
-            if (!grads[i].defined())
-                grads[i] = input_metadata(i).zeros_like();  /* an output no loss reads */
+            if (grads[i].defined())
+                continue;
+            /* An output no loss reads, or one autograd does not differentiate: zeros of its shape
+               (as torch.autograd.Function makes them; a derived backward takes every output's). */
+            auto plain = plain_results.find(i);
+            grads[i] = plain != plain_results.end() ? at::zeros(plain->second.first, plain->second.second)
+                                                    : input_metadata(i).zeros_like();
         }
         size_t inputs = num_outputs();
         bool python = false;  /* whether a gradient needed comes from the backward (else all are incoming ones) */
@@ -338,8 +347,17 @@ PyObject *Formula_attach(Formula *self, PyObject *const *argv, Py_ssize_t count)
     node->shapes.reserve(inputs.size());
     for (const at::Tensor &t : inputs)
         node->shapes.emplace_back(t.sizes().begin(), t.sizes().end());
-    for (Py_ssize_t j = 0; j < self->results; j++)
-        torch::autograd::set_history(THPVariable_Unpack(PyTuple_GET_ITEM(outputs, j)), node);
+    for (Py_ssize_t j = 0; j < self->results; j++) {
+        const at::Tensor &output = THPVariable_Unpack(PyTuple_GET_ITEM(outputs, j));
+        /* A result of a dtype autograd does not differentiate (a bool mask, an int) stays a plain
+           tensor, as torch.autograd.Function leaves it; its slot keeps the others' numbering. */
+        if (torch::autograd::isDifferentiableType(output.scalar_type())) {
+            torch::autograd::set_history(output, node);
+        } else {
+            node->plain_results[node->add_input_metadata(Node::undefined_input())] = {
+                std::vector<int64_t>(output.sizes().begin(), output.sizes().end()), output.options()};
+        }
+    }
     for (Py_ssize_t j : *self->saved_outputs) {
         if (j < 0 || j >= PyTuple_GET_SIZE(outputs))
             return PyErr_Format(PyExc_ValueError, "%s: saved output %zd is not among the %zd outputs", self->op->c_str(), j,
