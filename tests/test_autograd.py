@@ -185,6 +185,18 @@ def test_an_eager_matmul_backward_frees_the_kept_accumulator_before_its_products
         torch.testing.assert_close(x, y)
 
 
+def test_a_matmul_backward_that_frees_its_accumulator_runs_again_with_retain_graph():
+    # The kept accumulator is dropped midway through a backward, unless the graph is kept for
+    # another: the second backward then finds it again, and gives the same gradients.
+    module = importlib.import_module("generated.matmul_bias_gelu")
+    a, b, bias = _leaves((16, 32), (32, 24), (24,), dtype=torch.float32)
+    y = module.matmul_bias_gelu(a, b, bias)
+    first = torch.autograd.grad(y.sum(), (a, b, bias), retain_graph=True)
+    second = torch.autograd.grad(y.sum(), (a, b, bias))
+    for p, q in zip(first, second):
+        torch.testing.assert_close(p, q)
+
+
 def test_a_matmul_backward_sums_broadcast_gradients_before_its_products(monkeypatch):
     # A bias [N]'s gradient is a column sum of dZ, whose reduction may take a workspace as large
     # as dZ (PyTorch's does, in float32): run before the products, it comes and goes before dA

@@ -76,7 +76,9 @@ class Gradients:
         # tensors that require grad to autograd) can then serve its launches.
         saved = [t.detach() for t in ctx.saved_tensors]
         outputs = saved[len(self.saved):]
-        apart, ctx.kept = ctx.kept, {}  # the backward holds them alone from here
+        apart = ctx.kept
+        if not _keeps_graph():
+            ctx.kept = {}  # the backward holds them alone from here (retain_graph=True: ctx still does)
         return saved[:len(self.saved)] + [None if i is None else apart[i] if i in apart else outputs.pop(0)
                                           for i in self.saved_outputs]
 
@@ -141,6 +143,14 @@ class Gradients:
         kept = iter(saved[len(self.saved):])
         saved = saved[:len(self.saved)] + [None if i is None else next(kept) for i in self.saved_outputs]
         return self.gradients(saved if self._reads_results(needed) else None, grads, needed, scalars)
+
+
+def _keeps_graph():
+    """Whether the backward running now keeps the graph for another (retain_graph=True)."""
+    return _GRAPH_TASK_KEEPS_GRAPH is not None and _GRAPH_TASK_KEEPS_GRAPH()
+
+
+_GRAPH_TASK_KEEPS_GRAPH = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
 
 
 # The C++ autograd node (csrc/autograd_node.cpp) is opt-in until it has run on a GPU:
