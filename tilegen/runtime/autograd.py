@@ -46,6 +46,7 @@ class Gradients:
         self._apart = tuple(i for i in self.saved_outputs if i is not None and i >= outputs) if phases is not None else ()
         self._computes = backward is not None and any(s is not None and s[0] == "result" for s in self.sources)
         self._node = None  # node_formula's (the module, its Formula), once made
+        self.name = "op"  # the op's name, for errors (register sets it)
 
     def setup_context(self, ctx, inputs, output, eager=False):
         outputs = output if isinstance(output, tuple) else (output,)
@@ -123,7 +124,7 @@ class Gradients:
         return tuple(None if not need or source is None else results[source[1]] if source[0] == "result"
                      else grads[source[1]] for need, source in zip(needed, self.sources))
 
-    def node_formula(self, name):
+    def node_formula(self):
         """This op's Formula (its autograd node in C++, see call and native_module), or None: not
         asked for or not built, or not for this formula (a two-phase backward frees kept outputs
         midway, which the node's saved tensors would outlive)."""
@@ -134,7 +135,7 @@ class Gradients:
             kept = [i for i in self.saved_outputs if i is not None]
             # Per tensor input: the incoming gradient that is its own, none (-1), or the backward's (-2).
             sources = [-1 if s is None else s[1] if s[0] == "grad" else -2 for s in self.sources]
-            self._node = module, module.Formula(name, self._node_gradients, self.tensors, self.saved, kept, self.outputs,
+            self._node = module, module.Formula(self.name, self._node_gradients, self.tensors, self.saved, kept, self.outputs,
                                                 sources)
         return self._node[1]
 
@@ -190,22 +191,18 @@ class _EagerAutograd(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
+        gradients = ctx.gradients
         if torch.is_grad_enabled():
-            # create_graph=True: the gradients must not come back detached, so a second
-            # derivative raises. once_differentiable's wrapper costs about 5 us of host time a
-            # step, so a plain backward (grad mode off: nothing to record) goes without it.
-            return _backward_once(ctx, *grads)
-        return _gradients(ctx, grads)
+            raise RuntimeError(no_second_derivative(gradients.name))
+        return (None, None, *gradients.compute(ctx, grads, ctx.needs_input_grad[2:2 + gradients.tensors]))
 
 
-def _gradients(ctx, grads):
-    gradients = ctx.gradients
-    return (None, None, *gradients.compute(ctx, grads, ctx.needs_input_grad[2:2 + gradients.tensors]))
-
-
-@torch.autograd.function.once_differentiable  # a second derivative raises, never comes back detached
-def _backward_once(ctx, *grads):
-    return _gradients(ctx, grads)
+def no_second_derivative(op):
+    """Why a backward run with create_graph=True raises (the C++ node says the same): its gradients
+    would carry no history, so a gradient penalty or a Hessian-vector product built on them would
+    silently leave this op's share out."""
+    return (f"{op}: a second derivative is not derived (create_graph=True asks for gradients that can be "
+            "differentiated again); compute the gradients without create_graph")
 
 
 def call(op, *args):
@@ -221,7 +218,7 @@ def call(op, *args):
         return op(*args)
     implementation = implementation_of(op)
     functorch = torch._C._are_functorch_transforms_active()
-    node = None if functorch else formula.node_formula(op._opname)
+    node = None if functorch else formula.node_formula()
     if node is not None and node.usable():
         tensors = formula.tensors
         output = implementation(*[a.detach() for a in args[:tensors]], *args[tensors:])

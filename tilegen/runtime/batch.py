@@ -9,7 +9,6 @@ a copy (as torch.matmul would materialize it) or written through one.
 
 import math
 
-import torch
 
 from .checks import broadcast_leading
 

@@ -12,8 +12,9 @@
    The node's apply takes the GIL and calls the Python function with (saved tensors, incoming
    gradients with zeros for those no loss reads, which inputs need a gradient, scalars); it
    returns one gradient (or None) per tensor input. Where every gradient needed is an incoming
-   one (an input the op adds to an output), the node passes them on without Python. A second derivative (create_graph) raises: the
-   gradients carry no history. */
+   one (an input the op adds to an output), the node passes them on without Python. A backward
+   asked for gradients to differentiate again (create_graph=True) raises: they would carry no
+   history. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -98,13 +99,11 @@ struct TilegenNode : Node {
     }
 
     variable_list apply(variable_list &&grads) override {
-        if (at::GradMode::is_enabled()) {
-            for (const at::Tensor &g : grads) {
-                if (g.defined() && g.requires_grad())
-                    throw std::runtime_error(op + ": its backward has no derivative (create_graph=True asks for "
-                                             "one); compute the second derivative another way");
-            }
-        }
+        /* create_graph=True: gradients without history would leave this op's share out of a
+           gradient penalty or a Hessian-vector product, silently (as autograd.no_second_derivative). */
+        if (at::GradMode::is_enabled())
+            throw std::runtime_error(op + ": a second derivative is not derived (create_graph=True asks for gradients "
+                                     "that can be differentiated again); compute the gradients without create_graph");
         if (released)
             throw std::runtime_error(op + ": trying to backward through the graph a second time; specify "
                                      "retain_graph=True the first time");
