@@ -808,3 +808,54 @@ def test_every_launch_style_tuning_may_choose_is_served_compiled_and_stays_right
     itemsize = 1 if op.startswith("fp8") else 2
     for style, config in launch_styles(module._OP.configs.space, facts, _STYLE_KEYS[op], itemsize).items():
         _served_again_and_right(module, op, config, make, oracle, label=" ".join(style) or "pointers")
+
+
+# Calls that record autograd, served where the table has the op's node to attach (autograd_node.cpp,
+# opt-in TILEGEN_AUTOGRAD_NODE=1): tried on the CPU through explain and a plan of no programs.
+@pytest.fixture(scope="module")
+def node_module(built):
+    return native.load("autograd_node")
+
+
+def _scale_formula(node_module, seen):
+    """A Formula of c = a * s (s a scalar) whose backward records what it was given."""
+    def gradients(saved, grads, needed, scalars):
+        seen.append((len(saved), needed, scalars))
+        return (grads[0] * scalars[0] if needed[0] else None,)
+    return node_module.Formula("scale", gradients, 1, (), (), 1, (-2,))
+
+
+def test_a_call_that_records_autograd_is_served_with_the_node_attached(module, node_module):
+    table = table_with(module)
+    a, c = torch.randn(4, 5), torch.empty(4, 5)
+    assert table.learn((a, 3.0), (a, c, 3.0), empty_plan(module, "ppf", 3), 0, c, 77) is True
+    x = torch.randn(4, 5, requires_grad=True)
+    assert table.explain(x, 3.0) is None  # no formula: autograd's calls stay with the Python path
+    seen = []
+    table.formula = _scale_formula(node_module, seen)
+    got, filled = table.explain(x, 3.0)
+    assert filled_values(module, filled)[0] == x.data_ptr()  # launched on the tensor's own data
+    assert got.requires_grad and got.grad_fn.name() == "scaleBackward"
+    (gx,) = torch.autograd.grad(got, x, torch.ones(4, 5))
+    torch.testing.assert_close(gx, torch.full((4, 5), 3.0))
+    assert seen == [(0, (True,), (3.0,))]
+    with torch.no_grad():  # records nothing: served as any call, no node
+        assert table.explain(x, 3.0)[0].grad_fn is None
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        assert table.explain(x, 3.0) is None  # the Python path's Function honours the hooks
+    table.formula = None
+    assert table.explain(x, 3.0) is None
+
+
+def test_calls_under_torch_func_transforms_are_not_served_with_a_node(module, node_module):
+    table = table_with(module)
+    a, c = torch.randn(5), torch.empty(5)
+    assert table.learn((a, 3.0), (a, c, 3.0), empty_plan(module, "ppf", 3), 0, c, 77) is True
+    table.formula = _scale_formula(node_module, [])
+    served = []
+
+    def f(x):
+        served.append(table.explain(x, 3.0))
+        return (x * 3.0).sum()
+    torch.func.grad(f)(torch.randn(5))
+    assert served == [None]

@@ -14,7 +14,8 @@ by tilegen needs only `pip install tilegen` to import.
 - batch: a batched matmul's batch axes (broadcasting, one stride per tensor)
 - ops: each kind's launch logic (ElementwiseOp, MatmulOp, ReductionOp)
 - library: registration with torch.library, and how wrappers route traced calls
-- autograd: the autograd formula registered with each op, and the eager training path
+- autograd: the autograd formula registered with each op, and the eager training path (its C++
+  node, opt-in: csrc/autograd_node.cpp)
 
 Generated modules call `require(VERSION_THEY_WERE_BUILT_FOR, module name)` on import, as
 protobuf's generated code checks its runtime: a module built for another runtime version is
@@ -27,7 +28,7 @@ from .batch import batch_shape
 from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace, ReductionSpace
 from .device import INTERPRET, cdiv, device_facts, on_device
 from .autograd import Gradients, call
-from .library import copy_out, refuse_functorch, refuse_grad, refuse_out_with_grad, register, tracing, wants_grad
+from .library import copy_out, formula_of, refuse_functorch, refuse_grad, refuse_out_with_grad, register, tracing, wants_grad
 from . import autograd, launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
 from .ops import ElementwiseOp, MatmulOp, ReductionOp, backward_op_of, op_of
 from .sync import wait_for_every_program
@@ -54,6 +55,6 @@ __all__ = [
     "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ReductionSpace", "ElementwiseOp", "MatmulOp", "ReductionOp",
     "backward_op_of",
     "op_of",
-    "bucket", "tile_of", "call", "copy_out", "Gradients", "refuse_functorch", "refuse_grad", "refuse_out_with_grad", "register",
+    "bucket", "tile_of", "call", "copy_out", "formula_of", "Gradients", "refuse_functorch", "refuse_grad", "refuse_out_with_grad", "register",
     "tracing", "wants_grad", "wait_for_every_program",
 ]

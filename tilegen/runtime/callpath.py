@@ -185,6 +185,9 @@ class CallPath:
     def __init__(self):
         self.call = _no_entry
         self.table = None
+        # The op's autograd formula (a Gradients), where its table may serve calls that record
+        # autograd: its node (opt-in, autograd.native_module) is attached in C++ to the results.
+        self.formula = None
 
     def learn(self, call_args, launched, result):
         """After the Python path served `call_args` with the launch `launched` (launch.Launched)
@@ -202,6 +205,7 @@ class CallPath:
             current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
             self.table = module.Table(current_device, triton.runtime.driver.active.get_current_stream,
                                       triton.knobs.runtime)
+            self.table.formula = None if self.formula is None else self.formula.node_formula()
             self.call = self.table
         binary, args, grid, device = launched.binary, launched.args, launched.grid, launched.device
         tail = tuple(None if i is None else args[i] for i in codes.tail)

@@ -109,7 +109,7 @@ struct Plan {
     uint64_t values[MAX_PARAMS];
 };
 
-PyObject *data_ptr_name, *enter_name, *exit_name, *calls_name;
+PyObject *data_ptr_name, *enter_name, *exit_name, *calls_name, *usable_name, *attach_name;
 
 /* Convert `value` by type code into `slot`: p pointer (an int, None for null, or a tensor),
    b h i l signed and B H I K unsigned integers of 8 to 64 bits, f float32, d float64.
@@ -397,6 +397,9 @@ struct Table {
     std::unordered_map<std::string, std::shared_ptr<const Entry>> *entries;
     std::string *key;  /* scratch for the key of the call being served */
     unsigned long long hits;
+    /* The op's autograd node maker (autograd_node.cpp's Formula) or None: with one, a call whose
+       tensors require grad is served too, and the node attached to its results. */
+    PyObject *formula;
 };
 
 template <typename T>
@@ -407,18 +410,23 @@ void put(std::string &key, T value) {
 /* Append to `key` what a launch for these arguments depends on (tilegen.schema's call
    signature rule): for a tensor its dtype, device, sizes, strides and 16-byte alignment; for an
    int what Triton specializes it on (its value when small, else its divisibility by 16 and its
-   high bits); for any other scalar its type. False for an argument it does not know. */
-bool append_key(std::string &key, PyObject *const *args, Py_ssize_t count) {
+   high bits); for any other scalar its type. False for an argument it does not know. A tensor
+   that requires grad (grad mode on) is refused unless `grad` is given; there it is set. */
+bool append_key(std::string &key, PyObject *const *args, Py_ssize_t count, bool *grad) {
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *arg = args[i];
         if (THPVariable_CheckExact(arg)) {
             const at::Tensor &t = THPVariable_Unpack(arg);
             /* A tensor that requires grad belongs to autograd while grad mode is on: the Python path
-               decides. With it off (torch.no_grad(), inference with parameters) the call records
-               nothing, and is served here like any other. */
-            if (!t.defined() || t.is_neg() || t.is_conj() || t.layout() != at::kStrided ||
-                (t.requires_grad() && at::GradMode::is_enabled()))
+               decides, unless the op's node can be attached here. With it off (torch.no_grad(),
+               inference with parameters) the call records nothing, and is served here like any other. */
+            if (!t.defined() || t.is_neg() || t.is_conj() || t.layout() != at::kStrided)
                 return false;
+            if (t.requires_grad() && at::GradMode::is_enabled()) {
+                if (grad == nullptr)
+                    return false;
+                *grad = true;
+            }
             put(key, 'T');
             put(key, static_cast<int8_t>(t.scalar_type()));
             put(key, static_cast<int8_t>(t.device().type()));
@@ -473,6 +481,7 @@ PyObject *Table_new(PyTypeObject *type, PyObject *args, PyObject *) {
     self->entries = new std::unordered_map<std::string, std::shared_ptr<const Entry>>();
     self->key = new std::string();
     self->hits = 0;
+    self->formula = Py_NewRef(Py_None);
     return reinterpret_cast<PyObject *>(self);
 }
 
@@ -480,6 +489,7 @@ int Table_traverse(Table *self, visitproc visit, void *arg) {
     Py_VISIT(self->current_device);
     Py_VISIT(self->stream_of);
     Py_VISIT(self->hooks);
+    Py_VISIT(self->formula);
     return 0;
 }
 
@@ -487,6 +497,7 @@ int Table_clear(Table *self) {
     Py_CLEAR(self->current_device);
     Py_CLEAR(self->stream_of);
     Py_CLEAR(self->hooks);
+    Py_CLEAR(self->formula);
     return 0;
 }
 
@@ -498,12 +509,21 @@ void Table_dealloc(Table *self) {
     Py_TYPE(self)->tp_free(reinterpret_cast<PyObject *>(self));
 }
 
-/* The learned entry for a call with these arguments, or none. */
-std::shared_ptr<const Entry> find(Table *self, PyObject *const *args, Py_ssize_t count) {
+/* Whether torch.func's transforms (grad, vmap) are active: their tensors are wrappers, and autograd
+   at their level is theirs. */
+bool functorch_active() {
+    return c10::impl::tls_local_dispatch_key_set().included_.has(c10::DispatchKey::FuncTorchDynamicLayerFrontMode);
+}
+
+/* The learned entry for a call with these arguments, or none. With `grad`, a call whose tensors
+   require grad is found too (and *grad set), where the table has a formula to attach. */
+std::shared_ptr<const Entry> find(Table *self, PyObject *const *args, Py_ssize_t count, bool *grad = nullptr) {
     std::string &key = *self->key;
     key.clear();
+    if (grad != nullptr && (self->formula == nullptr || self->formula == Py_None || functorch_active()))
+        grad = nullptr;
     try {
-        if (!append_key(key, args, count))
+        if (!append_key(key, args, count, grad))
             return nullptr;
     } catch (...) {  /* a tensor torch cannot read the address of: the Python path says why */
         return nullptr;
@@ -530,15 +550,45 @@ PyObject *wrap_outputs(const Entry &entry, at::Tensor *outputs) {
     return result;
 }
 
+/* `result` (the op's, a tensor or a tuple) made the results of the op's autograd node over the
+   call's arguments (formula.attach); `result` itself, or null with the error set. */
+PyObject *attach(PyObject *formula, PyObject *const *args, Py_ssize_t count, PyObject *result) {
+    PyObject *call_args = PyTuple_New(count);
+    PyObject *outputs = PyTuple_Check(result) ? Py_NewRef(result) : PyTuple_Pack(1, result);
+    PyObject *attached = nullptr;
+    if (call_args != nullptr && outputs != nullptr) {
+        for (Py_ssize_t i = 0; i < count; i++)
+            PyTuple_SET_ITEM(call_args, i, Py_NewRef(args[i]));
+        attached = PyObject_CallMethodObjArgs(formula, attach_name, call_args, outputs, nullptr);
+    }
+    Py_XDECREF(call_args);
+    Py_XDECREF(outputs);
+    if (attached == nullptr) {
+        Py_DECREF(result);
+        return nullptr;
+    }
+    Py_DECREF(attached);
+    return result;
+}
+
 /* The op's result for a call with a learned signature, launched here; None for any other call,
    and for one on another device or stream or with a launch hook listening. Given `explained`, it
    launches nothing and leaves there the plan it would launch, every slot filled (for tests). */
 PyObject *serve(Table *self, PyObject *const *args, Py_ssize_t count, PyObject **explained) {
     if (c10::impl::TorchDispatchModeTLS::any_modes_set())
         Py_RETURN_NONE;  /* something traces or intercepts torch calls: the registered op serves */
-    std::shared_ptr<const Entry> entry = find(self, args, count);
+    bool grad = false;
+    std::shared_ptr<const Entry> entry = find(self, args, count, &grad);
     if (!entry)
         Py_RETURN_NONE;
+    if (grad) {  /* the node cannot be attached (saved-tensor hooks are set): the Python path records one */
+        PyObject *usable = PyObject_CallMethodNoArgs(self->formula, usable_name);
+        if (usable == nullptr)
+            return nullptr;
+        Py_DECREF(usable);
+        if (usable != Py_True)
+            Py_RETURN_NONE;
+    }
     int here = launches_here(self->current_device, self->hooks, entry->plan.device);
     if (here <= 0)
         return here < 0 ? nullptr : Py_NewRef(Py_None);
@@ -609,7 +659,10 @@ PyObject *serve(Table *self, PyObject *const *args, Py_ssize_t count, PyObject *
     } else {
         self->hits++;
     }
-    return wrap_outputs(*entry, outputs);
+    PyObject *result = wrap_outputs(*entry, outputs);
+    if (result == nullptr || !grad)
+        return result;
+    return attach(self->formula, args, count, result);
 }
 
 /* table(*args): serve(), launching. Keywords are the Python path's to read. */
@@ -781,7 +834,7 @@ PyObject *Table_learn(Table *self, PyObject *args) {
     PyObject *const *given = &PyTuple_GET_ITEM(call_args, 0);
     std::string key;
     try {
-        if (!append_key(key, given, count))
+        if (!append_key(key, given, count, nullptr))
             Py_RETURN_FALSE;
     } catch (...) {
         Py_RETURN_FALSE;
@@ -857,6 +910,8 @@ PyMethodDef Table_methods[] = {
 
 PyMemberDef Table_members[] = {
     {"hits", T_ULONGLONG, offsetof(Table, hits), READONLY, "calls served here"},
+    {"formula", T_OBJECT, offsetof(Table, formula), 0,
+     "the op's autograd node maker (a Formula) or None: with one, calls that record autograd are served too"},
     {nullptr, 0, 0, 0, nullptr},
 };
 
@@ -890,7 +945,10 @@ PyMODINIT_FUNC PyInit__tilegen_callpath(void) {
     enter_name = PyUnicode_InternFromString("launch_enter_hook");
     exit_name = PyUnicode_InternFromString("launch_exit_hook");
     calls_name = PyUnicode_InternFromString("calls");
-    if (data_ptr_name == nullptr || enter_name == nullptr || exit_name == nullptr || calls_name == nullptr)
+    usable_name = PyUnicode_InternFromString("usable");
+    attach_name = PyUnicode_InternFromString("attach");
+    if (data_ptr_name == nullptr || enter_name == nullptr || exit_name == nullptr || calls_name == nullptr ||
+        usable_name == nullptr || attach_name == nullptr)
         return nullptr;
     TableType.tp_name = "_tilegen_callpath.Table";
     TableType.tp_basicsize = sizeof(Table);
