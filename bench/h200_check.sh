@@ -93,7 +93,7 @@ step backward 560 python3 -m tilegen bench ${BACKWARD:-} --backward --out "$out/
 # The C++ autograd node (opt-in, TILEGEN_AUTOGRAD_NODE=1): the gradient tests through it, then the
 # training steps (host-bound at small shapes: what it is for), eager beside.
 step node:tests 540 env TILEGEN_AUTOGRAD_NODE=1 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_autograd.py \
-    generated/tests -k "grad or backward or training or autograd or cuda_graph"
+    tests/test_callpath.py generated/tests -k "grad or backward or training or autograd or cuda_graph or node"
 step node:backward 560 env TILEGEN_AUTOGRAD_NODE=1 python3 -m tilegen bench ${BACKWARD:-} --backward --out "$out/node/backward"
 step backward_compile:elementwise 560 python3 -m tilegen bench add fma_clamp rms_scale_exp scaled_silu_mul \
     --shapes 2^16,2^24,2^26 --backward --compile --out "$out/backward_compile/elementwise"

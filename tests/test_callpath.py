@@ -859,3 +859,51 @@ def test_calls_under_torch_func_transforms_are_not_served_with_a_node(module, no
         return (x * 3.0).sum()
     torch.func.grad(f)(torch.randn(5))
     assert served == [None]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled call path launches on a GPU only")
+@pytest.mark.parametrize("op", ["add", "rms_norm", "softmax", "matmul_relu"])
+def test_repeat_training_calls_are_served_with_the_node_and_their_gradients_stay_right(op, monkeypatch):
+    # With the node asked for, a call whose inputs require grad is served by the table (the
+    # forward's launch) and the node attached there; its backward runs the derived backward op,
+    # whose own repeat calls the call path serves. Gradients as through torch.autograd.Function.
+    import importlib
+
+    if callpath.load(wait=True) is None:
+        pytest.skip(f"no compiled call path here: {callpath.UNAVAILABLE}")
+    monkeypatch.setenv("TILEGEN_AUTOGRAD_NODE", "1")
+    module = importlib.import_module(f"generated.{op}")
+    fn = getattr(module, op)
+    shapes = {"add": [(64, 256), (256,)], "rms_norm": [(64, 256), (256,)], "softmax": [(64, 256)],
+              "matmul_relu": [(64, 128), (128, 96)]}[op]
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def leaves():
+        return [torch.randn(*s, device="cuda", generator=g).requires_grad_() for s in shapes]
+
+    def first(outputs):
+        return outputs[0] if isinstance(outputs, tuple) else outputs
+
+    with torch.no_grad():
+        fn(*leaves())  # learned
+    table = module._OP.call_path.table
+    table.formula = module._OP.call_path.formula.node_formula()
+    assert table.formula is not None
+    for _ in range(3):
+        inputs = leaves()
+        hits = table.hits
+        y = first(fn(*inputs))
+        assert table.hits == hits + 1 and y.grad_fn.name() == f"{op}Backward"
+        seed = torch.randn(y.shape, device="cuda", generator=g)
+        got = torch.autograd.grad(y, inputs, seed)
+        # Through torch.autograd.Function: the node neither asked for nor in the table.
+        again = [t.detach().clone().requires_grad_() for t in inputs]
+        monkeypatch.setenv("TILEGEN_AUTOGRAD_NODE", "0")
+        table.formula, kept = None, table.formula
+        y = first(fn(*again))
+        assert "_EagerAutograd" in type(y.grad_fn).__name__
+        want = torch.autograd.grad(y, again, seed)
+        table.formula = kept
+        monkeypatch.setenv("TILEGEN_AUTOGRAD_NODE", "1")
+        for x, w in zip(got, want):
+            torch.testing.assert_close(x, w, rtol=1e-5, atol=1e-5)
