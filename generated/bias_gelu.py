@@ -9,7 +9,7 @@ import triton.language as tl
 import tilegen.runtime as rt
 from torch.compiler import is_compiling as _is_compiling
 
-rt.require(5, __name__)
+rt.require(6, __name__)
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32,)
 # Measured best configs per GPU and (size bucket, element size), from `tilegen tune`.
@@ -243,7 +243,7 @@ def _bias_gelu_backward(x: torch.Tensor, bias: torch.Tensor, _g_y: torch.Tensor)
     return _d_x,
 
 
-@rt.register("generated::bias_gelu", rt.Gradients(_bias_gelu_backward, tensors=2, saved=(0, 1,), sources=(("result", 0), ("result", 0),), outputs=1, saved_outputs=()))
+@rt.register("generated::bias_gelu", rt.Gradients(_bias_gelu_backward, tensors=2, saved=(0, 1,), sources=(("result", 0), ("result", 0),), outputs=1, saved_outputs=(), whole=True))
 def _bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """torch.ops.generated.bias_gelu: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""

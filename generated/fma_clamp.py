@@ -9,7 +9,7 @@ import triton.language as tl
 import tilegen.runtime as rt
 from torch.compiler import is_compiling as _is_compiling
 
-rt.require(5, __name__)
+rt.require(6, __name__)
 
 _A_DTYPES = (torch.float16, torch.bfloat16, torch.float32,)
 # Measured best configs per GPU and (size bucket, element size), from `tilegen tune`.
@@ -252,7 +252,7 @@ def _fma_clamp_backward(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, _g_y:
     return _d_a, _d_b, _d_c,
 
 
-@rt.register("generated::fma_clamp", rt.Gradients(_fma_clamp_backward, tensors=3, saved=(0, 1, 2,), sources=(("result", 0), ("result", 1), ("result", 2),), outputs=1, saved_outputs=()))
+@rt.register("generated::fma_clamp", rt.Gradients(_fma_clamp_backward, tensors=3, saved=(0, 1, 2,), sources=(("result", 0), ("result", 1), ("result", 2),), outputs=1, saved_outputs=(), whole=True))
 def _fma_clamp(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, lo: float = -1.0, hi: float = 1.0) -> torch.Tensor:
     """torch.ops.generated.fma_clamp: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""

@@ -11,7 +11,7 @@ from torch.compiler import is_compiling as _is_compiling
 # By its own name: torch.compile copies the functions a kernel calls by the names they are defined with.
 from tilegen.runtime.sync import wait_for_every_program
 
-rt.require(5, __name__)
+rt.require(6, __name__)
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,)
 # Measured best configs per GPU and (row length bucket, row count bucket, element size), from `tilegen tune`.
@@ -353,7 +353,7 @@ def _layer_norm_backward(x: torch.Tensor, w: torch.Tensor, _g_y: torch.Tensor, _
     return _d_x, _d_w,
 
 
-@rt.register("generated::layer_norm", rt.Gradients(_layer_norm_backward, tensors=3, saved=(0, 1,), sources=(("result", 0), ("result", 1), ("grad", 0),), outputs=3, saved_outputs=()))
+@rt.register("generated::layer_norm", rt.Gradients(_layer_norm_backward, tensors=3, saved=(0, 1,), sources=(("result", 0), ("result", 1), ("grad", 0),), outputs=3, saved_outputs=(), whole=True))
 def _layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float = 1e-05) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """torch.ops.generated.layer_norm: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""

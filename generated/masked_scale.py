@@ -9,7 +9,7 @@ import triton.language as tl
 import tilegen.runtime as rt
 from torch.compiler import is_compiling as _is_compiling
 
-rt.require(5, __name__)
+rt.require(6, __name__)
 
 _KEEP_DTYPES = (torch.bool,)
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,)
@@ -240,7 +240,7 @@ def _masked_scale_backward(keep: torch.Tensor, _g_y: torch.Tensor, scale_: float
     return _d_x,
 
 
-@rt.register("generated::masked_scale", rt.Gradients(_masked_scale_backward, tensors=2, saved=(1,), sources=(("result", 0), None,), outputs=1, saved_outputs=()))
+@rt.register("generated::masked_scale", rt.Gradients(_masked_scale_backward, tensors=2, saved=(1,), sources=(("result", 0), None,), outputs=1, saved_outputs=(), whole=True))
 def _masked_scale(x: torch.Tensor, keep: torch.Tensor, scale_: float = 2.0) -> torch.Tensor:
     """torch.ops.generated.masked_scale: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""

@@ -11,7 +11,7 @@ from torch.compiler import is_compiling as _is_compiling
 # By its own name: torch.compile copies the functions a kernel calls by the names they are defined with.
 from tilegen.runtime.sync import wait_for_every_program
 
-rt.require(5, __name__)
+rt.require(6, __name__)
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,)
 # Measured best configs per GPU and (row length bucket, row count bucket, element size), from `tilegen tune`.
@@ -285,7 +285,7 @@ def _rms_norm_backward(x: torch.Tensor, w: torch.Tensor, _g_y: torch.Tensor, _g_
     return _d_x, _d_w,
 
 
-@rt.register("generated::rms_norm", rt.Gradients(_rms_norm_backward, tensors=2, saved=(0, 1,), sources=(("result", 0), ("result", 1),), outputs=2, saved_outputs=()))
+@rt.register("generated::rms_norm", rt.Gradients(_rms_norm_backward, tensors=2, saved=(0, 1,), sources=(("result", 0), ("result", 1),), outputs=2, saved_outputs=(), whole=True))
 def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tuple[torch.Tensor, torch.Tensor]:
     """torch.ops.generated.rms_norm: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""

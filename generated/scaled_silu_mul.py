@@ -9,7 +9,7 @@ import triton.language as tl
 import tilegen.runtime as rt
 from torch.compiler import is_compiling as _is_compiling
 
-rt.require(5, __name__)
+rt.require(6, __name__)
 
 _A_DTYPES = (torch.float16, torch.bfloat16, torch.float32,)
 # Measured best configs per GPU and (size bucket, element size), from `tilegen tune`.
@@ -253,7 +253,7 @@ def _scaled_silu_mul_backward(a: torch.Tensor, b: torch.Tensor, _g_c: torch.Tens
     return _d_a, _d_b,
 
 
-@rt.register("generated::scaled_silu_mul", rt.Gradients(_scaled_silu_mul_backward, tensors=2, saved=(0, 1,), sources=(("result", 0), ("result", 1),), outputs=1, saved_outputs=()))
+@rt.register("generated::scaled_silu_mul", rt.Gradients(_scaled_silu_mul_backward, tensors=2, saved=(0, 1,), sources=(("result", 0), ("result", 1),), outputs=1, saved_outputs=(), whole=True))
 def _scaled_silu_mul(a: torch.Tensor, b: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
     """torch.ops.generated.scaled_silu_mul: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""

@@ -9,7 +9,7 @@ import triton.language as tl
 import tilegen.runtime as rt
 from torch.compiler import is_compiling as _is_compiling
 
-rt.require(5, __name__)
+rt.require(6, __name__)
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,)
 # Measured best configs per GPU and (row length bucket, row count bucket, element size), from `tilegen tune`.
@@ -248,7 +248,7 @@ def _softmax_backward(x: torch.Tensor, _g_y: torch.Tensor) -> tuple[torch.Tensor
     return _d_x,
 
 
-@rt.register("generated::softmax", rt.Gradients(_softmax_backward, tensors=1, saved=(0,), sources=(("result", 0),), outputs=1, saved_outputs=()))
+@rt.register("generated::softmax", rt.Gradients(_softmax_backward, tensors=1, saved=(0,), sources=(("result", 0),), outputs=1, saved_outputs=(), whole=True))
 def _softmax(x: torch.Tensor) -> torch.Tensor:
     """torch.ops.generated.softmax: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""

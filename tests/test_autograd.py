@@ -407,3 +407,42 @@ def test_the_node_is_opt_in_and_a_failed_build_says_so_once(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert autograd.native_module() is None
+
+
+def test_the_node_launches_a_backward_its_call_path_serves_and_else_calls_python(node):
+    # A backward op served whole by its compiled call path (elementwise and reduction ops) is
+    # called from C++ with the arguments the Python function would give it: the saved inputs, the
+    # saved outputs (None for one recomputed), the incoming gradients, the scalars.
+    from types import SimpleNamespace
+
+    calls, python = [], []
+
+    def serve(*args):
+        calls.append(args)
+        return None if len(calls) == 2 else (args[3] * args[4] * 7.0,)  # d/dx of y = 7 s x: g * s * 7
+
+    def gradients(saved, grads, needed, scalars):
+        python.append(len(saved))
+        return (grads[0] * scalars[0] * 7.0,)
+
+    path = SimpleNamespace(call=serve)
+    # c = x * s * 7 with an extra output kept for the backward; its accumulator recomputed (-1).
+    formula = node.Formula("seven", gradients, 1, (0,), (-1, 1), 1, (-2,), path)
+    for served in (True, False):
+        x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+        y, kept = x.detach() * 14.0, torch.ones(3, 4, dtype=torch.float64)
+        assert formula.attach((x, 2.0), (y, kept))
+        seed = torch.randn(3, 4, dtype=torch.float64)
+        (gx,) = torch.autograd.grad(y, x, seed)
+        torch.testing.assert_close(gx, seed * 14.0)
+        args = calls[-1]
+        assert len(args) == 5 and args[0] is not x and torch.equal(args[0], x.detach()) and args[1] is None
+        assert torch.equal(args[2], kept) and torch.equal(args[3], seed) and args[4] == 2.0
+        assert python == ([] if served else [2])
+
+    path.call = lambda *args: ("not a tensor",)
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    y = x.detach() * 14.0
+    formula.attach((x, 2.0), (y, torch.ones(3, dtype=torch.float64)))
+    with pytest.raises(RuntimeError, match="seven: its backward's call path returned .*without a tensor as result 0"):
+        y.sum().backward()

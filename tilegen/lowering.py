@@ -204,12 +204,13 @@ def tuple_source(items) -> str:
 
 
 def gradients_formula(op: str | None, inputs: list[str], saved: list[str], sources: list[str], outputs: int,
-               saved_outputs: tuple = (), phases: str | None = None) -> str:
+               saved_outputs: tuple = (), phases: str | None = None, whole: bool = False) -> str:
     """The rt.Gradients of an op whose tensor inputs are `inputs`: what its backward op (`op`)
-    reads and where each input's gradient comes from (`phases`: its two calls, rt.Gradients)."""
+    reads and where each input's gradient comes from (`phases`: its two calls; `whole`: the backward
+    op is one launch its kernel's call path learns, rt.Gradients)."""
     return (f"rt.Gradients({op or 'None'}, tensors={len(inputs)}, saved={tuple_source(inputs.index(n) for n in saved)}, "
             f"sources={tuple_source(sources)}, outputs={outputs}, saved_outputs={tuple_source(saved_outputs)}"
-            + (f", phases={phases})" if phases else ")"))
+            + (f", phases={phases}" if phases else "") + (", whole=True)" if whole and op else ")"))
 
 
 def gradient_sources(backward: Backward, inputs: list[str], outputs: list[str]) -> list[str]:
@@ -255,7 +256,7 @@ def _elementwise_backward(spec: Spec) -> dict:
         call_args=", ".join(saved + seeds + scalars),
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
         like=seeds[0],
-        gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs)),
+        gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs), whole=True),
     )
 
 

@@ -191,7 +191,7 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
         call_args=", ".join(saved + seeds + scalars),
         allocations=allocations,
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
-        gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs)),
+        gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs), whole=True),
     )
 
 

@@ -15,7 +15,7 @@ import warnings
 
 import torch
 
-from . import native
+from . import native, ops
 from .library import formula_of, implementation_of, tracing
 
 
@@ -32,14 +32,16 @@ class Gradients:
     backward only, and carry no gradient);
     `saved_outputs`: the positions of outputs the backward reads, None for one it recomputes
     (passed as None: a matmul's accumulator, kept by its training op, recomputed otherwise);
+    `whole`: the backward op is one launch of its module's backward kernel, which that kernel's
+    call path learns from the backward op's own arguments (elementwise and reduction ops);
     `phases`: (first, rest), the backward op in two calls, for an eager backward to free the kept
     outputs between them: first(*backward's arguments) returns what rest(*saved inputs, *incoming
     gradients, *scalars, first's result) needs (a matmul's gradient at the accumulator, before
     the products that allocate the operands' gradients)."""
 
-    def __init__(self, backward, tensors, saved, sources, outputs=1, saved_outputs=(), phases=None):
+    def __init__(self, backward, tensors, saved, sources, outputs=1, saved_outputs=(), phases=None, whole=False):
         self.backward, self.tensors, self.saved, self.sources = backward, tensors, tuple(saved), tuple(sources)
-        self.outputs, self.saved_outputs, self.phases = outputs, tuple(saved_outputs), phases
+        self.outputs, self.saved_outputs, self.phases, self.whole = outputs, tuple(saved_outputs), phases, whole
         # What setup_context does on every call, worked out once (a training step's host time is
         # mostly Python): the outputs an eager call keeps apart from autograd's saved tensors (see
         # setup_context), and whether the backward kernel runs for a gradient at all.
@@ -132,12 +134,22 @@ class Gradients:
         if module is None or self.phases is not None:
             return None
         if self._node is None or self._node[0] is not module:
-            kept = [i for i in self.saved_outputs if i is not None]
-            # Per tensor input: the incoming gradient that is its own, none (-1), or the backward's (-2).
-            sources = [-1 if s is None else s[1] if s[0] == "grad" else -2 for s in self.sources]
-            self._node = module, module.Formula(self.name, self._node_gradients, self.tensors, self.saved, kept, self.outputs,
-                                                sources)
+            layout = [-1 if i is None else i for i in self.saved_outputs]
+            # Per tensor input: the incoming gradient that is its own, none (-1), or the backward
+            # op's result r (-2 - r).
+            sources = [-1 if s is None else s[1] if s[0] == "grad" else -2 - s[1] for s in self.sources]
+            self._node = module, module.Formula(self.name, self._node_gradients, self.tensors, self.saved, layout,
+                                                self.outputs, sources, self._backward_path())
         return self._node[1]
+
+    def _backward_path(self):
+        """The backward op's compiled call path, where it serves the op's backward whole (the
+        backward is one kernel's launch, learned from the backward op's own arguments): the node
+        then launches it from C++. Else None."""
+        if not self.whole or self.backward is None:
+            return None
+        implementation = implementation_of(self.backward)
+        return ops.backward_op_of(implementation.__module__).call_path
 
     def _node_gradients(self, saved, grads, needed, scalars):
         # The node keeps the saved outputs that are tensors; the backward takes None for the others.

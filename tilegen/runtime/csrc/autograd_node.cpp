@@ -41,9 +41,12 @@ namespace {
 using torch::autograd::Node;
 using torch::autograd::variable_list;
 
-/* A tensor input's source of gradient besides an incoming gradient's index (Formula). */
+/* A tensor input's source of gradient (Formula): an incoming gradient's index (0 up), none, or
+   the backward op's result r, as FIRST_RESULT - r. */
 constexpr Py_ssize_t NO_GRADIENT = -1;
-constexpr Py_ssize_t FROM_BACKWARD = -2;
+constexpr Py_ssize_t FIRST_RESULT = -2;
+
+PyObject *call_name = nullptr;  /* "call", interned */
 
 /* A tensor the backward reads: a detached alias (same storage and version counter) and the
    version it had when kept. */
@@ -78,6 +81,9 @@ struct TilegenNode : Node {
     std::vector<Kept> kept;            /* the saved inputs, then the saved outputs */
     std::vector<std::vector<int64_t>> shapes;  /* each tensor input's */
     std::shared_ptr<const std::vector<Py_ssize_t>> sources;  /* the formula's */
+    std::shared_ptr<const std::vector<Py_ssize_t>> layout;   /* the formula's saved outputs, -1 for a recomputed one */
+    size_t saved_inputs = 0;
+    std::shared_ptr<PyRef> backward;  /* the backward op's call path, where it serves the backward whole */
     /* The results autograd does not differentiate, by slot: their shapes and options. */
     std::map<size_t, std::pair<std::vector<int64_t>, at::TensorOptions>> plain_results;
     bool released = false;
@@ -86,6 +92,60 @@ struct TilegenNode : Node {
         : Node(std::move(edges)), op(std::move(op_)), gradients(std::move(gradients_)), scalars(scalars_) {}
 
     std::string name() const override { return op + "Backward"; }
+
+    /* The backward op's call served by its compiled call path (the GIL held): its arguments as
+       the Python function would pass them (saved inputs, saved outputs with None for a recomputed
+       one, incoming gradients, scalars). 1 with `results` filled, 0 where it does not serve the
+       call (the Python function then runs), -1 with the error set. */
+    int serve_backward(const variable_list &saved, const variable_list &grads, variable_list &results) {
+        std::vector<PyObject *> argv;
+        argv.reserve(saved.size() + layout->size() + grads.size() + static_cast<size_t>(PyTuple_GET_SIZE(scalars.object)));
+        bool wrapped = true;
+        size_t next = 0;
+        for (; next < saved_inputs; next++)
+            argv.push_back(THPVariable_Wrap(saved[next]));
+        for (Py_ssize_t slot : *layout)
+            argv.push_back(slot < 0 ? Py_NewRef(Py_None) : THPVariable_Wrap(saved[next++]));
+        for (const at::Tensor &g : grads)
+            argv.push_back(THPVariable_Wrap(g));
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(scalars.object); i++)
+            argv.push_back(Py_NewRef(PyTuple_GET_ITEM(scalars.object, i)));
+        for (PyObject *a : argv)
+            wrapped = wrapped && a != nullptr;
+        PyObject *call = wrapped ? PyObject_GetAttr(backward->object, call_name) : nullptr;
+        PyObject *served = call != nullptr ? PyObject_Vectorcall(call, argv.data(), argv.size(), nullptr) : nullptr;
+        Py_XDECREF(call);
+        for (PyObject *a : argv)
+            Py_XDECREF(a);
+        if (served == nullptr)
+            return -1;
+        if (served == Py_None) {
+            Py_DECREF(served);
+            return 0;
+        }
+        int outcome = 1;
+        for (size_t i = 0; i < results.size() && outcome > 0; i++) {
+            Py_ssize_t source = (*sources)[i];
+            if (!task_should_compute_output(i) || source == NO_GRADIENT)
+                continue;
+            if (source >= 0) {
+                results[i] = sum_to_input(grads[static_cast<size_t>(source)], i);
+                continue;
+            }
+            Py_ssize_t r = FIRST_RESULT - source;
+            PyObject *item = PyTuple_Check(served) ? (r < PyTuple_GET_SIZE(served) ? PyTuple_GET_ITEM(served, r) : nullptr)
+                                                   : (r == 0 ? served : nullptr);
+            if (item == nullptr || !THPVariable_Check(item)) {
+                PyErr_Format(PyExc_RuntimeError, "%s: its backward's call path returned %R, without a tensor as result %zd",
+                             op.c_str(), served, r);
+                outcome = -1;
+            } else {
+                results[i] = sum_to_input(THPVariable_Unpack(item), i);
+            }
+        }
+        Py_DECREF(served);
+        return outcome;
+    }
 
     /* A broadcast input's gradient, summed over its broadcast axes (as Gradients.compute does
        for torch.autograd.Function's node). */
@@ -128,7 +188,7 @@ struct TilegenNode : Node {
         size_t inputs = num_outputs();
         bool python = false;  /* whether a gradient needed comes from the backward (else all are incoming ones) */
         for (size_t i = 0; i < inputs; i++)
-            python = python || ((*sources)[i] == FROM_BACKWARD && task_should_compute_output(i));
+            python = python || ((*sources)[i] <= FIRST_RESULT && task_should_compute_output(i));
         if (!python) {
             variable_list results(inputs);
             for (size_t i = 0; i < inputs; i++) {
@@ -140,6 +200,17 @@ struct TilegenNode : Node {
         }
         PyGILState_STATE state = PyGILState_Ensure();
         variable_list results(inputs);
+        int served = backward ? serve_backward(saved, grads, results) : 0;
+        if (served != 0) {
+            if (served < 0) {
+                python_error error;
+                error.persist();
+                PyGILState_Release(state);
+                throw error;
+            }
+            PyGILState_Release(state);
+            return results;
+        }
         PyObject *call_args = nullptr, *result = nullptr;
         bool failed = true;
         do {
@@ -225,9 +296,11 @@ struct Formula {
     std::shared_ptr<PyRef> *gradients;
     Py_ssize_t tensors;
     std::vector<Py_ssize_t> *saved_inputs;
-    std::vector<Py_ssize_t> *saved_outputs;
+    std::vector<Py_ssize_t> *saved_outputs;  /* the outputs kept (layout's entries that are not -1) */
     Py_ssize_t results;
     std::shared_ptr<const std::vector<Py_ssize_t>> *sources;
+    std::shared_ptr<const std::vector<Py_ssize_t>> *layout;
+    std::shared_ptr<PyRef> *backward;  /* null where none */
 };
 
 bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
@@ -246,15 +319,18 @@ bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
     return true;
 }
 
-/* Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources): `sources` has one
-   int per tensor input: the index of the incoming gradient that is its gradient (an input the op
-   adds to an output), NO_GRADIENT, or FROM_BACKWARD (the Python function computes it). */
+/* Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources, backward=None):
+   `saved_outputs` the outputs the backward reads, in its order, -1 for one it recomputes (passed
+   as None); `sources` one int per tensor input: the index of the incoming gradient that is its
+   gradient (an input the op adds to an output), NO_GRADIENT, or FIRST_RESULT - r for the backward
+   op's result r (the Python function computes them); `backward` an object whose `call` serves the
+   backward op's call whole or returns None (its compiled call path), or None. */
 PyObject *Formula_new(PyTypeObject *type, PyObject *args, PyObject *) {
     const char *op;
-    PyObject *gradients, *saved_inputs, *saved_outputs, *sources;
+    PyObject *gradients, *saved_inputs, *saved_outputs, *sources, *backward = Py_None;
     Py_ssize_t tensors, results;
-    if (!PyArg_ParseTuple(args, "sOnOOnO:Formula", &op, &gradients, &tensors, &saved_inputs, &saved_outputs, &results,
-                          &sources))
+    if (!PyArg_ParseTuple(args, "sOnOOnO|O:Formula", &op, &gradients, &tensors, &saved_inputs, &saved_outputs, &results,
+                          &sources, &backward))
         return nullptr;
     if (!PyCallable_Check(gradients))
         return PyErr_Format(PyExc_TypeError, "Formula: gradients must be callable");
@@ -266,23 +342,30 @@ PyObject *Formula_new(PyTypeObject *type, PyObject *args, PyObject *) {
     self->tensors = tensors;
     self->saved_inputs = new std::vector<Py_ssize_t>();
     self->saved_outputs = new std::vector<Py_ssize_t>();
+    auto layout = std::make_shared<std::vector<Py_ssize_t>>();
+    self->layout = new std::shared_ptr<const std::vector<Py_ssize_t>>(layout);
+    self->backward = new std::shared_ptr<PyRef>(backward == Py_None ? nullptr : std::make_shared<PyRef>(backward));
     self->results = results;
     auto source_list = std::make_shared<std::vector<Py_ssize_t>>();
     self->sources = new std::shared_ptr<const std::vector<Py_ssize_t>>(source_list);
-    if (!read_indices(saved_inputs, self->saved_inputs) || !read_indices(saved_outputs, self->saved_outputs) ||
+    if (!read_indices(saved_inputs, self->saved_inputs) || !read_indices(saved_outputs, layout.get()) ||
         !read_indices(sources, source_list.get())) {
         Py_DECREF(self);
         return nullptr;
+    }
+    for (Py_ssize_t slot : *layout) {
+        if (slot >= 0)
+            self->saved_outputs->push_back(slot);
     }
     if (static_cast<Py_ssize_t>(source_list->size()) != tensors) {
         Py_DECREF(self);
         return PyErr_Format(PyExc_ValueError, "Formula: %zd sources for %zd tensors", source_list->size(), tensors);
     }
     for (Py_ssize_t source : *source_list) {
-        if (source >= results || source < FROM_BACKWARD) {
+        if (source >= results) {
             Py_DECREF(self);
-            return PyErr_Format(PyExc_ValueError, "Formula: source %zd is not a result's gradient (of %zd), %d or %d",
-                                source, results, NO_GRADIENT, FROM_BACKWARD);
+            return PyErr_Format(PyExc_ValueError, "Formula: source %zd is not one of the %zd incoming gradients",
+                                source, results);
         }
     }
     for (Py_ssize_t i : *self->saved_inputs) {
@@ -300,6 +383,8 @@ void Formula_dealloc(Formula *self) {
     delete self->saved_inputs;
     delete self->saved_outputs;
     delete self->sources;
+    delete self->layout;
+    delete self->backward;
     Py_TYPE(self)->tp_free(reinterpret_cast<PyObject *>(self));
 }
 
@@ -339,6 +424,9 @@ PyObject *Formula_attach(Formula *self, PyObject *const *argv, Py_ssize_t count)
         return nullptr;
     auto node = make_node<TilegenNode>(*self->op, *self->gradients, scalars, torch::autograd::collect_next_edges(inputs));
     node->sources = *self->sources;
+    node->layout = *self->layout;
+    node->saved_inputs = self->saved_inputs->size();
+    node->backward = *self->backward;
     Py_DECREF(scalars);
     node->kept.reserve(self->saved_inputs->size() + self->saved_outputs->size());
     for (Py_ssize_t i : *self->saved_inputs)
@@ -387,13 +475,16 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_tilegen_autograd_node", nullp
 }  // namespace
 
 PyMODINIT_FUNC PyInit__tilegen_autograd_node(void) {
+    call_name = PyUnicode_InternFromString("call");
+    if (call_name == nullptr)
+        return nullptr;
     FormulaType.tp_name = "_tilegen_autograd_node.Formula";
     FormulaType.tp_basicsize = sizeof(Formula);
     FormulaType.tp_flags = Py_TPFLAGS_DEFAULT;
     FormulaType.tp_new = Formula_new;
     FormulaType.tp_dealloc = reinterpret_cast<destructor>(Formula_dealloc);
     FormulaType.tp_methods = Formula_methods;
-    FormulaType.tp_doc = "Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources)";
+    FormulaType.tp_doc = "Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources, backward=None)";
     if (PyType_Ready(&FormulaType) < 0)
         return nullptr;
     PyObject *module = PyModule_Create(&module_def);
