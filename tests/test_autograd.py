@@ -446,3 +446,20 @@ def test_the_node_launches_a_backward_its_call_path_serves_and_else_calls_python
     formula.attach((x, 2.0), (y, torch.ones(3, dtype=torch.float64)))
     with pytest.raises(RuntimeError, match="seven: its backward's call path returned .*without a tensor as result 0"):
         y.sum().backward()
+
+
+def test_every_generated_ops_gradient_tests_pass_through_the_node(node):
+    # The generated tests check each op's gradients against PyTorch autograd and gradcheck; run
+    # with TILEGEN_AUTOGRAD_NODE=1, every eager training call records the C++ node instead of the
+    # Function (in a process of their own: the switch is read at the first call).
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "TILEGEN_AUTOGRAD_NODE": "1"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "generated/tests",
+                           "-k", "gradients or gradcheck"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=1500)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert " passed" in done.stdout.splitlines()[-1] and " failed" not in done.stdout.splitlines()[-1]
