@@ -463,3 +463,12 @@ def test_every_generated_ops_gradient_tests_pass_through_the_node(node):
                           timeout=1500)
     assert done.returncode == 0, done.stdout[-4000:]
     assert " passed" in done.stdout.splitlines()[-1] and " failed" not in done.stdout.splitlines()[-1]
+
+
+def test_a_formula_whose_saved_output_is_missing_is_refused_before_anything_is_attached(node):
+    formula = node.Formula("bad", lambda *args: (None,), 1, (), (3,), 1, (-2,))
+    x = torch.randn(3, requires_grad=True)
+    y = x.detach() * 2
+    with pytest.raises(ValueError, match="bad: saved output 3 is not among the 1 outputs"):
+        formula.attach((x,), (y,))
+    assert not y.requires_grad and y.grad_fn is None

@@ -419,6 +419,11 @@ PyObject *Formula_attach(Formula *self, PyObject *const *argv, Py_ssize_t count)
         if (!THPVariable_Check(PyTuple_GET_ITEM(outputs, j)))
             return PyErr_Format(PyExc_TypeError, "%s: output %zd is not a tensor", self->op->c_str(), j);
     }
+    for (Py_ssize_t j : *self->saved_outputs) {  /* (checked before any output is given the node) */
+        if (j >= PyTuple_GET_SIZE(outputs))
+            return PyErr_Format(PyExc_ValueError, "%s: saved output %zd is not among the %zd outputs", self->op->c_str(), j,
+                                PyTuple_GET_SIZE(outputs));
+    }
     PyObject *scalars = PyTuple_GetSlice(args, self->tensors, PyTuple_GET_SIZE(args));
     if (scalars == nullptr)
         return nullptr;
@@ -445,12 +450,8 @@ PyObject *Formula_attach(Formula *self, PyObject *const *argv, Py_ssize_t count)
                 std::vector<int64_t>(output.sizes().begin(), output.sizes().end()), output.options()};
         }
     }
-    for (Py_ssize_t j : *self->saved_outputs) {
-        if (j < 0 || j >= PyTuple_GET_SIZE(outputs))
-            return PyErr_Format(PyExc_ValueError, "%s: saved output %zd is not among the %zd outputs", self->op->c_str(), j,
-                                PyTuple_GET_SIZE(outputs));
+    for (Py_ssize_t j : *self->saved_outputs)
         node->kept.push_back(keep(THPVariable_Unpack(PyTuple_GET_ITEM(outputs, j))));
-    }
     Py_RETURN_TRUE;
     END_HANDLE_TH_ERRORS
 }
