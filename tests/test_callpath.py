@@ -847,6 +847,18 @@ def test_a_call_that_records_autograd_is_served_with_the_node_attached(module, n
     assert table.explain(x, 3.0) is None
 
 
+def test_a_dual_tensor_is_not_served(module):
+    # Forward-mode AD's tangent would be dropped by a served launch: the Python path refuses it.
+    import torch.autograd.forward_ad as fwAD
+
+    table = table_with(module)
+    a, c = torch.randn(5), torch.empty(5)
+    assert table.learn((a, 3.0), (a, c, 3.0), empty_plan(module, "ppf", 3), 0, c, 77) is True
+    with fwAD.dual_level():
+        assert table.explain(fwAD.make_dual(torch.randn(5), torch.ones(5)), 3.0) is None
+        assert table.explain(torch.randn(5), 3.0) is not None
+
+
 def test_calls_under_torch_func_transforms_are_not_served_with_a_node(module, node_module):
     table = table_with(module)
     a, c = torch.randn(5), torch.empty(5)

@@ -627,6 +627,26 @@ def test_torch_func_transforms_are_refused_naming_the_op_and_argument():
         torch.func.vmap(lambda a: generated.scaled_silu_mul(a, b[0]))(a)
 
 
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("op", ["scaled_silu_mul", "matmul_relu", "softmax"])
+def test_forward_mode_tangents_are_refused_naming_the_op_and_argument(op, requires_grad):
+    # A dual tensor's tangent (torch.autograd.forward_ad) would come back dropped: no op derives
+    # a forward-mode derivative, so each refuses one, whatever its kind; plain tensors inside a
+    # dual level are served as ever.
+    import torch.autograd.forward_ad as fwAD
+
+    import generated
+
+    fn = getattr(generated, op)
+    shapes = {"scaled_silu_mul": [(5, 7), (5, 7)], "matmul_relu": [(16, 8), (8, 16)], "softmax": [(5, 7)]}[op]
+    args = [torch.randn(*s) for s in shapes]
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(args[0].clone().requires_grad_(requires_grad), torch.ones(shapes[0]))
+        with pytest.raises(TypeError, match=rf"{op}: argument '\w+' carries a forward-mode tangent \(torch.autograd.forward_ad\)"):
+            fn(dual, *args[1:])
+        assert fn(*args) is not None
+
+
 def test_a_grid_wide_wait_only_where_every_program_can_be_resident(monkeypatch):
     # A reduction's column sums wait for every program only on a GPU that this process does not
     # share under an MPS cap on its multiprocessors (fewer programs than the device reports could

@@ -16,6 +16,7 @@ backward.
 import os
 
 import torch
+from torch.autograd import forward_ad
 
 from .device import INTERPRET
 
@@ -68,14 +69,23 @@ def refuse_grad(op, why, /, **tensors):
 
 def refuse_functorch(op, /, **tensors):
     """torch.func's transforms (grad, vmap, jvp, jacrev) wrap tensors in ways Triton's kernels
-    cannot read: refused with one error naming the op, rather than an error from deep inside."""
+    cannot read, and forward-mode AD's dual tensors carry tangents no derived formula propagates:
+    refused with one error naming the op, rather than an error from deep inside or a result whose
+    tangent is silently missing."""
     if torch.compiler.is_compiling():  # traced tensors are never torch.func's
         return
+    duals = forward_ad._current_level >= 0  # (tangents exist only inside a dual level)
     for name, value in tensors.items():
-        if isinstance(value, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(value):
+        if not isinstance(value, torch.Tensor):
+            continue
+        if torch._C._functorch.is_functorch_wrapped_tensor(value):
             raise TypeError(f"{op}: argument '{name}' is transformed by torch.func (grad, vmap, jvp, jacrev), "
                             "which tilegen's ops do not support; use torch.autograd (backward, "
                             "torch.autograd.grad) and call the op on whole batches")
+        if duals and forward_ad.unpack_dual(value).tangent is not None:
+            raise TypeError(f"{op}: argument '{name}' carries a forward-mode tangent (torch.autograd.forward_ad), "
+                            "which tilegen's ops do not propagate (no forward-mode derivative is derived); use "
+                            "reverse mode (backward, torch.autograd.grad)")
 
 
 # Each registered op's implementation and autograd formula, by its OpOverload (autograd.call

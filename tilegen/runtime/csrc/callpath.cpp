@@ -420,7 +420,8 @@ bool append_key(std::string &key, PyObject *const *args, Py_ssize_t count, bool 
             /* A tensor that requires grad belongs to autograd while grad mode is on: the Python path
                decides, unless the op's node can be attached here. With it off (torch.no_grad(),
                inference with parameters) the call records nothing, and is served here like any other. */
-            if (!t.defined() || t.is_neg() || t.is_conj() || t.layout() != at::kStrided)
+            /* (A dual tensor's tangent, forward-mode AD's: the Python path refuses it.) */
+            if (!t.defined() || t.is_neg() || t.is_conj() || t.layout() != at::kStrided || t._fw_grad(0).defined())
                 return false;
             if (t.requires_grad() && at::GradMode::is_enabled()) {
                 if (grad == nullptr)
