@@ -119,6 +119,24 @@ def test_a_learned_call_is_served_with_fresh_outputs_and_its_own_values(module):
     assert isinstance(table(a2, b2, 0.5), torch.Tensor) and table.hits == 1
 
 
+def test_a_models_parameters_are_learned_and_served_as_tensors_are(module):
+    # A model's weights are nn.Parameters: a call with one is learned and served (under no_grad,
+    # as inference runs; with grad mode on, autograd's), a tensor subclass is not.
+    table = table_with(module)
+    x, w, c = torch.randn(4, 5), torch.nn.Parameter(torch.randn(4, 5)), torch.empty(4, 5)
+    with torch.no_grad():
+        assert table.learn((x, w), (x, w, c), empty_plan(module, "ppp", 3), 0, c, 77) is True
+        w2 = torch.nn.Parameter(torch.randn(4, 5))
+        got, filled = table.explain(x, w2)
+        assert filled_values(module, filled)[1] == w2.data_ptr()
+    assert table.explain(x, w2) is None  # it requires grad, grad mode is on: autograd's call
+
+    class Marked(torch.Tensor):
+        pass
+    with torch.no_grad():
+        assert table.explain(x, torch.randn(4, 5).as_subclass(Marked)) is None
+
+
 def test_a_view_of_an_argument_starting_where_it_does_reads_the_arguments_pointer(module):
     """A broadcast input is launched as an expanded view: later calls read their own argument's
     pointer in its place, where a tensor the call does not pass is held (and read again)."""

@@ -110,6 +110,13 @@ struct Plan {
 };
 
 PyObject *data_ptr_name, *enter_name, *exit_name, *calls_name, *usable_name, *attach_name;
+PyTypeObject *parameter_type = nullptr;  /* torch.nn.Parameter */
+
+/* Whether `value` is a tensor that holds its own data as torch.Tensor does: a torch.Tensor or an
+   nn.Parameter (a model's weights), not a subclass that overrides what torch calls do. */
+bool plain_tensor(PyObject *value) {
+    return THPVariable_CheckExact(value) || (parameter_type != nullptr && Py_TYPE(value) == parameter_type);
+}
 
 /* Convert `value` by type code into `slot`: p pointer (an int, None for null, or a tensor),
    b h i l signed and B H I K unsigned integers of 8 to 64 bits, f float32, d float64.
@@ -415,7 +422,7 @@ void put(std::string &key, T value) {
 bool append_key(std::string &key, PyObject *const *args, Py_ssize_t count, bool *grad) {
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *arg = args[i];
-        if (THPVariable_CheckExact(arg)) {
+        if (plain_tensor(arg)) {
             const at::Tensor &t = THPVariable_Unpack(arg);
             /* A tensor that requires grad belongs to autograd while grad mode is on: the Python path
                decides, unless the op's node can be attached here. With it off (torch.no_grad(),
@@ -721,10 +728,10 @@ bool find_source(PyObject *value, PyObject *const *given, Py_ssize_t count, cons
        broadcast shape, a batched output described [matrices, rows, cols]): its pointer is the
        tensor's; the strides it was read through are the launch's fixed tail (or its tensor map's
        fixed shape), which a call with this signature always computes alike. */
-    if (THPVariable_CheckExact(value)) {
+    if (plain_tensor(value)) {
         const at::Tensor &view = THPVariable_Unpack(value);
         auto starts = [&view](PyObject *tensor) {
-            if (!THPVariable_CheckExact(tensor))
+            if (!plain_tensor(tensor))
                 return false;
             const at::Tensor &whole = THPVariable_Unpack(tensor);
             /* ... and ends within it: a call's fresh output is only as large as the learned one. */
@@ -742,7 +749,7 @@ bool find_source(PyObject *value, PyObject *const *given, Py_ssize_t count, cons
                 return true;
             }
     }
-    if (THPVariable_CheckExact(value)) {
+    if (plain_tensor(value)) {
         entry.held.push_back(THPVariable_Unpack(value));
         *source = {Source::HELD, static_cast<int>(entry.held.size() - 1)};
         return true;
@@ -796,7 +803,7 @@ bool learn_packed(PyObject *value, char code, PyObject *const *given, Py_ssize_t
         return false;
     }
     Py_ssize_t rank = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : 0;
-    if (rank < 1 || rank > 5 || !THPVariable_CheckExact(tensor) ||
+    if (rank < 1 || rank > 5 || !plain_tensor(tensor) ||
         !find_source(tensor, given, count, outputs, entry, &spec.base) ||
         (spec.base.kind != Source::ARGUMENT && spec.base.kind != Source::OUTPUT) ||
         !read_dims(shape, rank, true, spec.dims) || !read_dims(strides, rank - 1, true, spec.strides) ||
@@ -851,7 +858,7 @@ PyObject *Table_learn(Table *self, PyObject *args) {
     if (outputs.empty() || outputs.size() > MAX_OUTPUTS)
         Py_RETURN_FALSE;
     for (PyObject *output : outputs) {
-        if (!THPVariable_CheckExact(output))
+        if (!plain_tensor(output))
             Py_RETURN_FALSE;
         for (Py_ssize_t i = 0; i < count; i++)
             if (given[i] == output)  /* an input handed back: not a fresh output */
@@ -878,7 +885,7 @@ PyObject *Table_learn(Table *self, PyObject *args) {
             if (code == 'D' || !find_source(value, given, count, outputs, entry, &source))
                 Py_RETURN_FALSE;
             /* Pointers come from tensors (or None); any other code converts a scalar. */
-            bool pointer = source.kind != Source::ARGUMENT || THPVariable_CheckExact(value);
+            bool pointer = source.kind != Source::ARGUMENT || plain_tensor(value);
             if ((code == 'p') != pointer)
                 Py_RETURN_FALSE;
         }
@@ -947,6 +954,13 @@ PyMODINIT_FUNC PyInit__tilegen_callpath(void) {
     exit_name = PyUnicode_InternFromString("launch_exit_hook");
     calls_name = PyUnicode_InternFromString("calls");
     usable_name = PyUnicode_InternFromString("usable");
+    PyObject *parameters = PyImport_ImportModule("torch.nn.parameter");
+    if (parameters == nullptr)
+        return nullptr;
+    parameter_type = reinterpret_cast<PyTypeObject *>(PyObject_GetAttrString(parameters, "Parameter"));
+    Py_DECREF(parameters);
+    if (parameter_type == nullptr || !PyType_Check(reinterpret_cast<PyObject *>(parameter_type)))
+        return nullptr;
     attach_name = PyUnicode_InternFromString("attach");
     if (data_ptr_name == nullptr || enter_name == nullptr || exit_name == nullptr || calls_name == nullptr ||
         usable_name == nullptr || attach_name == nullptr)
