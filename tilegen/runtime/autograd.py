@@ -193,10 +193,7 @@ class _EagerAutograd(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gradients, implementation, *args):
-        # The tensors detached, so that the compiled call path (which leaves tensors that require
-        # grad to autograd) can serve the forward's launch.
-        tensors = gradients.tensors
-        output = implementation(*[a.detach() for a in args[:tensors]], *args[tensors:])
+        output = _forward(gradients, implementation, args)
         ctx.gradients = gradients
         gradients.setup_context(ctx, args, output, eager=True)
         return output
@@ -207,6 +204,13 @@ class _EagerAutograd(torch.autograd.Function):
         if torch.is_grad_enabled():
             raise RuntimeError(no_second_derivative(gradients.name))
         return (None, None, *gradients.compute(ctx, grads, ctx.needs_input_grad[2:2 + gradients.tensors]))
+
+
+def _forward(gradients, implementation, args):
+    """The op's forward on `args`, its tensors detached, so that the compiled call path (which
+    leaves tensors that require grad to autograd) can serve the launch."""
+    tensors = gradients.tensors
+    return implementation(*[a.detach() for a in args[:tensors]], *args[tensors:])
 
 
 def no_second_derivative(op):
@@ -232,8 +236,7 @@ def call(op, *args):
     functorch = torch._C._are_functorch_transforms_active()
     node = None if functorch else formula.node_formula()
     if node is not None and node.usable():
-        tensors = formula.tensors
-        output = implementation(*[a.detach() for a in args[:tensors]], *args[tensors:])
+        output = _forward(formula, implementation, args)
         node.attach(args, output if isinstance(output, tuple) else (output,))
         return output
     if functorch:

@@ -131,11 +131,10 @@ def register(qualname, gradients=None, traceable=None):
         else:
             op.register_autograd(gradients, setup_context=gradients.setup_context)
         namespace, name = qualname.split("::")
-        if gradients is not None:
-            gradients.name = name
         overload = getattr(getattr(torch.ops, namespace), name).default
         _IMPLEMENTATIONS[overload] = impl
         if gradients is not None:
+            gradients.name = name
             _FORMULAS[overload] = gradients
         return overload
 
