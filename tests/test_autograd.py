@@ -227,14 +227,27 @@ def test_a_matmul_backward_sums_broadcast_gradients_before_its_products(monkeypa
 # TILEGEN_AUTOGRAD_NODE=1; here built and put in place, over the interpreter's CPU tensors.
 @pytest.fixture
 def node(monkeypatch):
-    from tilegen.runtime import autograd, native
+    from tilegen.runtime import native
 
     try:
         module = native.load("autograd_node")
     except native.BuildError as exc:
         pytest.skip(f"the native module cannot be built here: {exc}")
-    monkeypatch.setattr(autograd, "native_module", lambda: module)
+    _use_node(monkeypatch, module)
     return module
+
+
+def _use_node(monkeypatch, module):
+    """Calls from here on record the node of `module` (None: torch.autograd.Function's node). On a
+    GPU the compiled call paths' tables already made took their formula's node when made: they
+    take this one's."""
+    from tilegen.runtime import autograd, ops
+
+    monkeypatch.setattr(autograd, "native_module", lambda: module)
+    for op in ops._REGISTRY.values():
+        for path in (getattr(op, name, None) for name in ("call_path", "product_path", "training_path")):
+            if path is not None and path.table is not None:
+                monkeypatch.setattr(path.table, "formula", None if path.formula is None else path.formula.node_formula())
 
 
 def _leaves(*shapes, seed=3, dtype=torch.float64):
@@ -255,7 +268,6 @@ def test_the_node_records_eager_calls_and_its_gradients_pass_gradcheck(package, 
 def test_generated_ops_through_the_node_match_their_python_autograd(node, op, shapes, monkeypatch):
     # The same gradients as the torch.autograd.Function path (whose gradients the generated tests
     # check against PyTorch): broadcast inputs summed, several outputs, saved inputs and outputs.
-    from tilegen.runtime import autograd
 
     fn = getattr(importlib.import_module("generated"), op)
     leaves = _leaves(*shapes, dtype=torch.float32)
@@ -264,7 +276,7 @@ def test_generated_ops_through_the_node_match_their_python_autograd(node, op, sh
     assert all(o.grad_fn is not None and o.grad_fn.name() == f"{op}Backward" for o in outputs if o.requires_grad)
     seeds = [torch.randn_like(o) for o in outputs]
     got = torch.autograd.grad(outputs, leaves, seeds, allow_unused=True)
-    monkeypatch.setattr(autograd, "native_module", lambda: None)  # (every formula's node goes with it)
+    _use_node(monkeypatch, None)
     again = [t.detach().clone().requires_grad_() for t in leaves]
     outputs = fn(*again)
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
@@ -333,10 +345,9 @@ def test_an_input_that_needs_no_gradient_gets_none_through_the_node(package, nod
 
 @pytest.mark.parametrize("through", ["node", "function"])
 def test_a_bool_output_beside_a_differentiable_one_stays_plain(package, node, through, monkeypatch):
-    from tilegen.runtime import autograd
 
     if through == "function":
-        monkeypatch.setattr(autograd, "native_module", lambda: None)
+        _use_node(monkeypatch, None)
     x, = _leaves((5, 8))
     y, positive = package.ew_flag(x)
     assert y.requires_grad and not positive.requires_grad and positive.dtype == torch.bool

@@ -638,10 +638,11 @@ def test_forward_mode_tangents_are_refused_naming_the_op_and_argument(op, requir
     import generated
 
     fn = getattr(generated, op)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     shapes = {"scaled_silu_mul": [(5, 7), (5, 7)], "matmul_relu": [(16, 8), (8, 16)], "softmax": [(5, 7)]}[op]
-    args = [torch.randn(*s) for s in shapes]
+    args = [torch.randn(*s, device=device) for s in shapes]
     with fwAD.dual_level():
-        dual = fwAD.make_dual(args[0].clone().requires_grad_(requires_grad), torch.ones(shapes[0]))
+        dual = fwAD.make_dual(args[0].clone().requires_grad_(requires_grad), torch.ones(shapes[0], device=device))
         with pytest.raises(TypeError, match=rf"{op}: argument '\w+' carries a forward-mode tangent \(torch.autograd.forward_ad\)"):
             fn(dual, *args[1:])
         assert fn(*args) is not None
