@@ -17,7 +17,7 @@
 #   OUT=/tmp/check STEPS="compile:matmul_relu" bash bench/h200_check.sh  # about 5 minutes (one op)
 #   OUT=/tmp/check STEPS="host" BEFORE=.before bash bench/h200_check.sh  # host time, two trees
 #   OUT=/tmp/check STEPS="backward" bash bench/h200_check.sh        # forward+backward, peak memory
-#   OUT=/tmp/check STEPS="node" bash bench/h200_check.sh            # the same through the C++ autograd node
+#   OUT=/tmp/check STEPS="node" BACKWARD="add --shapes 2^12,2^20" bash bench/h200_check.sh  # the node against the Function
 #   OUT=/tmp/check STEPS="reductions:forward reductions:backward" bash bench/h200_check.sh  # about 6 minutes
 #   OUT=/tmp/check STEPS="batched:forward batched:backward" bash bench/h200_check.sh   # about 3 minutes
 #   OUT=/tmp/check STEPS="fp8" bash bench/h200_check.sh                  # about 3 minutes
@@ -90,11 +90,16 @@ step callpath 300 python3 -m pytest -v -n 16 -p no:cacheprovider tests/test_call
 # max-autotune), one step per kind on a shape set small enough for its compiles: over every
 # default shape it takes about 9 s a point, past any one call's limit (64 of 163 points in 560 s).
 step backward 560 python3 -m tilegen bench ${BACKWARD:-} --backward --out "$out/backward"
-# The C++ autograd node (opt-in, TILEGEN_AUTOGRAD_NODE=1): the gradient tests through it, then the
-# training steps (host-bound at small shapes: what it is for), eager beside.
-step node:tests 540 env TILEGEN_AUTOGRAD_NODE=1 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_autograd.py \
-    tests/test_callpath.py generated/tests -k "grad or backward or training or autograd or cuda_graph or node"
-step node:backward 560 env TILEGEN_AUTOGRAD_NODE=1 python3 -m tilegen bench ${BACKWARD:-} --backward --out "$out/node/backward"
+# The C++ autograd node (the default; TILEGEN_AUTOGRAD_NODE=0 takes torch.autograd.Function's):
+# the gradient tests through each (the generated tests build the node before their first), then
+# training steps through each, eager beside (host-bound at small shapes: what the node is for). The `backward` step above is the table through the node.
+step node:tests 300 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_autograd.py tests/test_callpath.py \
+    tests/test_runtime.py generated/tests -k "grad or backward or training or autograd or cuda_graph or node or forward_mode"
+step node:function_tests 240 env TILEGEN_AUTOGRAD_NODE=0 python3 -m pytest -q -n 16 -p no:cacheprovider generated/tests \
+    -k "grad or backward or training or autograd or cuda_graph"
+step node:backward 560 python3 -m tilegen bench ${BACKWARD:-} --backward --out "$out/node/backward"
+step node:function_backward 560 env TILEGEN_AUTOGRAD_NODE=0 python3 -m tilegen bench ${BACKWARD:-} --backward \
+    --out "$out/node/function_backward"
 step backward_compile:elementwise 560 python3 -m tilegen bench add fma_clamp rms_scale_exp scaled_silu_mul \
     --shapes 2^16,2^24,2^26 --backward --compile --out "$out/backward_compile/elementwise"
 step backward_compile:matmul 560 python3 -m tilegen bench matmul matmul_relu matmul_bias_gelu matmul_residual_scaled \

@@ -223,8 +223,8 @@ def test_a_matmul_backward_sums_broadcast_gradients_before_its_products(monkeypa
     assert order == ["sum", "product", "product"]
 
 
-# The autograd node in C++ (csrc/autograd_node.cpp), which eager training calls record with
-# TILEGEN_AUTOGRAD_NODE=1; here built and put in place, over the interpreter's CPU tensors.
+# The autograd node in C++ (csrc/autograd_node.cpp), which eager training calls record (the
+# default); here built and put in place, over the interpreter's CPU tensors.
 @pytest.fixture
 def node(monkeypatch):
     from tilegen.runtime import native
@@ -400,21 +400,27 @@ def test_the_node_builds_without_warnings(tmp_path, monkeypatch):
     assert os.path.basename(path).startswith("autograd_node-")
 
 
-def test_the_node_is_opt_in_and_a_failed_build_says_so_once(monkeypatch):
+def test_the_node_is_built_in_the_background_unless_turned_off_and_a_failed_build_says_so_once(monkeypatch):
+    import threading
     import warnings
 
     from tilegen.runtime import autograd, native
 
     monkeypatch.setattr(autograd, "_NODE", {})
-    monkeypatch.delenv("TILEGEN_AUTOGRAD_NODE", raising=False)
-    assert autograd.native_module() is None
-    monkeypatch.setenv("TILEGEN_AUTOGRAD_NODE", "1")
+    monkeypatch.setenv("TILEGEN_AUTOGRAD_NODE", "0")
+    assert autograd.native_module(wait=True) is None and autograd._NODE == {}  # nothing started
+    monkeypatch.delenv("TILEGEN_AUTOGRAD_NODE")
+    release = threading.Event()
 
     def fail(name):
+        release.wait(timeout=30)
         raise native.BuildError("no C++ compiler (c++, g++ or clang++) on PATH")
     monkeypatch.setattr(native, "load", fail)
+    assert autograd.native_module() is None  # building: calls record Function's node meanwhile
+    assert autograd._NODE["loader"][0].is_alive()
+    release.set()
     with pytest.warns(RuntimeWarning, match=r"the autograd node is not available \(no C\+\+ compiler"):
-        assert autograd.native_module() is None
+        assert autograd.native_module(wait=True) is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert autograd.native_module() is None
@@ -459,20 +465,22 @@ def test_the_node_launches_a_backward_its_call_path_serves_and_else_calls_python
         y.sum().backward()
 
 
-def test_every_generated_ops_gradient_tests_pass_through_the_node(node):
-    # The generated tests check each op's gradients against PyTorch autograd and gradcheck; run
-    # with TILEGEN_AUTOGRAD_NODE=1, every eager training call records the C++ node instead of the
-    # Function (in a process of their own: the switch is read at the first call).
+@pytest.mark.parametrize("through", ["node", "function"])
+def test_every_generated_ops_gradient_tests_pass_through_each_node(node, through):
+    # The generated tests check each op's gradients against PyTorch autograd and gradcheck; here
+    # every eager training call records the C++ node (their support module builds it before the
+    # first test), then, with TILEGEN_AUTOGRAD_NODE=0, the Function's node (what calls under
+    # torch.func transforms or saved-tensor hooks record, and where the node cannot be built).
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "TILEGEN_AUTOGRAD_NODE": "1"}
+    env = {**os.environ, "TILEGEN_AUTOGRAD_NODE": "1" if through == "node" else "0"}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "generated/tests",
                            "-k", "gradients or gradcheck"], cwd=root, env=env, capture_output=True, text=True,
                           timeout=1500)
-    assert done.returncode == 0, done.stdout[-4000:]
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert " passed" in done.stdout.splitlines()[-1] and " failed" not in done.stdout.splitlines()[-1]
 
 

@@ -829,7 +829,7 @@ def test_every_launch_style_tuning_may_choose_is_served_compiled_and_stays_right
 
 
 # Calls that record autograd, served where the table has the op's node to attach (autograd_node.cpp,
-# opt-in TILEGEN_AUTOGRAD_NODE=1): tried on the CPU through explain and a plan of no programs.
+# the default): tried on the CPU through explain and a plan of no programs.
 @pytest.fixture(scope="module")
 def node_module(built):
     return native.load("autograd_node")

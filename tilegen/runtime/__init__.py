@@ -15,7 +15,7 @@ by tilegen needs only `pip install tilegen` to import.
 - ops: each kind's launch logic (ElementwiseOp, MatmulOp, ReductionOp)
 - library: registration with torch.library, and how wrappers route traced calls
 - autograd: the autograd formula registered with each op, and the eager training path (its C++
-  node, opt-in: csrc/autograd_node.cpp)
+  node: csrc/autograd_node.cpp)
 
 Generated modules call `require(VERSION_THEY_WERE_BUILT_FOR, module name)` on import, as
 protobuf's generated code checks its runtime: a module built for another runtime version is

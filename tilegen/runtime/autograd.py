@@ -6,11 +6,12 @@ tilegen derives each op's backward from its spec and registers it as an op of it
 of its inputs come from that op's results or straight from the incoming gradients, and sums a
 broadcast input's gradient over its broadcast axes. While traced, autograd records the registered
 ops; an eager call that records autograd runs the same implementations under a
-torch.autograd.Function instead (call), without the dispatcher's round trips, or (opt-in,
-TILEGEN_AUTOGRAD_NODE=1) under an autograd node in C++ (csrc/autograd_node.cpp).
+torch.autograd.Function instead (call), without the dispatcher's round trips, or under an
+autograd node in C++ (csrc/autograd_node.cpp) once that is built.
 """
 
 import os
+import threading
 import warnings
 
 import torch
@@ -166,25 +167,44 @@ def _keeps_graph():
 _GRAPH_TASK_KEEPS_GRAPH = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
 
 
-# The C++ autograd node (csrc/autograd_node.cpp) is opt-in until it has run on a GPU:
-# TILEGEN_AUTOGRAD_NODE=1 builds it at the first training call that wants it (10-20 s, cached
-# after), and eager training calls then record it instead of torch.autograd.Function's node.
-_NODE = {}
+# The C++ autograd node (csrc/autograd_node.cpp): eager training calls record it instead of
+# torch.autograd.Function's node, which costs about twice a small step's host time
+# (bench/probes/training_host_cpu.py). It compiles against torch's headers (10-20 s, cached after)
+# in a background thread started by the first training call; calls record Function's node until
+# it is ready. TILEGEN_AUTOGRAD_NODE=0 turns it off.
+_NODE = {}  # "module": the loaded module, or None where it cannot be built ("why" says why);
+_NODE_LOCK = threading.Lock()  # "loader": (the thread building it, the process that started it)
 
 
-def native_module():
-    """The autograd node's native module where TILEGEN_AUTOGRAD_NODE=1 asks for it and it can be
-    built, else None (a warning says once why it cannot)."""
-    if os.environ.get("TILEGEN_AUTOGRAD_NODE", "0") in ("", "0"):
+def native_module(wait=False):
+    """The autograd node's native module once built and loaded, else None: turned off, not ready
+    yet (the first call starts its build; wait=True waits for it) or not buildable here (a
+    warning says once why)."""
+    if os.environ.get("TILEGEN_AUTOGRAD_NODE", "1") in ("", "0"):
         return None
     if "module" not in _NODE:
-        try:
-            _NODE["module"] = native.load("autograd_node")
-        except native.BuildError as exc:
-            warnings.warn(f"TILEGEN_AUTOGRAD_NODE=1: the autograd node is not available ({exc}); "
-                          "training calls record torch.autograd.Function's node", RuntimeWarning, stacklevel=3)
-            _NODE["module"] = None
+        with _NODE_LOCK:
+            loader = _NODE.get("loader")
+            if loader is None or loader[1] != os.getpid():  # a forked child starts its own
+                loader = _NODE["loader"] = (threading.Thread(target=_load_node, name="tilegen-autograd-node",
+                                                             daemon=True), os.getpid())
+                loader[0].start()
+        if not wait:
+            return None
+        loader[0].join()
+    if _NODE.get("why"):
+        warnings.warn(f"the autograd node is not available ({_NODE.pop('why')}); training calls record "
+                      "torch.autograd.Function's node (TILEGEN_AUTOGRAD_NODE=0 says so without this warning)",
+                      RuntimeWarning, stacklevel=3)
     return _NODE["module"]
+
+
+def _load_node():
+    try:
+        module = native.load("autograd_node")
+    except native.BuildError as exc:
+        module, _NODE["why"] = None, str(exc)
+    _NODE["module"] = module
 
 
 class _EagerAutograd(torch.autograd.Function):
@@ -227,8 +247,8 @@ def call(op, *args):
     the same autograd formula. An eager call through a registered op's autograd costs hundreds
     of microseconds of host time (bench/probes/training_step_profile.py); through
     torch.autograd.Function, tens (bench/probes/training_host_cpu.py). With the autograd node
-    (TILEGEN_AUTOGRAD_NODE=1, native_module), the formula's node is C++: the forward runs, then
-    the node is attached to its results."""
+    (native_module), the formula's node is C++: the forward runs, then the node is attached to
+    its results; a repeat call the compiled call path serves attaches it there."""
     formula = formula_of(op)
     if formula is None or tracing(args):
         return op(*args)

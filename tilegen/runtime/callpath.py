@@ -40,6 +40,9 @@ def _load_in_background():
         missing = module.driver_ready()
         if missing is not None:
             raise native.BuildError(f"no CUDA driver: {missing}")
+        # A table takes its op's autograd node when made (CallPath.learn): the node first.
+        from .autograd import native_module
+        native_module(wait=True)
         _module = module
     except (OSError, ImportError) as exc:
         UNAVAILABLE = f"the compiled call path is not available: {exc}"
@@ -186,7 +189,7 @@ class CallPath:
         self.call = _no_entry
         self.table = None
         # The op's autograd formula (a Gradients), where its table may serve calls that record
-        # autograd: its node (opt-in, autograd.native_module) is attached in C++ to the results.
+        # autograd: its node (autograd.native_module) is attached in C++ to the results.
         self.formula = None
 
     def learn(self, call_args, launched, result):
