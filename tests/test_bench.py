@@ -407,6 +407,22 @@ def test_training_step_work_counts_three_products_or_both_passes_bytes():
     assert training_bench.step_work(Elementwise, (1024,), torch.float16) == (0, (3 * 2 + 2 * 1) * 1024 * 2)
 
 
+def test_training_step_bytes_are_what_the_derived_backward_moves():
+    import importlib
+
+    def work(op, shape):
+        return training_bench.step_work(importlib.import_module(f"generated.bench.bench_{op}"), shape, torch.float16)
+
+    n = 4096
+    # add: both gradients are the incoming one passed on, no kernel: the forward's traffic alone.
+    assert work("add", (n,)) == (0, 3 * n * 2)
+    # scaled_silu_mul: the backward kernel reads both saved inputs and the incoming gradient and
+    # writes both inputs' gradients.
+    assert work("scaled_silu_mul", (n,)) == (0, 3 * n * 2 + 5 * n * 2)
+    # softmax: reads the saved input and the incoming gradient, writes the input's gradient.
+    assert work("softmax", (8, 512)) == (0, 2 * 8 * 512 * 2 + 3 * 8 * 512 * 2)
+
+
 def test_backward_takes_no_rounds_or_timer(cli, monkeypatch):
     monkeypatch.chdir(REPO)
     result = cli("bench", "add", "--backward", "--rounds", "3")

@@ -71,13 +71,42 @@ def compiled(forward, inputs, mode):
 
 
 def step_work(module, shape, dtype) -> tuple[int, int]:
-    """(flops, bytes) of a training step: a matmul's three products; an elementwise op's forward
-    traffic, then its backward's (inputs and output gradients read, input gradients written)."""
+    """(flops, bytes) of a training step: a matmul's three products; another op's forward traffic
+    (inputs read, outputs written), then what its derived backward moves. Where a backward kernel
+    runs: the saved inputs and outputs and the incoming gradients it reads, the gradients it
+    writes. An input whose gradient is an incoming one passed on moves nothing (add's backward is
+    no kernel), unless it was broadcast: the incoming gradient is read and summed into its own.
+    An op whose formula cannot be reached counts a backward that reads every input and output
+    gradient and writes every input's gradient."""
     if module.KIND == "matmul":
         return 3 * module.flops(shape), 0
-    inputs = sum(_numel(s) * d.itemsize for s, d in module.input_specs(shape, dtype))
-    outputs = sum(_numel(s) * d.itemsize for s, d in module.output_specs(shape, dtype))
-    return 0, 3 * inputs + 2 * outputs
+    inputs = [(s, _numel(s) * d.itemsize) for s, d in module.input_specs(shape, dtype)]
+    outputs = [(s, _numel(s) * d.itemsize, d.is_floating_point) for s, d in module.output_specs(shape, dtype)]
+    forward = sum(n for _, n in inputs) + sum(n for _, n, _ in outputs)
+    formula = _formula(module)
+    if formula is None:
+        return 0, forward + 2 * sum(n for _, n in inputs) + sum(n for _, n, _ in outputs)
+    computed = [i for i, source in enumerate(formula.sources) if source is not None and source[0] == "result"]
+    backward = 0
+    if formula.backward is not None and computed:
+        backward += sum(inputs[i][1] for i in formula.saved + tuple(computed))
+        backward += sum(outputs[i][1] for i in formula.saved_outputs if i is not None)
+        backward += sum(n for _, n, floating in outputs[:formula.outputs] if floating)
+    for i, source in enumerate(formula.sources):
+        if source is not None and source[0] == "grad" and inputs[i][0] != outputs[source[1]][0]:
+            backward += outputs[source[1]][1] + inputs[i][1]
+    return 0, forward + backward
+
+
+def _formula(module):
+    """The autograd formula (rt.Gradients) of the op a bench module times, or None."""
+    from .runtime import ops
+
+    function = getattr(module, getattr(module, "OP", ""), None)
+    try:
+        return ops.op_of(function.__module__).call_path.formula
+    except (AttributeError, LookupError):
+        return None
 
 
 def _numel(shape):
