@@ -148,7 +148,14 @@ def test_a_loss_through_one_output_of_several_gets_the_others_as_zeros(package, 
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
 
 
-def test_an_eager_matmul_backward_frees_the_kept_accumulator_before_its_products(monkeypatch):
+@pytest.fixture(params=["node", "function"])
+def through(request, monkeypatch):
+    """Eager training calls record the C++ node, then torch.autograd.Function's node."""
+    _use_node(monkeypatch, _built_node() if request.param == "node" else None)
+    return request.param
+
+
+def test_an_eager_matmul_backward_frees_the_kept_accumulator_before_its_products(through, monkeypatch):
     # matmul_bias_gelu's gelu needs the accumulator: its training variant keeps it. An eager
     # backward runs in two phases (rt.Gradients.phases) and drops the kept accumulator after the
     # first, so the products (dA, dB) allocate theirs without it, as eager PyTorch frees a
@@ -181,11 +188,13 @@ def test_an_eager_matmul_backward_frees_the_kept_accumulator_before_its_products
     monkeypatch.setattr(formula, "phases", (watched_first, watched_rest))
     got = _gradients(matmul_bias_gelu, inputs, seeds)
     assert seen["alive"] is False
+    assert ("_EagerAutograd" in type(matmul_bias_gelu(*[t.requires_grad_() for t in inputs]).grad_fn).__name__) == (
+        through == "function")
     for x, y in zip(got, want):
         torch.testing.assert_close(x, y)
 
 
-def test_a_matmul_backward_that_frees_its_accumulator_runs_again_with_retain_graph():
+def test_a_matmul_backward_that_frees_its_accumulator_runs_again_with_retain_graph(through):
     # The kept accumulator is dropped midway through a backward, unless the graph is kept for
     # another: the second backward then finds it again, and gives the same gradients.
     module = importlib.import_module("generated.matmul_bias_gelu")
@@ -197,7 +206,7 @@ def test_a_matmul_backward_that_frees_its_accumulator_runs_again_with_retain_gra
         torch.testing.assert_close(p, q)
 
 
-def test_a_matmul_backward_sums_broadcast_gradients_before_its_products(monkeypatch):
+def test_a_matmul_backward_sums_broadcast_gradients_before_its_products(through, monkeypatch):
     # A bias [N]'s gradient is a column sum of dZ, whose reduction may take a workspace as large
     # as dZ (PyTorch's does, in float32): run before the products, it comes and goes before dA
     # and dB exist, and the step's peak stays at eager autograd's, which sums first too.
@@ -227,14 +236,18 @@ def test_a_matmul_backward_sums_broadcast_gradients_before_its_products(monkeypa
 # default); here built and put in place, over the interpreter's CPU tensors.
 @pytest.fixture
 def node(monkeypatch):
+    module = _built_node()
+    _use_node(monkeypatch, module)
+    return module
+
+
+def _built_node():
     from tilegen.runtime import native
 
     try:
-        module = native.load("autograd_node")
+        return native.load("autograd_node")
     except native.BuildError as exc:
         pytest.skip(f"the native module cannot be built here: {exc}")
-    _use_node(monkeypatch, module)
-    return module
 
 
 def _use_node(monkeypatch, module):
@@ -354,6 +367,30 @@ def test_a_bool_output_beside_a_differentiable_one_stays_plain(package, node, th
     assert ("_EagerAutograd" in type(y.grad_fn).__name__) == (through == "function")
     (gx,) = torch.autograd.grad(y.sum(), x)
     torch.testing.assert_close(gx, 2 * x.detach())
+
+
+def test_calls_made_for_compiled_autograd_record_the_function_it_can_trace(node, monkeypatch):
+    # Compiled autograd traces each node of the graph; the C++ node has no trace. Calls made while
+    # it is asked for (torch._dynamo.config.compiled_autograd) record torch.autograd.Function's
+    # node, whose backward it traces; a node recorded before it was asked for says what to do.
+    from torch._dynamo import compiled_autograd
+
+    from generated import rms_norm
+
+    x, w = _leaves((8, 16), (16,), dtype=torch.float32)
+    want = torch.autograd.grad(rms_norm(x, w)[0].sum(), (x, w))
+    before = rms_norm(x, w)[0]
+    assert before.grad_fn.name() == "rms_normBackward"
+    monkeypatch.setattr(torch._dynamo.config, "compiled_autograd", True)
+    y = rms_norm(x, w)[0]
+    assert "_EagerAutograd" in type(y.grad_fn).__name__
+    with compiled_autograd._enable(torch.compile(backend="eager")):
+        got = torch.autograd.grad(y.sum(), (x, w))
+        with pytest.raises(RuntimeError, match=r"rms_norm: compiled autograd cannot trace tilegen's autograd node.*"
+                                               r"TILEGEN_AUTOGRAD_NODE=0"):
+            torch.autograd.grad(before.sum(), (x, w))
+    for p, q in zip(got, want):
+        torch.testing.assert_close(p, q)
 
 
 def test_saved_tensor_hooks_take_the_python_node(package, node):

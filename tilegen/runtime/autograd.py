@@ -128,11 +128,10 @@ class Gradients:
                      else grads[source[1]] for need, source in zip(needed, self.sources))
 
     def node_formula(self):
-        """This op's Formula (its autograd node in C++, see call and native_module), or None: not
-        asked for or not built, or not for this formula (a two-phase backward frees kept outputs
-        midway, which the node's saved tensors would outlive)."""
+        """This op's Formula (its autograd node in C++, see call and native_module), or None:
+        turned off, not built (yet)."""
         module = native_module()
-        if module is None or self.phases is not None:
+        if module is None:
             return None
         if self._node is None or self._node[0] is not module:
             layout = [-1 if i is None else i for i in self.saved_outputs]
@@ -154,13 +153,19 @@ class Gradients:
 
     def _node_gradients(self, saved, grads, needed, scalars):
         # The node keeps the saved outputs that are tensors; the backward takes None for the others.
-        kept = iter(saved[len(self.saved):])
-        saved = saved[:len(self.saved)] + [None if i is None else next(kept) for i in self.saved_outputs]
-        return self.gradients(saved if self._reads_results(needed) else None, grads, needed, scalars)
+        kept = saved[len(self.saved):][::-1]  # (reversed, for pop: the list ends empty, holding none)
+        arranged = saved[:len(self.saved)] + [None if i is None else kept.pop() for i in self.saved_outputs]
+        # Where the graph is not kept, the node handed its saved tensors over to `saved`: emptied,
+        # `arranged` holds their last references, which a two-phase backward drops midway.
+        saved.clear()
+        return self.gradients(arranged if self._reads_results(needed) else None, grads, needed, scalars)
 
 
 def _keeps_graph():
-    """Whether the backward running now keeps the graph for another (retain_graph=True)."""
+    """Whether the backward running now keeps the graph for another (retain_graph=True); taken
+    as kept while compiled autograd traces it (the query is no op its graph can hold)."""
+    if torch.compiler.is_compiling():
+        return True
     return _GRAPH_TASK_KEEPS_GRAPH is not None and _GRAPH_TASK_KEEPS_GRAPH()
 
 

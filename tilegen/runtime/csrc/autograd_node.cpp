@@ -26,6 +26,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <map>
@@ -153,6 +154,15 @@ struct TilegenNode : Node {
         return grad.sizes().equals(shapes[i]) ? grad : at::sum_to(grad, shapes[i]);
     }
 
+    /* Compiled autograd traces each node through this; the node has no trace. Calls record
+       torch.autograd.Function's node instead where compiled autograd is asked for when the
+       forward runs (Formula.usable); this is for a backward it runs all the same. */
+    void compiled_args(torch::dynamo::autograd::CompiledNodeArgs &) const override {
+        throw std::runtime_error(op + ": compiled autograd cannot trace tilegen's autograd node, recorded by a call made "
+                                 "before compiled autograd was enabled; enable it (torch._dynamo.config.compiled_autograd"
+                                 " = True) before the forward, or set TILEGEN_AUTOGRAD_NODE=0");
+    }
+
     void release_variables() override {
         kept.clear();
         released = true;
@@ -167,15 +177,22 @@ struct TilegenNode : Node {
         if (released)
             throw std::runtime_error(op + ": trying to backward through the graph a second time; specify "
                                      "retain_graph=True the first time");
-        variable_list saved;
-        saved.reserve(kept.size());
         for (const Kept &k : kept) {
             if (k.alias._version() != k.version)
                 throw std::runtime_error(op + ": one of the tensors its backward needs was modified by an "
                                          "in-place operation after the call (version " + std::to_string(k.alias._version()) +
                                          ", expected " + std::to_string(k.version) + ")");
-            saved.push_back(k.alias);
         }
+        /* Where the graph is not kept for another backward, the saved tensors are handed over: the
+           backward then holds their last references, and a two-phase backward (Gradients.phases)
+           frees a kept accumulator midway, before its products allocate theirs. */
+        variable_list saved;
+        saved.reserve(kept.size());
+        bool hand_over = !torch::autograd::get_current_graph_task_keep_graph();
+        for (Kept &k : kept)
+            saved.push_back(hand_over ? std::move(k.alias) : k.alias);
+        if (hand_over)
+            kept.clear();
         for (size_t i = 0; i < grads.size(); i++) {
             if (grads[i].defined())
                 continue;
@@ -245,6 +262,7 @@ struct TilegenNode : Node {
                 PyTuple_SET_ITEM(needed, static_cast<Py_ssize_t>(i), Py_NewRef(task_should_compute_output(i) ? Py_True : Py_False));
             if (!wrapped)
                 break;
+            saved.clear();  /* (the list holds them now: the Python function may drop them as it goes) */
             result = PyObject_Call(gradients->object, call_args, nullptr);
             if (result == nullptr)
                 break;
@@ -388,9 +406,39 @@ void Formula_dealloc(Formula *self) {
     Py_TYPE(self)->tp_free(reinterpret_cast<PyObject *>(self));
 }
 
-/* formula.usable() -> bool: whether attach would attach (no saved-tensor hooks are set). */
+/* Whether `module` (when imported) has the attribute `name` set true; -1 with the error set. */
+int imported_flag(PyObject *module_name, const char *name) {
+    PyObject *module = PyImport_GetModule(module_name);
+    if (module == nullptr)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *value = PyObject_GetAttrString(module, name);
+    Py_DECREF(module);
+    if (value == nullptr) {  /* (another torch's names: taken as off) */
+        PyErr_Clear();
+        return 0;
+    }
+    int set = PyObject_IsTrue(value);
+    Py_DECREF(value);
+    return set;
+}
+
+PyObject *compiled_autograd_name = nullptr, *dynamo_config_name = nullptr;  /* interned in PyInit */
+
+/* Whether compiled autograd may run this call's backward: asked for (torch._dynamo.config's
+   compiled_autograd) or running now. It traces each node through compiled_args, which this node
+   has not (see TilegenNode::compiled_args); torch.autograd.Function's node it traces. -1: error. */
+int compiled_autograd_may_run() {
+    int enabled = imported_flag(compiled_autograd_name, "compiled_autograd_enabled");
+    return enabled != 0 ? enabled : imported_flag(dynamo_config_name, "compiled_autograd");
+}
+
+/* formula.usable() -> bool: whether attach would attach: no saved-tensor hooks are set, and
+   compiled autograd will not run the backward. */
 PyObject *Formula_usable(Formula *, PyObject *) {
-    return PyBool_FromLong(!at::SavedTensorDefaultHooks::get_hooks().has_value());
+    if (at::SavedTensorDefaultHooks::get_hooks().has_value())
+        Py_RETURN_FALSE;
+    int compiled = compiled_autograd_may_run();
+    return compiled < 0 ? nullptr : PyBool_FromLong(!compiled);
 }
 
 /* formula.attach(args, outputs): the outputs (a tuple, the results first) made the results of one
@@ -477,7 +525,9 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_tilegen_autograd_node", nullp
 
 PyMODINIT_FUNC PyInit__tilegen_autograd_node(void) {
     call_name = PyUnicode_InternFromString("call");
-    if (call_name == nullptr)
+    compiled_autograd_name = PyUnicode_InternFromString("torch._dynamo.compiled_autograd");
+    dynamo_config_name = PyUnicode_InternFromString("torch._dynamo.config");
+    if (call_name == nullptr || compiled_autograd_name == nullptr || dynamo_config_name == nullptr)
         return nullptr;
     FormulaType.tp_name = "_tilegen_autograd_node.Formula";
     FormulaType.tp_basicsize = sizeof(Formula);
