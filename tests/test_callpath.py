@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import time
+import unittest.mock
 from types import SimpleNamespace
 
 import pytest
@@ -861,6 +862,8 @@ def test_a_call_that_records_autograd_is_served_with_the_node_attached(module, n
         assert table.explain(x, 3.0)[0].grad_fn is None
     with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
         assert table.explain(x, 3.0) is None  # the Python path's Function honours the hooks
+    with unittest.mock.patch.object(torch._dynamo.config, "compiled_autograd", True):
+        assert table.explain(x, 3.0) is None  # compiled autograd traces the Function's backward
     table.formula = None
     assert table.explain(x, 3.0) is None
 
@@ -892,11 +895,12 @@ def test_calls_under_torch_func_transforms_are_not_served_with_a_node(module, no
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled call path launches on a GPU only")
-@pytest.mark.parametrize("op", ["add", "rms_norm", "softmax", "matmul_relu"])
+@pytest.mark.parametrize("op", ["add", "rms_norm", "softmax", "matmul_relu", "matmul_bias_gelu"])
 def test_repeat_training_calls_are_served_with_the_node_and_their_gradients_stay_right(op, monkeypatch):
-    # With the node asked for, a call whose inputs require grad is served by the table (the
-    # forward's launch) and the node attached there; its backward runs the derived backward op,
-    # whose own repeat calls the call path serves. Gradients as through torch.autograd.Function.
+    # A call whose inputs require grad is served by the table (the forward's launch) and the
+    # node attached there; its backward runs the derived backward op, whose own repeat calls the
+    # call path serves. Gradients as through torch.autograd.Function. matmul_bias_gelu's training
+    # calls take its training variant (the accumulator kept too): their call path of their own.
     import importlib
 
     if callpath.load(wait=True) is None:
@@ -905,7 +909,7 @@ def test_repeat_training_calls_are_served_with_the_node_and_their_gradients_stay
     module = importlib.import_module(f"generated.{op}")
     fn = getattr(module, op)
     shapes = {"add": [(64, 256), (256,)], "rms_norm": [(64, 256), (256,)], "softmax": [(64, 256)],
-              "matmul_relu": [(64, 128), (128, 96)]}[op]
+              "matmul_relu": [(64, 128), (128, 96)], "matmul_bias_gelu": [(64, 128), (128, 96), (96,)]}[op]
     g = torch.Generator(device="cuda").manual_seed(0)
 
     def leaves():
@@ -914,16 +918,15 @@ def test_repeat_training_calls_are_served_with_the_node_and_their_gradients_stay
     def first(outputs):
         return outputs[0] if isinstance(outputs, tuple) else outputs
 
-    with torch.no_grad():
-        fn(*leaves())  # learned
-    table = module._OP.call_path.table
-    table.formula = module._OP.call_path.formula.node_formula()
-    assert table.formula is not None
+    first(fn(*leaves())).sum().backward()  # learned (from the forward it runs on detached tensors)
+    path = module._OP.training_path if op == "matmul_bias_gelu" else module._OP.call_path
+    table = path.table
+    assert table.formula is not None and table.formula is path.formula.node_formula()
     for _ in range(3):
         inputs = leaves()
         hits = table.hits
         y = first(fn(*inputs))
-        assert table.hits == hits + 1 and y.grad_fn.name() == f"{op}Backward"
+        assert table.hits == hits + 1 and y.grad_fn.name() in (f"{op}Backward", f"{op}_trainingBackward")
         seed = torch.randn(y.shape, device="cuda", generator=g)
         got = torch.autograd.grad(y, inputs, seed)
         # Through torch.autograd.Function: the node neither asked for nor in the table.
