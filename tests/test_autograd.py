@@ -369,10 +369,11 @@ def test_a_bool_output_beside_a_differentiable_one_stays_plain(package, node, th
     torch.testing.assert_close(gx, 2 * x.detach())
 
 
-def test_calls_made_for_compiled_autograd_record_the_function_it_can_trace(node, monkeypatch):
+def test_calls_made_while_compiled_autograd_runs_record_the_function_it_can_trace(node):
     # Compiled autograd traces each node of the graph; the C++ node has no trace. Calls made while
-    # it is asked for (torch._dynamo.config.compiled_autograd) record torch.autograd.Function's
-    # node, whose backward it traces; a node recorded before it was asked for says what to do.
+    # it runs (torch.compile's frame with torch._dynamo.config.compiled_autograd, graph breaks'
+    # eager calls included; or its engine enabled by hand) record torch.autograd.Function's node,
+    # whose backward it traces; a node recorded outside it that it meets says what to do.
     from torch._dynamo import compiled_autograd
 
     from generated import rms_norm
@@ -381,10 +382,9 @@ def test_calls_made_for_compiled_autograd_record_the_function_it_can_trace(node,
     want = torch.autograd.grad(rms_norm(x, w)[0].sum(), (x, w))
     before = rms_norm(x, w)[0]
     assert before.grad_fn.name() == "rms_normBackward"
-    monkeypatch.setattr(torch._dynamo.config, "compiled_autograd", True)
-    y = rms_norm(x, w)[0]
-    assert "_EagerAutograd" in type(y.grad_fn).__name__
     with compiled_autograd._enable(torch.compile(backend="eager")):
+        y = rms_norm(x, w)[0]
+        assert "_EagerAutograd" in type(y.grad_fn).__name__
         got = torch.autograd.grad(y.sum(), (x, w))
         with pytest.raises(RuntimeError, match=r"rms_norm: compiled autograd cannot trace tilegen's autograd node.*"
                                                r"TILEGEN_AUTOGRAD_NODE=0"):

@@ -845,6 +845,8 @@ def _scale_formula(node_module, seen):
 
 
 def test_a_call_that_records_autograd_is_served_with_the_node_attached(module, node_module):
+    from torch._dynamo import compiled_autograd
+
     table = table_with(module)
     a, c = torch.randn(4, 5), torch.empty(4, 5)
     assert table.learn((a, 3.0), (a, c, 3.0), empty_plan(module, "ppf", 3), 0, c, 77) is True
@@ -862,7 +864,7 @@ def test_a_call_that_records_autograd_is_served_with_the_node_attached(module, n
         assert table.explain(x, 3.0)[0].grad_fn is None
     with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
         assert table.explain(x, 3.0) is None  # the Python path's Function honours the hooks
-    with unittest.mock.patch.object(torch._dynamo.config, "compiled_autograd", True):
+    with unittest.mock.patch.object(compiled_autograd, "compiled_autograd_enabled", True):
         assert table.explain(x, 3.0) is None  # compiled autograd traces the Function's backward
     table.formula = None
     assert table.explain(x, 3.0) is None

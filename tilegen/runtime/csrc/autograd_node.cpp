@@ -155,12 +155,12 @@ struct TilegenNode : Node {
     }
 
     /* Compiled autograd traces each node through this; the node has no trace. Calls record
-       torch.autograd.Function's node instead where compiled autograd is asked for when the
-       forward runs (Formula.usable); this is for a backward it runs all the same. */
+       torch.autograd.Function's node instead where compiled autograd runs when the forward does
+       (Formula.usable); this is for a backward it runs all the same. */
     void compiled_args(torch::dynamo::autograd::CompiledNodeArgs &) const override {
         throw std::runtime_error(op + ": compiled autograd cannot trace tilegen's autograd node, recorded by a call made "
-                                 "before compiled autograd was enabled; enable it (torch._dynamo.config.compiled_autograd"
-                                 " = True) before the forward, or set TILEGEN_AUTOGRAD_NODE=0");
+                                 "while compiled autograd was not running; run the forward where it runs (in the frame "
+                                 "torch.compile compiles), or set TILEGEN_AUTOGRAD_NODE=0");
     }
 
     void release_variables() override {
@@ -422,14 +422,16 @@ int imported_flag(PyObject *module_name, const char *name) {
     return set;
 }
 
-PyObject *compiled_autograd_name = nullptr, *dynamo_config_name = nullptr;  /* interned in PyInit */
+PyObject *compiled_autograd_name = nullptr;  /* interned in PyInit */
 
-/* Whether compiled autograd may run this call's backward: asked for (torch._dynamo.config's
-   compiled_autograd) or running now. It traces each node through compiled_args, which this node
-   has not (see TilegenNode::compiled_args); torch.autograd.Function's node it traces. -1: error. */
+/* Whether compiled autograd runs now, and so may run this call's backward: inside a frame
+   torch.compile compiled with torch._dynamo.config.compiled_autograd set (graph breaks' eager
+   calls included), or its engine enabled by hand. It traces each node through compiled_args,
+   which this node has not (see TilegenNode::compiled_args); torch.autograd.Function's node it
+   traces. (The config flag itself is read through a Python __getattr__, microseconds a call: a
+   backward compiled autograd runs outside such a frame meets the node's error.) -1: error. */
 int compiled_autograd_may_run() {
-    int enabled = imported_flag(compiled_autograd_name, "compiled_autograd_enabled");
-    return enabled != 0 ? enabled : imported_flag(dynamo_config_name, "compiled_autograd");
+    return imported_flag(compiled_autograd_name, "compiled_autograd_enabled");
 }
 
 /* formula.usable() -> bool: whether attach would attach: no saved-tensor hooks are set, and
@@ -526,8 +528,7 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_tilegen_autograd_node", nullp
 PyMODINIT_FUNC PyInit__tilegen_autograd_node(void) {
     call_name = PyUnicode_InternFromString("call");
     compiled_autograd_name = PyUnicode_InternFromString("torch._dynamo.compiled_autograd");
-    dynamo_config_name = PyUnicode_InternFromString("torch._dynamo.config");
-    if (call_name == nullptr || compiled_autograd_name == nullptr || dynamo_config_name == nullptr)
+    if (call_name == nullptr || compiled_autograd_name == nullptr)
         return nullptr;
     FormulaType.tp_name = "_tilegen_autograd_node.Formula";
     FormulaType.tp_basicsize = sizeof(Formula);
