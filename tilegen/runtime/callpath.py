@@ -35,13 +35,15 @@ _lock = threading.Lock()
 
 def _load_in_background():
     global _module, UNAVAILABLE
+    # A table takes its op's autograd node when made (CallPath.learn): the node is built beside
+    # this module (its own thread), and waited for before this one is handed out.
+    from .autograd import native_module
+    native_module()
     try:
         module = native.load("callpath")
         missing = module.driver_ready()
         if missing is not None:
             raise native.BuildError(f"no CUDA driver: {missing}")
-        # A table takes its op's autograd node when made (CallPath.learn): the node first.
-        from .autograd import native_module
         native_module(wait=True)
         _module = module
     except (OSError, ImportError) as exc:
