@@ -648,6 +648,30 @@ def test_forward_mode_tangents_are_refused_naming_the_op_and_argument(op, requir
         assert fn(*args) is not None
 
 
+@pytest.mark.parametrize("op", ["scaled_silu_mul", "rms_norm", "matmul_relu"])
+def test_torch_jit_trace_records_the_registered_op(op):
+    # torch.jit.trace records the torch calls it sees; a launch it cannot see (Triton's, or the
+    # compiled call path's) left a graph that returned the output's uninitialized memory (its
+    # sanity check caught it; with check_trace=False, or through torch.onnx.export's tracer,
+    # nothing did). It records the registered op instead, and its replays compute.
+    import generated
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    shapes = {"scaled_silu_mul": [(8, 16), (8, 16)], "rms_norm": [(8, 16), (16,)], "matmul_relu": [(16, 8), (8, 16)]}[op]
+    fn = getattr(generated, op)
+
+    def first(*args):
+        result = fn(*args)
+        return result[0] if isinstance(result, tuple) else result
+
+    args = [torch.randn(*s, device=device) for s in shapes]
+    first(*args), first(*args)  # (a GPU's compiled call path has learned the call)
+    traced = torch.jit.trace(first, args, check_trace=False)
+    assert f"generated::{op}" in [node.kind() for node in traced.graph.nodes()]
+    fresh = [torch.randn(*s, device=device) for s in shapes]
+    torch.testing.assert_close(traced(*fresh), first(*fresh))
+
+
 def test_a_grid_wide_wait_only_where_every_program_can_be_resident(monkeypatch):
     # A reduction's column sums wait for every program only on a GPU that this process does not
     # share under an MPS cap on its multiprocessors (fewer programs than the device reports could

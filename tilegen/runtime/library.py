@@ -36,8 +36,11 @@ def traced(values):
 
 def tracing(values):
     """Whether a call with `values` is being traced: under torch.compile's frame tracing, under a
-    torch dispatch mode (fake tensors, make_fx, export), or with tensors that are stand-ins."""
-    return torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0 or traced(values)
+    torch dispatch mode (fake tensors, make_fx, export), under torch.jit.trace (which records the
+    torch calls it sees: a launch it cannot see would leave the graph returning the uninitialized
+    output; it records the registered op), or with tensors that are stand-ins."""
+    return (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+            or torch._C._get_tracing_state() is not None or traced(values))
 
 
 def wants_grad(values):

@@ -27,6 +27,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 
 #include <dlfcn.h>
 
@@ -583,7 +584,7 @@ PyObject *attach(PyObject *formula, PyObject *const *args, Py_ssize_t count, PyO
    and for one on another device or stream or with a launch hook listening. Given `explained`, it
    launches nothing and leaves there the plan it would launch, every slot filled (for tests). */
 PyObject *serve(Table *self, PyObject *const *args, Py_ssize_t count, PyObject **explained) {
-    if (c10::impl::TorchDispatchModeTLS::any_modes_set())
+    if (c10::impl::TorchDispatchModeTLS::any_modes_set() || torch::jit::tracer::isTracing())
         Py_RETURN_NONE;  /* something traces or intercepts torch calls: the registered op serves */
     bool grad = false;
     std::shared_ptr<const Entry> entry = find(self, args, count, &grad);
