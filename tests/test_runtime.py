@@ -672,6 +672,25 @@ def test_torch_jit_trace_records_the_registered_op(op):
     torch.testing.assert_close(traced(*fresh), first(*fresh))
 
 
+def test_torch_fx_symbolic_trace_records_the_registered_ops():
+    # symbolic_trace passes Proxies, not tensors: each op records its registered op's call (it
+    # raised "must be a torch.Tensor, got Proxy"), and the traced module computes the same.
+    import generated
+
+    class Block(torch.nn.Module):
+        def forward(self, a, b, w):
+            h = generated.rms_norm(generated.scaled_silu_mul(a, b), w)[0]
+            return h @ generated.matmul_relu(a.t(), b)
+
+    module = torch.fx.symbolic_trace(Block())
+    targets = [node.target for node in module.graph.nodes if node.op == "call_function"]
+    assert {torch.ops.generated.scaled_silu_mul.default, torch.ops.generated.rms_norm.default,
+            torch.ops.generated.matmul_relu.default} <= set(targets)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    a, b, w = torch.randn(8, 16, device=device), torch.randn(8, 16, device=device), torch.randn(16, device=device)
+    torch.testing.assert_close(module(a, b, w), Block()(a, b, w))
+
+
 def test_a_grid_wide_wait_only_where_every_program_can_be_resident(monkeypatch):
     # A reduction's column sums wait for every program only on a GPU that this process does not
     # share under an MPS cap on its multiprocessors (fewer programs than the device reports could

@@ -29,9 +29,10 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def traced(values):
-    """Whether any tensor among `values` is a tracing stand-in (fake or functional) rather than
-    real data: kernels are then recorded (wrap_triton) or left out (a fake implementation)."""
-    return any(type(v) not in _PLAIN for v in values if isinstance(v, torch.Tensor))
+    """Whether any tensor among `values` is a tracing stand-in (fake or functional, or a
+    torch.fx.symbolic_trace Proxy) rather than real data: kernels are then recorded (wrap_triton)
+    or left out (a fake implementation), and a Proxy records the registered op's call."""
+    return any(type(v) not in _PLAIN if isinstance(v, torch.Tensor) else isinstance(v, torch.fx.Proxy) for v in values)
 
 
 def tracing(values):
