@@ -555,6 +555,11 @@ def test_a_failed_build_says_why_and_leaves_nothing(monkeypatch, tmp_path):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(native.BuildError, match="no C\\+\\+ compiler"):
         native.compiler()
+    # A compiler that cannot run (CXX naming no program): the same kind of error, which the
+    # background builds catch (it escaped them as FileNotFoundError, a thread's traceback).
+    monkeypatch.setattr(native, "compile_command", lambda source, output: [str(tmp_path / "no-such-c++"), source])
+    with pytest.raises(native.BuildError, match=r"the C\+\+ compiler '.*no-such-c\+\+' cannot be run: No such file"):
+        native.build("callpath")
 
 
 # ---- on the GPU: every op's repeat calls ------------------------------------------------------

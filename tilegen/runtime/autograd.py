@@ -207,7 +207,7 @@ def native_module(wait=False):
 def _load_node():
     try:
         module = native.load("autograd_node")
-    except native.BuildError as exc:
+    except (OSError, ImportError) as exc:  # (BuildError is an OSError; a load can fail to link)
         module, _NODE["why"] = None, str(exc)
     _NODE["module"] = module
 

@@ -154,8 +154,11 @@ def build(name):
             command = compile_command(os.path.join(SOURCE_DIR, f"{name}.cpp"), built)
             # A builder killed meanwhile takes its compiler with it (on Linux); its scratch folder
             # is removed by the next build.
-            done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                  preexec_fn=_dying_with_the_builder())
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                      preexec_fn=_dying_with_the_builder())
+            except OSError as exc:  # (CXX naming no program, or one that cannot run)
+                raise BuildError(f"the C++ compiler {command[0]!r} cannot be run: {exc.strerror or exc}") from None
             if done.returncode != 0:
                 first = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr[-300:])
                 raise BuildError(f"building {name} failed: {first.strip()[:300]}")
