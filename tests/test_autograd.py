@@ -256,7 +256,7 @@ def _use_node(monkeypatch, module):
     take this one's."""
     from tilegen.runtime import autograd, ops
 
-    monkeypatch.setattr(autograd, "native_module", lambda: module)
+    monkeypatch.setattr(autograd, "native_module", lambda wait=False: module)
     for op in ops._REGISTRY.values():
         for path in (getattr(op, name, None) for name in ("call_path", "product_path", "training_path")):
             if path is not None and path.table is not None:
