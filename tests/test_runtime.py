@@ -805,3 +805,64 @@ def test_outputs_store_through_descriptors_where_their_rows_allow(launches):
     fits = op.stores_through_descriptors
     assert fits(config, [torch.empty(6, 96, 80, device=device)]) and not fits(config, [torch.empty(96, 81, device=device)])
     assert not fits(dict(config, TMA_STORE=0), [torch.empty(96, 80, device=device)])
+
+
+def test_a_kernel_variant_short_of_shared_memory_launches_a_lighter_form_of_its_config(monkeypatch):
+    """A config chosen for an op's forward may not fit the shared memory of its training variant,
+    which also stores the float32 accumulator (bmm_bias_silu's tuned 128x128x128 3-stage TMA
+    config at 32x2048x2048x128 on the H200: 237592 bytes of 232448). Such a call launches the
+    config's first lighter form that fits (fewer stages, then the outputs stored through
+    pointers) and keeps to it; the forward keeps the config; a forced config is launched as is."""
+    import importlib
+
+    from triton.runtime.errors import OutOfResources
+
+    module = importlib.import_module("generated.matmul_bias_gelu")
+    op = module._OP
+    real, tried = op.kernel.launch, []
+
+    def launch(grid, args, varying, constexprs, num_warps, num_stages=None):
+        tried.append((constexprs["SAVE_ACC"], num_stages, constexprs["USE_TMA_STORE"]))
+        if constexprs["SAVE_ACC"] and (num_stages > 1 or constexprs["USE_TMA_STORE"]):
+            raise OutOfResources(237592, 232448, "shared memory")
+        return real(grid, args, varying, constexprs, num_warps, num_stages)
+
+    monkeypatch.setattr(op.kernel, "launch", launch)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator().manual_seed(5)
+    a, b, bias = (torch.randn(*shape, generator=g, dtype=torch.float64).to(device, torch.float32)
+                  for shape in ((64, 48), (48, 80), (80,)))
+    config = dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=3, TMA=0, PERSISTENT=0, TMA_STORE=0)
+    with monkeypatch.context() as patch:
+        patch.setattr(op.configs, "_pick", lambda key, facts, launch: dict(config))
+        op.configs.reset()
+        leaves = [t.clone().requires_grad_() for t in (a, b, bias)]
+        want_leaves = [t.double().requires_grad_() for t in (a, b, bias)]
+        want = torch.nn.functional.gelu(want_leaves[0] @ want_leaves[1] + want_leaves[2])
+        # The first training call tries stages 3, 2, 1; a repeat launches the fitting form at
+        # once (or the compiled call path serves it: no launch through Triton).
+        got = module.matmul_bias_gelu(*leaves)
+        assert tried == [(True, 3, False), (True, 2, False), (True, 1, False)]
+        tried.clear()
+        torch.testing.assert_close(module.matmul_bias_gelu(*leaves).double(), want.detach(), atol=1e-4, rtol=1e-4)
+        assert tried in ([(True, 1, False)], [])
+        torch.testing.assert_close(got.double(), want.detach(), atol=1e-4, rtol=1e-4)
+        seed = torch.randn(want.shape, generator=g, dtype=torch.float64)
+        got.backward(seed.to(device, torch.float32))
+        for leaf, want_grad in zip(leaves, torch.autograd.grad(want, want_leaves, seed.to(device))):
+            torch.testing.assert_close(leaf.grad.double(), want_grad, atol=1e-3, rtol=1e-3)
+        tried.clear()
+        torch.testing.assert_close(module.matmul_bias_gelu(a, b, bias).double(), want.detach(), atol=1e-4, rtol=1e-4)
+        assert tried in ([(False, 3, False)], [])
+        with op.configs.forcing(config), pytest.raises(OutOfResources):
+            op.run([a, b, bias, torch.empty(64, 80, device=device)], (), 64, 80, 48,
+                   saved=torch.empty(64, 80, device=device))
+    op.configs.reset()
+
+
+def test_lighter_forms_of_a_config_shed_stages_then_the_store_staging():
+    config = dict(BM=128, BN=128, BK=128, num_warps=4, num_stages=3, TMA=1, TMA_STORE=1)
+    forms = rt.configs.lighter_forms(config)
+    assert [(f["num_stages"], f["TMA_STORE"]) for f in forms] == [(2, 1), (1, 1), (3, 0), (2, 0), (1, 0)]
+    assert all(dict(f, num_stages=3, TMA_STORE=1) == config for f in forms)
+    assert [f["num_stages"] for f in rt.configs.lighter_forms(dict(config, TMA_STORE=0))] == [2, 1]

@@ -157,6 +157,19 @@ def nearest_entry(entries, key, fitting):
     return None
 
 
+def lighter_forms(config):
+    """Forms of a matmul `config` that need less shared memory, lightest last: fewer pipeline
+    stages, then the outputs stored through pointers instead of a shared-memory staging tile
+    (TMA_STORE off) at each depth. A config chosen for a kernel may not fit the shared memory of
+    a variant that does more in its epilogue (a training call also stores the float32
+    accumulator), which only compiling the variant tells."""
+    stages = config["num_stages"]
+    forms = [dict(config, num_stages=s) for s in range(stages - 1, 0, -1)]
+    if config.get("TMA_STORE"):
+        forms += [dict(config, TMA_STORE=0, num_stages=s) for s in range(stages, 0, -1)]
+    return forms
+
+
 def default_warps(block):
     # 8 to 16 elements per thread: enough bytes in flight per load, few enough registers.
     return max(1, min(8, block // 256))

@@ -8,12 +8,13 @@ table, its spec's block names, masks and schedule), and its wrapper checks, allo
 
 import torch
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from . import library
 from .batch import batch_shape, folded, matrices
 from .callpath import CallPath
 from .checks import broadcast_leading
-from .configs import ConfigChooser, row_unroll
+from .configs import ConfigChooser, lighter_forms, row_unroll
 from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
 from .sync import grid_wait_allowed
@@ -166,8 +167,11 @@ class MatmulOp(Op):
         self.products = products if products is not None else configs
         # Training calls and the backward's products have compiled call paths of their own.
         self.training_path, self.product_path = CallPath(), CallPath()
+        # {(key, kernel variant): (the chosen config, the form of it launched)}: a lighter form
+        # where the variant's kernel needs more shared memory than the GPU has for the config.
+        self._lighter = {}
         for chooser in {id(configs): configs, id(self.products): self.products}.values():
-            chooser.on_change.extend((self.training_path.forget, self.product_path.forget))
+            chooser.on_change.extend((self.training_path.forget, self.product_path.forget, self._lighter.clear))
 
     def run(self, tensors, scalars, M, N, K, call=None, result=None, saved=None, batch=()):
         """Compute the outputs (the last of `tensors`, checked or allocated by the wrapper).
@@ -239,10 +243,39 @@ class MatmulOp(Op):
             return self._launch(pointers, views, scalars, rows, N, K, config, traced, masks, saved, epilogue, count)
 
         config = configs.choose(key, device_facts(a.device), None if traced else launch)
+        variant = (key, epilogue, saved is not None)
+        fitted = self._lighter.get(variant)
+        if fitted is not None and fitted[0] is config:
+            launched = launch(fitted[1])
+        elif configs.forced is not None or traced:
+            launched = launch(config)
+        else:
+            launched = self._launch_fitting(launch, config, variant)
         path = self.product_path if not epilogue else self.call_path if saved is None else self.training_path
-        self._learn(call, launch(config), result, path)
+        self._learn(call, launched, result, path)
         for target, source in write_back:
             target.copy_(source.view(target.shape))
+
+    def _launch_fitting(self, launch, config, variant):
+        """Launch `config`, or where the GPU lacks the shared memory its kernel variant needs
+        (compiling tells: the table's and the heuristic's configs are chosen for the op's plain
+        forward, and a training call also stores its accumulator), the first of its lighter forms
+        that fits; remember which for the variant and key (a traced call then takes it too)."""
+        try:
+            launched = launch(config)
+            form = config
+        except OutOfResources as exc:
+            for form in lighter_forms(config):
+                try:
+                    launched = launch(form)
+                    break
+                except OutOfResources:
+                    continue
+            else:
+                raise RuntimeError(f"{self.name}: no form of launch config {config} fits the GPU's shared memory "
+                                   f"at key {variant[0]} ({exc})") from exc
+        self._lighter[variant] = (config, form)
+        return launched
 
     def _views(self, tensors, M, batch, epilogue):
         """How the kernel reads each tensor: (views, the tensors passed as its pointers, [(an
