@@ -356,6 +356,152 @@ def test_an_input_that_needs_no_gradient_gets_none_through_the_node(package, nod
     torch.testing.assert_close(gb, torch.exp(x.detach()))
 
 
+@pytest.mark.parametrize("through", ["node", "function"])
+def test_a_bool_output_beside_a_differentiable_one_stays_plain(package, node, through, monkeypatch):
+
+    if through == "function":
+        _use_node(monkeypatch, None)
+    x, = _leaves((5, 8))
+    y, positive = package.ew_flag(x)
+    assert y.requires_grad and not positive.requires_grad and positive.dtype == torch.bool
+    assert ("_EagerAutograd" in type(y.grad_fn).__name__) == (through == "function")
+    (gx,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(gx, 2 * x.detach())
+
+
+def test_calls_made_while_compiled_autograd_runs_record_the_function_it_can_trace(node):
+    # Compiled autograd traces each node of the graph; the C++ node has no trace. Calls made while
+    # it runs (torch.compile's frame with torch._dynamo.config.compiled_autograd, graph breaks'
+    # eager calls included; or its engine enabled by hand) record torch.autograd.Function's node,
+    # whose backward it traces; a node recorded outside it that it meets says what to do.
+    from torch._dynamo import compiled_autograd
+
+    from generated import rms_norm
+
+    x, w = _leaves((8, 16), (16,), dtype=torch.float32)
+    want = torch.autograd.grad(rms_norm(x, w)[0].sum(), (x, w))
+    before = rms_norm(x, w)[0]
+    assert before.grad_fn.name() == "rms_normBackward"
+    with compiled_autograd._enable(torch.compile(backend="eager")):
+        y = rms_norm(x, w)[0]
+        assert "_EagerAutograd" in type(y.grad_fn).__name__
+        got = torch.autograd.grad(y.sum(), (x, w))
+        with pytest.raises(RuntimeError, match=r"rms_norm: compiled autograd cannot trace tilegen's autograd node.*"
+                                               r"TILEGEN_AUTOGRAD_NODE=0"):
+            torch.autograd.grad(before.sum(), (x, w))
+    for p, q in zip(got, want):
+        torch.testing.assert_close(p, q)
+
+
+def test_saved_tensor_hooks_take_the_python_node(package, node):
+    # Checkpointing and offloading reach saved tensors through these hooks, which the C++ node's
+    # kept tensors would skip: under them the call records torch.autograd.Function's node.
+    a, b, c = _leaves((5, 7), (5, 7), (5, 7))
+    packed = []
+
+    def pack(t):
+        packed.append(t.shape)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y, _ = package.ew_mix(a, b, c)
+    assert "_EagerAutograd" in type(y.grad_fn).__name__ and packed
+    y.sum().backward()
+    torch.testing.assert_close(c.grad, torch.zeros_like(c))
+
+
+def test_an_error_in_the_backward_reaches_the_caller(package, node, monkeypatch):
+    from tilegen.runtime import autograd
+
+    a, b, c = _leaves((3, 4), (3, 4), (3, 4))
+    y, _ = package.ew_mix(a, b, c)
+
+    def broken(self, *args):
+        raise ValueError("a broken backward")
+    monkeypatch.setattr(autograd.Gradients, "gradients", broken)
+    with pytest.raises(ValueError, match="a broken backward"):
+        y.sum().backward()
+
+
+def test_the_node_builds_without_warnings(tmp_path, monkeypatch):
+    from tilegen.runtime import native
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setenv("TILEGEN_CACHE_DIR", str(cache))
+    try:
+        path, warnings = native.build("autograd_node")
+    except native.BuildError as exc:
+        pytest.skip(f"the native module cannot be built here: {exc}")
+    assert warnings == "", warnings
+    assert os.path.basename(path).startswith("autograd_node-")
+
+
+def test_the_node_is_built_in_the_background_unless_turned_off_and_a_failed_build_says_so_once(monkeypatch):
+    import threading
+    import warnings
+
+    from tilegen.runtime import autograd, native
+
+    monkeypatch.setattr(autograd, "_NODE", {})
+    monkeypatch.setenv("TILEGEN_AUTOGRAD_NODE", "0")
+    assert autograd.native_module(wait=True) is None and autograd._NODE == {}  # nothing started
+    monkeypatch.delenv("TILEGEN_AUTOGRAD_NODE")
+    release = threading.Event()
+
+    def fail(name):
+        release.wait(timeout=30)
+        raise native.BuildError("no C++ compiler (c++, g++ or clang++) on PATH")
+    monkeypatch.setattr(native, "load", fail)
+    assert autograd.native_module() is None  # building: calls record Function's node meanwhile
+    assert autograd._NODE["loader"][0].is_alive()
+    release.set()
+    with pytest.warns(RuntimeWarning, match=r"the autograd node is not available \(no C\+\+ compiler"):
+        assert autograd.native_module(wait=True) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert autograd.native_module() is None
+
+
+def test_the_node_launches_a_backward_its_call_path_serves_and_else_calls_python(node):
+    # A backward op served whole by its compiled call path (elementwise and reduction ops) is
+    # called from C++ with the arguments the Python function would give it: the saved inputs, the
+    # saved outputs (None for one recomputed), the incoming gradients, the scalars.
+    from types import SimpleNamespace
+
+    calls, python = [], []
+
+    def serve(*args):
+        calls.append(args)
+        return None if len(calls) == 2 else (args[3] * args[4] * 7.0,)  # d/dx of y = 7 s x: g * s * 7
+
+    def gradients(saved, grads, needed, scalars):
+        python.append(len(saved))
+        return (grads[0] * scalars[0] * 7.0,)
+
+    path = SimpleNamespace(call=serve)
+    # c = x * s * 7 with an extra output kept for the backward; its accumulator recomputed (-1).
+    formula = node.Formula("seven", gradients, 1, (0,), (-1, 1), 1, (-2,), path)
+    for served in (True, False):
+        x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+        y, kept = x.detach() * 14.0, torch.ones(3, 4, dtype=torch.float64)
+        assert formula.attach((x, 2.0), (y, kept))
+        seed = torch.randn(3, 4, dtype=torch.float64)
+        (gx,) = torch.autograd.grad(y, x, seed)
+        torch.testing.assert_close(gx, seed * 14.0)
+        args = calls[-1]
+        assert len(args) == 5 and args[0] is not x and torch.equal(args[0], x.detach()) and args[1] is None
+        assert torch.equal(args[2], kept) and torch.equal(args[3], seed) and args[4] == 2.0
+        assert python == ([] if served else [2])
+
+    path.call = lambda *args: ("not a tensor",)
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    y = x.detach() * 14.0
+    formula.attach((x, 2.0), (y, torch.ones(3, dtype=torch.float64)))
+    with pytest.raises(RuntimeError, match="seven: its backward's call path returned .*without a tensor as result 0"):
+        y.sum().backward()
+
+
 def test_every_generated_ops_gradient_tests_pass_through_the_other_node():
     # The generated tests check each op's gradients against PyTorch autograd and gradcheck,
     # through the node this run's setting picks (by default the C++ node: their support module
