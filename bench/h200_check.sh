@@ -7,7 +7,7 @@
 # so one slow step cannot take the others' results with it. All steps take about 30 minutes;
 # STEPS picks some, to fit a machine lent by the call:
 #
-#   OUT=/tmp/check STEPS="build tests" bash bench/h200_check.sh     # about 4 minutes
+#   OUT=/tmp/check STEPS="build tests" bash bench/h200_check.sh     # about 7.5 minutes (2957 tests, 16 workers)
 #   OUT=/tmp/check STEPS="tune build tests" TUNE="matmul --dtype float16 --shapes 1025x769x513" \
 #       bash bench/h200_check.sh                                     # tune first, then as above
 #   TUNE="matmul_residual_scaled --scope op --dtype float16"        # an op's own table (tables/ops/)
@@ -86,7 +86,7 @@ step bench 300 python3 -m tilegen bench ${BENCH:-} --out "$out/bench"  # BENCH: 
 # by it): a quick check after a change to the native code (not a default step; `tests` has them).
 step callpath 300 python3 -m pytest -v -n 16 -p no:cacheprovider tests/test_callpath.py
 # A training step (forward+backward) of every op against eager autograd, with peak memory
-# (about 5 minutes); BACKWARD: bench arguments. backward_compile adds torch.compile (default and
+# (about 6 minutes, every op); BACKWARD: bench arguments. backward_compile adds torch.compile (default and
 # max-autotune), one step per kind on a shape set small enough for its compiles: over every
 # default shape it takes about 9 s a point, past any one call's limit (64 of 163 points in 560 s).
 step backward 560 python3 -m tilegen bench ${BACKWARD:-} --backward --out "$out/backward"
