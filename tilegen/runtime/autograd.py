@@ -177,8 +177,10 @@ _GRAPH_TASK_KEEPS_GRAPH = getattr(torch._C._autograd, "_get_current_graph_task_k
 # (bench/probes/training_host_cpu.py). It compiles against torch's headers (10-20 s, cached after)
 # in a background thread started by the first training call; calls record Function's node until
 # it is ready. TILEGEN_AUTOGRAD_NODE=0 turns it off.
-_NODE = {}  # "module": the loaded module, or None where it cannot be built ("why" says why);
-_NODE_LOCK = threading.Lock()  # "loader": (the thread building it, the process that started it)
+# _NODE: "module", the loaded module, or None where it cannot be built ("why" says why, until a
+# warning has said it); "loader", (the thread building it, the process that started it).
+_NODE = {}
+_NODE_LOCK = threading.Lock()  # (held while a loader is started)
 
 
 def native_module(wait=False):
