@@ -100,10 +100,12 @@ step node:function_tests 240 env TILEGEN_AUTOGRAD_NODE=0 python3 -m pytest -q -n
 step node:backward 560 python3 -m tilegen bench ${BACKWARD:-} --backward --out "$out/node/backward"
 step node:function_backward 560 env TILEGEN_AUTOGRAD_NODE=0 python3 -m tilegen bench ${BACKWARD:-} --backward \
     --out "$out/node/function_backward"
+# COMPILE_DTYPES: their dtype arguments (default float16 alone, to fit both in one call's limit).
+compile_dtypes="${COMPILE_DTYPES:---dtype float16}"
 step backward_compile:elementwise 560 python3 -m tilegen bench add fma_clamp rms_scale_exp scaled_silu_mul \
-    --shapes 2^16,2^24,2^26 --backward --compile --out "$out/backward_compile/elementwise"
+    --shapes 2^16,2^24,2^26 $compile_dtypes --backward --compile --out "$out/backward_compile/elementwise"
 step backward_compile:matmul 560 python3 -m tilegen bench matmul matmul_relu matmul_bias_gelu matmul_residual_scaled \
-    --shapes 1024x1024x1024,4096x4096x4096 --backward --compile --out "$out/backward_compile/matmul"
+    --shapes 1024x1024x1024,4096x4096x4096 $compile_dtypes --backward --compile --out "$out/backward_compile/matmul"
 # Reductions (softmax, log_softmax, rms_norm, layer_norm, add_rms_norm), forward and training step,
 # against eager; the _compile steps add torch.compile (one compile per shape and dtype: REDUCE_SHAPES
 # picks the shapes, default the benchmark's).

@@ -10,6 +10,7 @@ import torch
 
 from tests.conftest import REPO
 from tilegen import bench
+from tilegen.measure import module_dtypes
 
 
 def test_bench_shapes_of_an_op_without_masks_round_to_its_smallest_blocks():
@@ -188,6 +189,23 @@ def test_unknown_cold_start_op_is_refused_before_timing(cli, monkeypatch):
     monkeypatch.setattr(bench, "environment", lambda: pytest.fail("timed before checking the op names"))
     result = cli("bench", "add", "--cold-start", "nope")
     assert result.exit_code == 2 and "unknown op 'nope'" in result.output
+
+
+def test_a_dtype_no_op_benchmarks_is_refused_before_timing(cli, monkeypatch):
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "environment", lambda: pytest.fail("timed before checking the dtypes"))
+    result = cli("bench", "matmul", "add", "--dtype", "float16", "--dtype", "int8")
+    assert result.exit_code == 2 and result.output.strip().count("\n") == 0
+    assert "--dtype 'int8' is not a dtype these ops benchmark (one of: bfloat16, float16, float32)" in result.output
+
+
+def test_dtype_picks_the_dtypes_each_op_times():
+    from generated.bench import bench_matmul_relu
+
+    assert module_dtypes(bench_matmul_relu, ["bfloat16"]) == [torch.bfloat16]
+    assert module_dtypes(bench_matmul_relu, ["float32"]) == []  # (another op's dtype: this op times none)
+    assert module_dtypes(bench_matmul_relu, []) == list(bench_matmul_relu.DTYPES)
 
 
 def test_tune_refuses_bad_arguments_in_one_line(cli, monkeypatch):

@@ -18,8 +18,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .measure import (BenchError, as_tuple, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes,
-                      settle_call_path, shape_label)
+from .measure import (BenchError, as_tuple, check_agreement, check_dtype_names, dtype_name, issue_ms,
+                      load_bench_modules, module_dtypes, parse_shapes, settle_call_path, shape_label)
 
 LIMIT_MATMUL = 8192
 COPY_BYTES = 1 << 30
@@ -400,8 +400,9 @@ def timer_function(timer: str):
     return lambda fn: triton.testing.do_bench(fn, return_mode="median")
 
 
-def bench_module(module, shapes, providers, progress, rounds: int = 1, timer: str = "do_bench") -> list[Row]:
-    """Rows for every dtype and shape of one op. With rounds > 1 each provider is timed that many
+def bench_module(module, shapes, providers, progress, rounds: int = 1, timer: str = "do_bench",
+                 dtypes=None) -> list[Row]:
+    """Rows for each of `dtypes` (default: every dtype the op benchmarks) and shape of one op. With rounds > 1 each provider is timed that many
     times, the providers taking turns, and the median is kept: a short kernel's time moves by
     several percent from one do_bench to the next, and taking turns spreads any drift of the
     GPU's clocks over all of them."""
@@ -410,7 +411,7 @@ def bench_module(module, shapes, providers, progress, rounds: int = 1, timer: st
     measure = timer_function(timer)
 
     rows = []
-    for dtype in module.DTYPES:
+    for dtype in module.DTYPES if dtypes is None else dtypes:
         name = dtype_name(dtype)
         for shape in shapes or module.SHAPES:
             label = f"{module.OP} {name} {shape_label(shape)}"
@@ -446,7 +447,7 @@ def make_row(module, dtype_label, shape, provider, ms, flops, nbytes) -> Row:
 
 def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compile_too: bool,
         command: str, cold_start_ops: list[str] = (), rounds: int = 1, timer: str = "do_bench",
-        backward: bool = False) -> Report:
+        backward: bool = False, dtypes: list[str] = ()) -> Report:
     import torch
 
     if rounds < 1:
@@ -463,6 +464,7 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
         raise BenchError("no CUDA GPU found; `tilegen bench` times compiled kernels and needs one "
                          "(the interpreter cannot time kernels)")
     modules = load_bench_modules(ops, package)
+    check_dtype_names(modules, dtypes)
     settle_call_path()
     if cold_start_ops:
         load_bench_modules(list(cold_start_ops), package)  # unknown names fail here, before any timing
@@ -470,7 +472,7 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
     report = Report(environment(), measure_limits(dtypes or ["float16"]), command=command, rounds=rounds,
                     timer=timer)
     providers = ["tilegen", "torch"] + (["torch.compile"] if compile_too else [])
-    total = sum(len(m.DTYPES) * len(parse_shapes(shapes_text, m.KIND, getattr(m, "BATCHED", False)) or m.SHAPES) for m in modules)
+    total = sum(len(module_dtypes(m, dtypes)) * len(parse_shapes(shapes_text, m.KIND, getattr(m, "BATCHED", False)) or m.SHAPES) for m in modules)
     done = [0]
 
     def progress(label):
@@ -479,13 +481,14 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
 
     for module in modules:
         shapes = parse_shapes(shapes_text, module.KIND, getattr(module, "BATCHED", False))
+        chosen = module_dtypes(module, dtypes)
         if backward:
             from . import training_bench
 
             report.rows.extend(training_bench.bench_module(module, shapes, compile_too, progress,
-                                                           timer_function(timer), make_row))
+                                                           timer_function(timer), make_row, chosen))
             continue
-        report.rows.extend(bench_module(module, shapes, providers, progress, rounds, timer))
+        report.rows.extend(bench_module(module, shapes, providers, progress, rounds, timer, chosen))
         report.host_us.append(host_overhead(module))
     if cold_start_ops:
         from .coldstart import measure

@@ -245,6 +245,8 @@ def test(ops, out, pytest_args):
 @click.option("--package", default=DEFAULT_OUT, show_default=True, help="Folder of the generated package.")
 @click.option("--shapes", default=None, help="Shapes instead of the defaults: 4096x4096x4096,16x4096x4096 (matmul: MxNxK; batched matmul: BxMxNxK) or 2^20,4096.")
 @click.option("--compile", "compile_too", is_flag=True, help="Also time torch.compile (max-autotune, no CUDA graphs).")
+@click.option("--dtype", "dtypes", multiple=True, help="Time these dtypes only (repeatable); default: every dtype "
+              "each op benchmarks.")
 @click.option("--cold-start", "cold_start", default="", metavar="OPS",
               help="Also time the first call of these ops (comma-separated) in fresh processes: with the "
                    "tuned table (fresh and warm compile cache) and with runtime autotuning.")
@@ -260,7 +262,7 @@ def test(ops, out, pytest_args):
 @click.option("--render", "render_dir", default=None, metavar="DIR",
               help="Time nothing: write README.md and the plots of an earlier run again from DIR/results.json "
                    "(no GPU needed).")
-def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, timer, backward, render_dir):
+def bench(ops, out_dir, package, shapes, compile_too, dtypes, cold_start, rounds, timer, backward, render_dir):
     """Time OPS (default: every op) against PyTorch on a CUDA GPU.
 
     Prints a table, writes results.csv, results.json, README.md and one PNG plot per op to OUT.
@@ -280,15 +282,15 @@ def bench(ops, out_dir, package, shapes, compile_too, cold_start, rounds, timer,
     command = "tilegen bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "tilegen bench"
     try:
         if render_dir is not None:
-            if ops or shapes or compile_too or cold_start or rounds != 1 or timer != "do_bench" or backward:
+            if ops or shapes or compile_too or dtypes or cold_start or rounds != 1 or timer != "do_bench" or backward:
                 raise bench_module.BenchError("--render re-renders an earlier run; it takes no ops, --shapes, "
-                                              "--compile, --cold-start, --rounds, --timer or --backward")
+                                              "--compile, --dtype, --cold-start, --rounds, --timer or --backward")
             out = Path(render_dir)
             report = bench_module.load_report(out)
         else:
             out = Path(out_dir)
             report = bench_module.run(list(ops), package, out, shapes, compile_too, command,
-                                      [op for op in cold_start.split(",") if op], rounds, timer, backward)
+                                      [op for op in cold_start.split(",") if op], rounds, timer, backward, list(dtypes))
     except bench_module.BenchError as exc:
         _fail(f"tilegen bench: {exc}")
     table = bench_module.format_table(report.rows)

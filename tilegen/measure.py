@@ -19,6 +19,19 @@ def dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def check_dtype_names(modules, names) -> None:
+    """Refuse a --dtype that none of `modules` benchmarks, naming those they do."""
+    known = sorted({dtype_name(d) for m in modules for d in m.DTYPES})
+    unknown = [name for name in names or () if name not in known]
+    if unknown:
+        raise BenchError(f"--dtype {unknown[0]!r} is not a dtype these ops benchmark (one of: {', '.join(known)})")
+
+
+def module_dtypes(module, names) -> list:
+    """The dtypes of `module`'s benchmark that --dtype `names` picks (every one where none is given)."""
+    return [d for d in module.DTYPES if not names or dtype_name(d) in names]
+
+
 _SIZE = re.compile(r"^(\d+)(?:\^(\d+))?$")
 
 

@@ -116,15 +116,15 @@ def _numel(shape):
     return n
 
 
-def bench_module(module, shapes, compile_too, progress, measure, make_row):
-    """Rows for every dtype and shape of one op's training step."""
+def bench_module(module, shapes, compile_too, progress, measure, make_row, dtypes=None):
+    """Rows for each of `dtypes` (default: every dtype the op benchmarks) and shape of one op's training step."""
     import torch
 
     rows = []
     if not getattr(module, "DIFFERENTIABLE", True):
         print(f"{module.OP}: no input holds floats, so no training step to time", file=sys.stderr, flush=True)
         return rows
-    for dtype in module.DTYPES:
+    for dtype in module.DTYPES if dtypes is None else dtypes:
         name = dtype_name(dtype)
         for shape in shapes or module.SHAPES:
             label = f"{module.OP}{SUFFIX} {name} {shape_label(shape)}"

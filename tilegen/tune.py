@@ -15,8 +15,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from .measure import (BenchError, as_tuple, check_agreement, dtype_name, issue_ms, load_bench_modules, parse_shapes,
-                      settle_call_path, shape_label)
+from .measure import (BenchError, as_tuple, check_agreement, check_dtype_names, dtype_name, issue_ms,
+                      load_bench_modules, module_dtypes, parse_shapes, settle_call_path, shape_label)
 from .runtime import backward_op_of, device_facts, op_of
 from .schema import BLOCK_FIELDS, FIELD_DEFAULTS, FLAG_FIELDS, rename_blocks, tile_of
 from .tables import SCOPES, TABLE_DIR, backward_table_name, format_key, merge_entries
@@ -210,7 +210,7 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
         return op.stores_through_descriptors(config, outputs)
     scores: dict[tuple, dict[tuple, list[float]]] = {}
     configs: dict[tuple, dict] = {}
-    chosen_dtypes = [d for d in module.DTYPES if not dtypes or dtype_name(d) in dtypes]
+    chosen_dtypes = module_dtypes(module, dtypes)
     _refuse_shapes_sharing_a_key(module, chooser, shapes or module.SHAPES, chosen_dtypes[:1], calls)
     best = {}
     for shape in shapes or module.SHAPES:
@@ -473,10 +473,7 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
     modules = load_bench_modules(ops or ["matmul", "add"], package)
     for module in modules if backward else ():
         _refuse_backward_without_kernel(module, package)
-    known = sorted({dtype_name(d) for m in modules for d in m.DTYPES})
-    unknown = [d for d in dtypes or () if d not in known]
-    if unknown:
-        raise BenchError(f"--dtype {unknown[0]!r} is not a dtype these ops benchmark (one of: {', '.join(known)})")
+    check_dtype_names(modules, dtypes)
     gpu = torch.cuda.get_device_name()
     settle_call_path()
     compiler = ParallelCompiler(package, jobs, backward) if jobs > 1 else None
