@@ -200,6 +200,28 @@ def test_a_dtype_no_op_benchmarks_is_refused_before_timing(cli, monkeypatch):
     assert "--dtype 'int8' is not a dtype these ops benchmark (one of: bfloat16, float16, float32)" in result.output
 
 
+def test_dtype_reaches_every_op_the_run_times(monkeypatch):
+    # What run hands the timing of each op (forward and training step), with no GPU: the timing
+    # and what needs a GPU stood in.
+    from tilegen import training_bench
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    limits, timed = [], []
+    monkeypatch.setattr(bench, "environment", lambda: {})
+    monkeypatch.setattr(bench, "settle_call_path", lambda: None)
+    monkeypatch.setattr(bench, "measure_limits", lambda names: limits.append(names) or {})
+    monkeypatch.setattr(bench, "host_overhead", lambda module: {})
+    monkeypatch.setattr(bench, "bench_module", lambda module, *args: timed.append((module.OP, args[-1])) or [])
+    monkeypatch.setattr(training_bench, "bench_module", lambda module, *args: timed.append((module.OP, args[-1])) or [])
+    for backward in (False, True):
+        timed.clear()
+        bench.run(["add", "matmul_relu"], "generated", None, None, False, "tilegen bench", backward=backward,
+                  dtypes=["bfloat16"])
+        assert timed == [("add", [torch.bfloat16]), ("matmul_relu", [torch.bfloat16])]
+    assert limits[-1] == ["bfloat16"]  # the matmul peak measured for the dtypes timed only
+
+
 def test_dtype_picks_the_dtypes_each_op_times():
     from generated.bench import bench_matmul_relu
 

@@ -402,10 +402,10 @@ def timer_function(timer: str):
 
 def bench_module(module, shapes, providers, progress, rounds: int = 1, timer: str = "do_bench",
                  dtypes=None) -> list[Row]:
-    """Rows for each of `dtypes` (default: every dtype the op benchmarks) and shape of one op. With rounds > 1 each provider is timed that many
-    times, the providers taking turns, and the median is kept: a short kernel's time moves by
-    several percent from one do_bench to the next, and taking turns spreads any drift of the
-    GPU's clocks over all of them."""
+    """Rows for each of `dtypes` (default: every dtype the op benchmarks) and shape of one op.
+    With rounds > 1 each provider is timed that many times, the providers taking turns, and the
+    median is kept: a short kernel's time moves by several percent from one do_bench to the next,
+    and taking turns spreads any drift of the GPU's clocks over all of them."""
     import torch
 
     measure = timer_function(timer)
@@ -468,8 +468,8 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
     settle_call_path()
     if cold_start_ops:
         load_bench_modules(list(cold_start_ops), package)  # unknown names fail here, before any timing
-    dtypes = sorted({dtype_name(d) for m in modules for d in m.DTYPES if m.KIND == "matmul"})
-    report = Report(environment(), measure_limits(dtypes or ["float16"]), command=command, rounds=rounds,
+    matmul_dtypes = sorted({dtype_name(d) for m in modules for d in module_dtypes(m, dtypes) if m.KIND == "matmul"})
+    report = Report(environment(), measure_limits(matmul_dtypes or ["float16"]), command=command, rounds=rounds,
                     timer=timer)
     providers = ["tilegen", "torch"] + (["torch.compile"] if compile_too else [])
     total = sum(len(module_dtypes(m, dtypes)) * len(parse_shapes(shapes_text, m.KIND, getattr(m, "BATCHED", False)) or m.SHAPES) for m in modules)
