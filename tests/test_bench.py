@@ -209,7 +209,7 @@ def test_dtype_reaches_every_op_the_run_times(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     limits, timed = [], []
     monkeypatch.setattr(bench, "environment", lambda: {})
-    monkeypatch.setattr(bench, "settle_call_path", lambda: None)
+    monkeypatch.setattr(bench, "settle_call_path", lambda training=False: None)
     monkeypatch.setattr(bench, "measure_limits", lambda names: limits.append(names) or {})
     monkeypatch.setattr(bench, "host_overhead", lambda module: {})
     monkeypatch.setattr(bench, "bench_module", lambda module, *args: timed.append((module.OP, args[-1])) or [])
@@ -468,3 +468,19 @@ def test_backward_takes_no_rounds_or_timer(cli, monkeypatch):
     result = cli("bench", "add", "--backward", "--rounds", "3")
     assert result.exit_code == 2
     assert result.output.strip() == "tilegen bench: --backward times one do_bench per point; it takes no --rounds or --timer"
+
+
+def test_training_steps_are_timed_once_the_autograd_node_is_built(monkeypatch, capsys):
+    # Until the C++ node is built (in the background, from the first training call), training calls
+    # record torch.autograd.Function's node: the first op's steps would be timed on it.
+    from tilegen import measure
+    from tilegen.runtime import autograd, callpath
+
+    waited = []
+    monkeypatch.setattr(callpath, "load", lambda wait=False: object())
+    monkeypatch.setattr(autograd, "native_module", lambda wait=False: waited.append(wait))
+    measure.settle_call_path()
+    assert waited == []  # a forward bench needs no node
+    measure.settle_call_path(training=True)
+    assert waited == [True]
+    assert "no C++ autograd node here" in capsys.readouterr().err  # (the stand-in built none)

@@ -465,7 +465,7 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
                          "(the interpreter cannot time kernels)")
     modules = load_bench_modules(ops, package)
     check_dtype_names(modules, dtypes)
-    settle_call_path()
+    settle_call_path(training=backward)
     if cold_start_ops:
         load_bench_modules(list(cold_start_ops), package)  # unknown names fail here, before any timing
     matmul_dtypes = sorted({dtype_name(d) for m in modules for d in module_dtypes(m, dtypes) if m.KIND == "matmul"})

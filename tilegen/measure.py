@@ -80,13 +80,19 @@ def issue_ms(fn, calls: int, *args) -> float:
     return elapsed / calls * 1e3
 
 
-def settle_call_path() -> None:
+def settle_call_path(training: bool = False) -> None:
     """Wait for the compiled call path (built in the background on first use) before any timing,
-    so that host times are those of the path calls settle on; say so where there is none."""
-    from .runtime import callpath
+    and for training steps the C++ autograd node too (until it is built, training calls record
+    torch.autograd.Function's node, at about twice the host time: the first op's steps would be
+    timed on it), so that host times are those of the path calls settle on; say so where there is
+    none."""
+    from .runtime import autograd, callpath
 
     if callpath.load(wait=True) is None:
         print(f"note: {callpath.UNAVAILABLE}", file=sys.stderr, flush=True)
+    if training and autograd.native_module(wait=True) is None:
+        print("note: no C++ autograd node here (turned off, or a warning said why): training steps record "
+              "torch.autograd.Function's node", file=sys.stderr, flush=True)
 
 
 def as_tuple(value):
