@@ -17,6 +17,7 @@
 #   OUT=/tmp/check STEPS="compile:matmul_relu" bash bench/h200_check.sh  # about 5 minutes (one op)
 #   OUT=/tmp/check STEPS="host" BEFORE=.before bash bench/h200_check.sh  # host time, two trees
 #   OUT=/tmp/check STEPS="backward" bash bench/h200_check.sh        # forward+backward, peak memory
+#   OUT=/tmp/check STEPS="backward_loop" BACKWARD="add bias_gelu softmax" bash bench/h200_check.sh  # steps back to back
 #   OUT=/tmp/check STEPS="node" BACKWARD="add --shapes 2^12,2^20" bash bench/h200_check.sh  # the node against the Function
 #   OUT=/tmp/check STEPS="reductions:forward reductions:backward" bash bench/h200_check.sh  # about 6 minutes
 #   OUT=/tmp/check STEPS="batched:forward batched:backward" bash bench/h200_check.sh   # about 3 minutes
@@ -90,6 +91,9 @@ step callpath 300 python3 -m pytest -v -n 16 -p no:cacheprovider tests/test_call
 # max-autotune), one step per kind on a shape set small enough for its compiles: over every
 # default shape it takes about 9 s a point, past any one call's limit (64 of 163 points in 560 s).
 step backward 560 python3 -m tilegen bench ${BACKWARD:-} --backward --out "$out/backward"
+# backward_loop (not a default step): the same steps timed back to back (--timer loop: host time
+# included, as a training loop waits for it), for the small steps whose lone-call times swing.
+step backward_loop 560 python3 -m tilegen bench ${BACKWARD:-} --backward --timer loop --out "$out/backward_loop"
 # The C++ autograd node (the default; TILEGEN_AUTOGRAD_NODE=0 takes torch.autograd.Function's):
 # the gradient tests through each (the generated tests build the node before their first), then
 # training steps through each, eager beside (host-bound at small shapes: what the node is for). The `backward` step above is the table through the node.

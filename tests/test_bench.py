@@ -343,7 +343,7 @@ def test_the_cudagraph_timer_times_each_point_from_a_graph_and_the_readme_says_s
 
 
 @pytest.mark.parametrize("args, message", [
-    (("--timer", "events"), "tilegen bench: --timer must be one of do_bench, cudagraph, got 'events'"),
+    (("--timer", "events"), "tilegen bench: --timer must be one of do_bench, cudagraph, loop, got 'events'"),
     (("--timer", "cudagraph", "--compile"), "tilegen bench: --timer cudagraph does not time torch.compile "
                                             "(its kernels are captured by its own CUDA graphs); time --compile with do_bench"),
 ])
@@ -463,11 +463,33 @@ def test_training_step_bytes_are_what_the_derived_backward_moves():
     assert work("softmax", (8, 512)) == (0, 2 * 8 * 512 * 2 + 3 * 8 * 512 * 2)
 
 
-def test_backward_takes_no_rounds_or_timer(cli, monkeypatch):
+@pytest.mark.parametrize("args", [("--rounds", "3"), ("--timer", "cudagraph")])
+def test_backward_takes_no_rounds_or_cudagraph_timer(cli, monkeypatch, args):
     monkeypatch.chdir(REPO)
-    result = cli("bench", "add", "--backward", "--rounds", "3")
+    result = cli("bench", "add", "--backward", *args)
     assert result.exit_code == 2
-    assert result.output.strip() == "tilegen bench: --backward times one do_bench per point; it takes no --rounds or --timer"
+    assert result.output.strip() == ("tilegen bench: --backward times each point once, with do_bench or the loop "
+                                     "timer; it takes no --rounds or --timer cudagraph")
+
+
+def test_the_loop_timer_times_rounds_of_back_to_back_calls_between_synchronizes():
+    # A stand-in clock: each call takes 0.2 ms of it, each synchronize 0.05 ms (a GPU draining).
+    now, log = [0.0], []
+
+    def call():
+        now[0] += 0.2e-3
+        log.append("call")
+
+    def synchronize():
+        now[0] += 0.05e-3
+        log.append("sync")
+
+    ms = bench.loop_ms(call, synchronize, clock=lambda: now[0], rounds=3)
+    calls = int(bench.LOOP_ROUND_MS / ((3 * 0.2 + 0.05) / 3))  # from the estimate of the three timed calls
+    # Each round: a synchronize, `calls` calls, a synchronize; the round's end sync is in its time.
+    assert log.count("call") == 1 + 3 + 3 * calls
+    assert ms == pytest.approx((calls * 0.2 + 0.05) / calls)
+    assert log[-calls - 2:] == ["sync", *["call"] * calls, "sync"]
 
 
 def test_training_steps_are_timed_once_the_autograd_node_is_built(monkeypatch, capsys):

@@ -388,7 +388,41 @@ TIMER_DESCRIPTIONS = {
     "cudagraph": "medians of triton.testing.do_bench_cudagraph (back-to-back calls replayed from a "
                  "CUDA graph: the GPU time per call in a stream of calls, with no host time and no L2 "
                  "flush, so inputs that fit in L2 are read from it)",
+    "loop": "medians of 5 rounds of back-to-back calls, each round's wall time over its calls after "
+            "a synchronize (host and GPU time both: what a loop of calls, such as training steps, waits "
+            "for; no L2 flush)",
 }
+
+LOOP_ROUND_MS = 50.0  # the loop timer's round: long enough that the host's clock and the final sync are noise
+
+
+def loop_ms(fn, synchronize, clock=None, rounds: int = 5) -> float:
+    """Milliseconds per call of `fn` called back to back: `rounds` rounds of as many calls as fill
+    LOOP_ROUND_MS (from a first estimate, 1000 at most), each timed from a synchronized start to
+    a synchronized end; the median round. do_bench times each call alone after emptying L2, and a
+    call whose host time is longer than its kernels reads anywhere from the kernels' time to the
+    host's, from one point to the next, as that host time hides under L2's refill or not."""
+    import statistics
+    import time
+
+    clock = clock or time.perf_counter
+    fn()  # warm (and the first call's one-off work out of the estimate)
+    synchronize()
+    start = clock()
+    for _ in range(3):
+        fn()
+    synchronize()
+    estimate_ms = max((clock() - start) * 1e3 / 3, 1e-6)
+    calls = max(1, min(1000, int(LOOP_ROUND_MS / estimate_ms)))
+    per_call = []
+    for _ in range(rounds):
+        synchronize()
+        start = clock()
+        for _ in range(calls):
+            fn()
+        synchronize()
+        per_call.append((clock() - start) * 1e3 / calls)
+    return statistics.median(per_call)
 
 
 def timer_function(timer: str):
@@ -397,6 +431,10 @@ def timer_function(timer: str):
 
     if timer == "cudagraph":
         return lambda fn: triton.testing.do_bench_cudagraph(fn, return_mode="median")
+    if timer == "loop":
+        import torch
+
+        return lambda fn: loop_ms(fn, torch.cuda.synchronize)
     return lambda fn: triton.testing.do_bench(fn, return_mode="median")
 
 
@@ -454,8 +492,9 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
         raise BenchError(f"--rounds must be at least 1, got {rounds}")
     if timer not in TIMER_DESCRIPTIONS:
         raise BenchError(f"--timer must be one of {', '.join(TIMER_DESCRIPTIONS)}, got {timer!r}")
-    if backward and (rounds != 1 or timer != "do_bench"):
-        raise BenchError("--backward times one do_bench per point; it takes no --rounds or --timer")
+    if backward and (rounds != 1 or timer == "cudagraph"):
+        raise BenchError("--backward times each point once, with do_bench or the loop timer; it takes no "
+                         "--rounds or --timer cudagraph")
     if timer == "cudagraph" and compile_too:
         raise BenchError("--timer cudagraph does not time torch.compile (its kernels are captured "
                          "by its own CUDA graphs); time --compile with do_bench")

@@ -252,10 +252,12 @@ def test(ops, out, pytest_args):
                    "tuned table (fresh and warm compile cache) and with runtime autotuning.")
 @click.option("--rounds", default=1, show_default=True, type=int,
               help="Time each point this many times, the providers taking turns, and report the medians.")
-@click.option("--timer", default="do_bench", show_default=True, metavar="do_bench|cudagraph",
+@click.option("--timer", default="do_bench", show_default=True, metavar="do_bench|cudagraph|loop",
               help="do_bench: each call alone, L2 emptied, launch latency included. cudagraph: GPU time per "
                    "call of back-to-back calls replayed from a CUDA graph (no host time, caches warm), which "
-                   "tells apart kernels of a few microseconds. Not with --compile.")
+                   "tells apart kernels of a few microseconds; not with --compile or --backward. loop: wall "
+                   "time per call of back-to-back calls (host and GPU, caches warm): what a training loop "
+                   "waits for, where a step's host time exceeds its kernels'.")
 @click.option("--backward", is_flag=True,
               help="Time a training step (forward, then the gradients of every input) against eager autograd "
                    "and, with --compile, torch.compile in its default mode and max-autotune; records peak memory.")
@@ -274,6 +276,7 @@ def bench(ops, out_dir, package, shapes, compile_too, dtypes, cold_start, rounds
       tilegen bench matmul add --cold-start matmul,add
       tilegen bench matmul --rounds 5                 # medians of 5 interleaved timings
       tilegen bench add --timer cudagraph            # GPU time per call, no launch latency
+      tilegen bench add --backward --timer loop      # training steps back to back, host time included
       tilegen bench matmul_bias_gelu --backward --compile  # forward+backward, time and peak memory
       tilegen bench --render bench/results/h200      # README and plots again, from results.json
     """
