@@ -316,6 +316,37 @@ def test_config_chooser_modes():
     assert rt.ConfigChooser("auto", space, table).choose((1 << 20, 2), (132, 1 << 30, "Other"), None)["BLOCK"] == 1024
 
 
+def test_a_gpu_without_a_table_borrows_the_one_tilegen_table_gpu_names(monkeypatch):
+    space = rt.ElementwiseSpace("BLOCK", [1024, 4096], [4], exact=False)
+    table = {"NVIDIA H200": {(1 << 20, 2): dict(BLOCK=4096, num_warps=4)}}
+    h100 = (132, 232448, "NVIDIA H100 80GB HBM3")
+    chooser = rt.ConfigChooser("auto", space, table)
+    assert chooser.choose((1 << 20, 2), h100, None)["BLOCK"] == 1024  # its own (none): the heuristic
+    monkeypatch.setenv("TILEGEN_TABLE_GPU", "NVIDIA H200")
+    chooser.reset()
+    assert chooser.choose((1 << 20, 2), h100, None)["BLOCK"] == 4096  # the H200's entry
+    # The interpreter reads no table, borrowed or not; a name with no table gets the heuristic.
+    assert rt.ConfigChooser("auto", space, table).choose((1 << 20, 2), (132, 1 << 30, ""), None)["BLOCK"] == 1024
+    monkeypatch.setenv("TILEGEN_TABLE_GPU", "NVIDIA B200")
+    assert rt.ConfigChooser("auto", space, table).choose((1 << 20, 2), h100, None)["BLOCK"] == 1024
+
+
+def test_a_borrowed_matmul_entry_stands_only_where_its_tile_fits_this_gpus_shared_memory(monkeypatch):
+    import importlib
+
+    chooser = importlib.import_module("generated.matmul")._OP.configs
+    key = (8192, 8192, 8192, 2)
+    entry = chooser.table["NVIDIA H200"][key]  # 128x256x64: 48 KiB of float16 tiles a stage
+    monkeypatch.setenv("TILEGEN_TABLE_GPU", "NVIDIA H200")
+    try:
+        chooser.reset()
+        assert chooser.choose(key, (132, 232448, "NVIDIA H100 80GB HBM3"), None) is entry
+        chooser.reset()
+        assert chooser.choose(key, (40, 65536, "A GPU OF 64 KIB"), None) is not entry  # (two stages: 96 KiB)
+    finally:
+        chooser.reset()
+
+
 def test_config_key_leaves_out_axes_not_in_configs_key():
     calls = []
 

@@ -11,7 +11,7 @@ import math
 import torch
 import triton
 
-from .device import INTERPRET, cdiv
+from .device import INTERPRET, cdiv, table_gpu
 from ..schema import UNROLL_SIZES, tile_of
 
 # Doublings (summed over the key's sizes) past which a table entry is no better a guess than the
@@ -127,7 +127,7 @@ class ConfigChooser:
             return min(timings)[2]
         if self.mode == "fixed":
             return fitting[0]
-        entries = self.table.get(facts[2], {})
+        entries = self.table.get(table_gpu(facts[2]), {})
         # A table entry may hold a tile only tuning tries (several rows a program): it stands if
         # it is among the explored candidates, every one of which launches.
         tuned = nearest_entry(entries, key, self.candidates(facts, key, explore=True)) if entries else None

@@ -35,3 +35,16 @@ def device_facts(device):
         facts = _FACTS[index] = (props["multiprocessor_count"], props["max_shared_mem"],
                                  torch.cuda.get_device_name(index))
     return facts
+
+
+def table_gpu(name):
+    """The GPU whose tuned table entries apply on a GPU named `name`: the one TILEGEN_TABLE_GPU
+    names where set, else that GPU itself. Tables are measured per GPU and keyed by its name; a
+    GPU with none of its own launches the heuristic's configs, and may borrow another's entries
+    (an H100's sm_90 and 227 KB of shared memory are the H200's: TILEGEN_TABLE_GPU="NVIDIA H200").
+    A borrowed entry stands only where its tile is among this GPU's candidates, as any entry (a
+    matmul's launch then sheds pipeline stages its kernel overflows: configs.lighter_forms). Read
+    at each choice (a reset chooser reads it again), so that one process can compare both. The
+    interpreter (no name) reads no table."""
+    return os.environ.get("TILEGEN_TABLE_GPU") or name if name else name
+
