@@ -402,9 +402,6 @@ def loop_ms(fn, synchronize, clock=None, rounds: int = 5) -> float:
     a synchronized end; the median round. do_bench times each call alone after emptying L2, and a
     call whose host time is longer than its kernels reads anywhere from the kernels' time to the
     host's, from one point to the next, as that host time hides under L2's refill or not."""
-    import statistics
-    import time
-
     clock = clock or time.perf_counter
     fn()  # warm (and the first call's one-off work out of the estimate)
     synchronize()

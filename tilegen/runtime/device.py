@@ -46,5 +46,6 @@ def table_gpu(name):
     matmul's launch then sheds pipeline stages its kernel overflows: configs.lighter_forms). Read
     at each choice (a reset chooser reads it again), so that one process can compare both. The
     interpreter (no name) reads no table."""
-    return os.environ.get("TILEGEN_TABLE_GPU") or name if name else name
-
+    if not name:
+        return name
+    return os.environ.get("TILEGEN_TABLE_GPU") or name
