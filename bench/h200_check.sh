@@ -80,7 +80,8 @@ else
     step build 60 python3 -m tilegen build specs/ --check
 fi
 # -v: each result line names its test, so a run cut by its limit still says which failed;
-# --durations: the slowest tests, to keep the matrix inside its limit (about 430 s of 540 in the last run).
+# --durations: the slowest tests, to keep the matrix inside its limit (442 s of 540 on an H200, 518 s on an
+# H100, whose tail was the other-node gradient run, since split in four parts).
 step tests 540 python3 -m pytest -v -n 16 -p no:cacheprovider --durations=25
 step bench 300 python3 -m tilegen bench ${BENCH:-} --out "$out/bench"  # BENCH: bench arguments (default: every op)
 # The compiled call path's tests (callpath.cpp, and every launch style tuning may choose served
