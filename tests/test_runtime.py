@@ -433,7 +433,7 @@ def test_the_runtime_imports_only_torch_and_triton():
     import ast
 
     allowed = {"torch", "triton", "tilegen"}
-    stdlib = {"contextlib", "ctypes", "math", "os", "signal", "warnings", "threading", "fcntl", "glob", "hashlib", "importlib",
+    stdlib = {"contextlib", "ctypes", "functools", "math", "os", "signal", "warnings", "threading", "fcntl", "glob", "hashlib", "importlib",
               "re", "shutil", "stat", "subprocess", "sys", "sysconfig", "tempfile", "typing"}
     for path in (REPO / "tilegen" / "runtime").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -677,6 +677,30 @@ def test_forward_mode_tangents_are_refused_naming_the_op_and_argument(op, requir
         with pytest.raises(TypeError, match=rf"{op}: argument '\w+' carries a forward-mode tangent \(torch.autograd.forward_ad\)"):
             fn(dual, *args[1:])
         assert fn(*args) is not None
+
+
+@pytest.mark.parametrize("op", ["scaled_silu_mul", "matmul_relu", "softmax"])
+def test_the_registered_op_is_refused_inside_a_forward_mode_level(op):
+    # PyTorch passes no tangent through a custom op: torch.func.jvp of torch.ops.generated.<op>
+    # gave zeros, and a dual input's tangent was dropped, with no error. The registered op refuses
+    # any call inside a forward-mode level (its implementation cannot tell a dropped tangent from
+    # a plain input); outside one it serves as ever, and so does the op's Python function inside.
+    import torch.autograd.forward_ad as fwAD
+
+    import generated
+
+    registered = getattr(torch.ops.generated, op)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    shapes = {"scaled_silu_mul": [(5, 7), (5, 7)], "matmul_relu": [(16, 8), (8, 16)], "softmax": [(5, 7)]}[op]
+    args = [torch.randn(*s, device=device) for s in shapes]
+    message = rf"torch.ops.generated.{op}: called inside a forward-mode AD level .* silently missing"
+    with pytest.raises(TypeError, match=message):
+        torch.func.jvp(lambda first: registered(first, *args[1:]), (args[0],), (torch.randn_like(args[0]),))
+    with fwAD.dual_level():
+        with pytest.raises(TypeError, match=message):
+            registered(fwAD.make_dual(args[0], torch.randn_like(args[0])), *args[1:])
+        assert getattr(generated, op)(*args) is not None  # the Python function: plain tensors served
+    torch.testing.assert_close(registered(*args), getattr(generated, op)(*args))
 
 
 @pytest.mark.parametrize("op", ["scaled_silu_mul", "rms_norm", "matmul_relu"])

@@ -13,6 +13,7 @@ formula and the eager training path. A backward op registered without one raises
 backward.
 """
 
+import functools
 import os
 
 import torch
@@ -125,10 +126,11 @@ def register(qualname, gradients=None, traceable=None):
     traceable = TRACEABLE if traceable is None else traceable
 
     def decorate(impl):
+        entry = _outside_forward_mode(qualname, impl)
         if traceable:
-            op = torch.library.triton_op(qualname, impl, mutates_args=())
+            op = torch.library.triton_op(qualname, entry, mutates_args=())
         else:
-            op = torch.library.custom_op(qualname, impl, mutates_args=())
+            op = torch.library.custom_op(qualname, entry, mutates_args=())
             op.register_fake(impl)
         if gradients is None:
             op.register_autograd(_no_backward(qualname), setup_context=_keep_nothing)
@@ -143,6 +145,26 @@ def register(qualname, gradients=None, traceable=None):
         return overload
 
     return decorate
+
+
+def _outside_forward_mode(qualname, impl):
+    """`impl` as the dispatcher calls it: refused inside a forward-mode AD level. PyTorch passes no
+    tangent through a custom op: under torch.func.jvp (and jacfwd) the result's tangent comes back
+    zeros, and a forward_ad dual input's tangent is dropped, silently. Its implementation cannot tell
+    a tangent that was dropped from a plain input (the dispatcher hands it plain tensors either
+    way), so any call inside a level is refused; the op's Python function (generated.<op>) serves
+    plain tensors there and refuses dual or transformed ones itself (refuse_functorch). Eager calls
+    that run the implementation directly (autograd.call) do not pass here."""
+    @functools.wraps(impl)
+    def entry(*args, **kwargs):
+        if forward_ad._current_level >= 0 and not torch.compiler.is_compiling():
+            raise TypeError(f"torch.ops.{qualname.replace('::', '.')}: called inside a forward-mode AD level "
+                            "(torch.func.jvp or jacfwd, or torch.autograd.forward_ad.dual_level), where PyTorch "
+                            "passes no tangent through a custom op (the result's would be silently missing); "
+                            f"call it outside the level (the op's Python function in {impl.__module__} serves "
+                            "plain tensors there and refuses dual ones)")
+        return impl(*args, **kwargs)
+    return entry
 
 
 def _keep_nothing(ctx, inputs, output):
