@@ -175,8 +175,8 @@ def _compute(a, b, lo, hi, out):
     rt.check_tensor("clamp_add", "b", b, _A_DTYPES)
     rt.check_same_dtype("clamp_add", "b", b, "a", a)
     rt.check_same_device("clamp_add", [("a", a), ("b", b)])
-    rt.check_scalar("clamp_add", "lo", lo, "int")
-    rt.check_scalar("clamp_add", "hi", hi, "int")
+    rt.check_scalar("clamp_add", "lo", lo, "int", meets=[("a", a), ("b", b)])
+    rt.check_scalar("clamp_add", "hi", hi, "int", meets=[("a", a), ("b", b)])
     _call = (a, b, lo, hi,) if out is None else None
     _broadcast = rt.broadcast_shape("clamp_add", [("a", a), ("b", b)])
     if _broadcast is not None:

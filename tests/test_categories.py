@@ -7,7 +7,7 @@ import ast
 
 import pytest
 
-from tilegen.categories import BOOL, FLOAT, INT, CategoryError, Kind, can_hold, category_of
+from tilegen.categories import BOOL, FLOAT, INT, CategoryError, Kind, can_hold, category_of, int_scalars_met
 from tilegen.expressions import assignments, parse_expression
 from tests.conftest import validated
 
@@ -39,6 +39,17 @@ def test_math_not_defined_for_a_kind_is_one_error_naming_it(source, words):
     with pytest.raises(CategoryError, match=words.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")
                        .replace("+", r"\+")):
         _category(source)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("i + k", {"k": {"i"}}), ("maximum(i + j, k)", {"k": {"i", "j"}}), ("i > k", {"k": {"i"}}),
+    ("where(m, k, i)", {"k": {"i"}}), ("i * (k + 1)", {"k": {"i"}}), ("abs(k) - j", {"k": {"j"}}),
+    ("f + i + k", {}),  # computed in float: any int fits
+    ("i ** 2 - k", {"k": {"i"}}), ("i / k", {}), ("f * k", {}), ("where(m, k, 2) * 3", {}),  # float; no int tensor
+])
+def test_int_scalars_meet_the_int_tensors_they_are_computed_with(source, expected):
+    # The wrapper checks each such scalar against those tensors' dtype (test_runtime).
+    assert int_scalars_met(parse_expression(source, set(NAMES)).tree.body, NAMES) == expected
 
 
 def test_outputs_hold_their_kind_and_the_kinds_below_it():

@@ -537,6 +537,29 @@ def test_scalars_out_of_the_kernels_range_are_refused_by_name():
     torch.testing.assert_close(generated.scaled_silu_mul(a, a, alpha=2.0), 2.0 * torch.nn.functional.silu(a) * a)
 
 
+def test_an_int_scalar_past_the_int_tensors_dtype_is_refused_by_name():
+    # PyTorch casts a Python int to the int tensor's dtype it meets: past int32's range it wraps
+    # (int32 + 2**40 adds 0, int32 > 2**40 is True) or refuses (clamp, where), while the kernel
+    # computed it in 64 bits. One answer, then: refused, naming the op, argument, dtype and range.
+    import generated
+    from generated.tests import _support as s
+
+    a = torch.arange(-8, 8, dtype=torch.int32, device=s.DEVICE)
+    b = torch.ones(16, dtype=torch.int32, device=s.DEVICE)
+    for _ in range(3):  # repeat calls: the compiled call path serves the learned signature (on a GPU)
+        y, clipped = generated.clamp_add(a, b, lo=-3, hi=2**31 - 1)
+    torch.testing.assert_close(y, torch.clamp(a + b, -3, 2**31 - 1))
+    for lo, hi, name in [(-3, 2**31, "hi"), (-(2**31) - 1, 5, "lo"), (-3, 2**40, "hi")]:
+        with pytest.raises(ValueError, match=rf"clamp_add: argument '{name}' = -?{abs(lo if name == 'lo' else hi)} "
+                                             r"does not fit in int32, the dtype of 'a' and 'b' it is computed with "
+                                             r"\(\[-2147483648, 2147483647\]\)"):
+            generated.clamp_add(a, b, lo=lo, hi=hi)
+    # int64 tensors hold it: computed as PyTorch does.
+    y, clipped = generated.clamp_add(a.long(), b.long(), lo=-(2**40), hi=2**40)
+    torch.testing.assert_close(y, a.long() + b.long())
+    assert not clipped.any()
+
+
 # ---- autograd: rt.Gradients, on toy ops registered the way generated ops are -----------------
 
 def _toy_ops():

@@ -103,3 +103,60 @@ def can_hold(output: str, result: str) -> bool:
     """Whether an output of category `output` holds a result of category `result`, as PyTorch's
     out= allows: a float output any result, an int one int and bool results, a bool one bool."""
     return _RANK[output] >= _RANK[result]
+
+
+def int_scalars_met(tree: ast.AST, names: dict[str, Kind]) -> dict[str, set[str]]:
+    """For each int scalar of a checked tree, the int tensors it is computed with: where a Python
+    int meets an int tensor, PyTorch takes the tensor's dtype for it (wrapping a value past that
+    dtype's range, or refusing it, op by op) while the kernel computes it in 64 bits. The wrapper
+    refuses such a value (checks.check_scalar's `meets`), so that neither answer is given silently."""
+    met: dict[str, set[str]] = {}
+
+    def visit(node):
+        """(kind, int scalars in a weak int part, int tensors in a strong int part)."""
+        if isinstance(node, ast.Constant):
+            return _kind(node, names), set(), set()
+        if isinstance(node, ast.Name):
+            kind = names[node.id]
+            if kind.category != INT:
+                return kind, set(), set()
+            return (kind, {node.id}, set()) if kind.weak else (kind, set(), {node.id})
+        if isinstance(node, ast.UnaryOp):
+            return visit(node.operand)
+        if isinstance(node, ast.BinOp):
+            if isinstance(node.op, ast.Pow):  # an exponent is not cast to the base's dtype
+                visit(node.right)
+                return visit(node.left)
+            if isinstance(node.op, ast.Div):  # true division: float
+                visit(node.left), visit(node.right)
+                return Kind(FLOAT, False), set(), set()
+            return combine([visit(node.left), visit(node.right)])
+        if isinstance(node, ast.Compare):
+            combine([visit(node.left), visit(node.comparators[0])])
+            return Kind(BOOL, False), set(), set()
+        if isinstance(node, ast.Call):
+            name = node.func.id
+            if name == "where":
+                visit(node.args[0])
+                return combine([visit(arg) for arg in node.args[1:]])
+            if name in NUMERIC:
+                return combine([visit(arg) for arg in node.args])
+            for arg in node.args:
+                visit(arg)
+            return _kind(node, names), set(), set()
+        raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
+
+    def combine(parts):
+        kind = _promote(*(part[0] for part in parts))
+        scalars = set().union(*(part[1] for part in parts))
+        tensors = set().union(*(part[2] for part in parts))
+        if kind.category != INT:
+            return kind, set(), set()
+        if kind.weak:
+            return kind, scalars, set()
+        for scalar in scalars:
+            met.setdefault(scalar, set()).update(tensors)
+        return kind, set(), tensors
+
+    visit(tree)
+    return met

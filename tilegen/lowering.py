@@ -53,8 +53,11 @@ def input_checks(spec: Spec, ndims: dict[str, int | None], min_ndims: dict[str, 
     pairs = _named_pairs(spec.inputs)
     if len(spec.inputs) > 1:
         lines.append(f"rt.check_same_device({op}, [{pairs}])")
+    met = spec.int_scalars_met()
     for scalar in spec.scalars:
-        lines.append(f'rt.check_scalar({op}, "{scalar.public}", {scalar.name}, "{scalar.type}")')
+        # An int scalar computed with int tensors must fit their dtype (see categories.int_scalars_met).
+        meets = f", meets=[{_named_pairs([spec.input(n) for n in met[scalar.name]])}]" if met.get(scalar.name) else ""
+        lines.append(f'rt.check_scalar({op}, "{scalar.public}", {scalar.name}, "{scalar.type}"{meets})')
     return lines
 
 

@@ -141,6 +141,21 @@ class Spec:
         return {**{t.name: Kind(category(t.dtypes[0]), False) for t in self.inputs},
                 **{s.name: Kind(FLOAT if s.type == "float" else INT, True) for s in self.scalars}}
 
+    def int_scalars_met(self) -> dict[str, list[str]]:
+        """Each int scalar's int tensor inputs it is computed with, in input order (categories.
+        int_scalars_met): the wrapper refuses a value past their dtype's range."""
+        from collections import defaultdict
+
+        from .categories import FLOAT, Kind, int_scalars_met
+
+        # Names beyond the inputs and scalars (a matmul's acc, a reduction's steps) hold floats.
+        kinds = defaultdict(lambda: Kind(FLOAT, False), self.number_kinds())
+        met: dict[str, set[str]] = {}
+        for _, expression in self.body:
+            for scalar, tensors in int_scalars_met(expression.tree.body, kinds).items():
+                met.setdefault(scalar, set()).update(tensors)
+        return {scalar: [t.name for t in self.inputs if t.name in tensors] for scalar, tensors in met.items()}
+
     def float_inputs(self) -> list[str]:
         """The inputs that hold float values: those the math upcasts, and those with gradients."""
         from .dtypes import category

@@ -1,6 +1,8 @@
 """Argument checks for generated wrappers: each raises TypeError/ValueError naming the op, the
 argument and what was expected."""
 
+import functools
+
 import torch
 
 from .device import INTERPRET
@@ -134,12 +136,24 @@ _INT_RANGE = (-(2**63), 2**63)
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
-def check_scalar(op, name, value, kind):
+def check_scalar(op, name, value, kind, meets=()):
+    """`meets`: for an int scalar, the ("name", tensor) pairs of the int tensors it is computed
+    with, whose dtype it takes in PyTorch: a value past that dtype's range is refused, where
+    PyTorch would wrap it (+, *, comparisons) or refuse it (clamp, where) and the kernel would
+    compute it in 64 bits."""
     ok = isinstance(value, (int, float)) if kind == "float" else isinstance(value, int)
     if not ok or isinstance(value, bool):
         raise TypeError(f"{op}: argument '{name}' must be a Python {kind}, got {type(value).__name__}")
     if kind == "int" and not _INT_RANGE[0] <= value < _INT_RANGE[1]:
         raise ValueError(f"{op}: argument '{name}' = {value} does not fit in 64 bits")
+    if kind == "int" and meets:
+        dtype = functools.reduce(torch.promote_types, (tensor.dtype for _, tensor in meets))
+        if not dtype.is_floating_point and dtype != torch.bool:
+            info = torch.iinfo(dtype)
+            if not info.min <= value <= info.max:
+                names = " and ".join(f"'{tensor_name}'" for tensor_name, _ in meets)
+                raise ValueError(f"{op}: argument '{name}' = {value} does not fit in {str(dtype)[6:]}, the dtype of "
+                                 f"{names} it is computed with ([{info.min}, {info.max}])")
     if kind == "float" and abs(value) > _FLOAT32_MAX and abs(value) != float("inf"):
         raise ValueError(f"{op}: argument '{name}' = {value} does not fit in float32, which the kernel computes with")
 
