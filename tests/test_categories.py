@@ -43,9 +43,10 @@ def test_math_not_defined_for_a_kind_is_one_error_naming_it(source, words):
 
 @pytest.mark.parametrize("source, expected", [
     ("i + k", {"k": {"i"}}), ("maximum(i + j, k)", {"k": {"i", "j"}}), ("i > k", {"k": {"i"}}),
-    ("where(m, k, i)", {"k": {"i"}}), ("i * (k + 1)", {"k": {"i"}}), ("abs(k) - j", {"k": {"j"}}),
+    ("where(m, k, i)", {"k": {"i"}}), ("i * (k + 1)", {"k": {"i"}, 1: {"i"}}), ("abs(k) - j", {"k": {"j"}}),
+    ("maximum(i, -5)", {-5: {"i"}}),  # literals by value, for the validator
     ("f + i + k", {}),  # computed in float: any int fits
-    ("i ** 2 - k", {"k": {"i"}}), ("i / k", {}), ("f * k", {}), ("where(m, k, 2) * 3", {}),  # float; no int tensor
+    ("i ** 2 - k", {"k": {"i"}}), ("f + i + 7", {}), ("i / k", {}), ("f * k", {}), ("where(m, k, 2) * 3", {}),  # float; no int tensor
 ])
 def test_int_scalars_meet_the_int_tensors_they_are_computed_with(source, expected):
     # The wrapper checks each such scalar against those tensors' dtype (test_runtime).
@@ -85,6 +86,8 @@ tiles:
     ("y: a + b", "y: exp(a)", "compute.y", "exp() of an int value"),
     ("y: a + b", "y: a > b", "compute.y", "a comparison gives bool values, but output 'y' holds int values"),
     ("a: {dtype: [int32, int64]}", "a: {dtype: [int32, float32]}", "inputs.a.dtype", "mixes float and int dtypes"),
+    ("y: a + b", "y: a + 3000000000", "compute.y", "the literal 3000000000 does not fit in int32, a dtype of input 'a'"),
+    ("y: a + b", "y: maximum(a, -2147483649)", "compute.y", "the literal -2147483649 does not fit in int32"),
     ("kind: elementwise", "kind: reduction", "inputs.a.dtype.0", "unknown or unsupported dtype 'int32'"),
 ])
 def test_bad_integer_specs_get_one_line(tmp_path, old, new, key, words):
@@ -97,9 +100,17 @@ def test_bad_integer_specs_get_one_line(tmp_path, old, new, key, words):
     assert any(f": {key}: " in e and words in e for e in errors), errors
 
 
-@pytest.mark.parametrize("new", ["y: a * 2 + b", "y: relu(a - b)", "y: where(x > 0, a, b)"])
+@pytest.mark.parametrize("new", ["y: a * 2 + b", "y: relu(a - b)", "y: where(x > 0, a, b)", "y: maximum(a, -2147483648)",
+                                 "y: a * x * 3000000000"])  # (the last in float)
 def test_integer_math_into_an_integer_output_is_accepted(tmp_path, new):
-    spec, errors = validated(tmp_path, SPEC.replace("y: a + b", new))
+    spec, errors = validated(tmp_path, SPEC.replace("y: a + b", new).replace(
+        "  y: {dtype: a}", "  y: {dtype: x}" if "x *" in new else "  y: {dtype: a}"))
+    assert errors == [] and spec is not None
+
+
+def test_a_literal_past_int32_is_accepted_beside_int64_inputs_only(tmp_path):
+    spec, errors = validated(tmp_path, SPEC.replace("y: a + b", "y: a + 3000000000").replace(
+        "a: {dtype: [int32, int64]}", "a: {dtype: [int64]}"))
     assert errors == [] and spec is not None
 
 

@@ -105,17 +105,22 @@ def can_hold(output: str, result: str) -> bool:
     return _RANK[output] >= _RANK[result]
 
 
-def int_scalars_met(tree: ast.AST, names: dict[str, Kind]) -> dict[str, set[str]]:
-    """For each int scalar of a checked tree, the int tensors it is computed with: where a Python
-    int meets an int tensor, PyTorch takes the tensor's dtype for it (wrapping a value past that
-    dtype's range, or refusing it, op by op) while the kernel computes it in 64 bits. The wrapper
-    refuses such a value (checks.check_scalar's `meets`), so that neither answer is given silently."""
-    met: dict[str, set[str]] = {}
+def int_scalars_met(tree: ast.AST, names: dict[str, Kind]) -> dict[str | int, set[str]]:
+    """For each int scalar (by name) and int literal (by value) of a checked tree, the int tensors
+    it is computed with: where a Python int meets an int tensor, PyTorch takes the tensor's dtype
+    for it (wrapping a value past that dtype's range, or refusing it, op by op) while the kernel
+    computes it in 64 bits. The wrapper refuses such a scalar value (checks.check_scalar's
+    `meets`) and the validator such a literal, so that neither answer is given silently."""
+    met: dict[str | int, set[str]] = {}
 
     def visit(node):
-        """(kind, int scalars in a weak int part, int tensors in a strong int part)."""
+        """(kind, int scalars and literals in a weak int part, int tensors in a strong int part)."""
         if isinstance(node, ast.Constant):
-            return _kind(node, names), set(), set()
+            kind = _kind(node, names)
+            return kind, {node.value} if kind.category == INT else set(), set()
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+                and type(node.operand.value) is int:
+            return Kind(INT, True), {-node.operand.value}, set()
         if isinstance(node, ast.Name):
             kind = names[node.id]
             if kind.category != INT:

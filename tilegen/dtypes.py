@@ -34,6 +34,8 @@ ELEMENTWISE_DTYPES = tuple(d for d in DTYPES if d not in FP8_DTYPES)
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 # Reductions compute in float (their statistics are float whatever the input).
 REDUCTION_DTYPES = FLOAT_DTYPES
+# The values each int dtype holds: a literal computed with int inputs must fit their narrowest.
+INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 
 
 def category(dtype: str) -> str:

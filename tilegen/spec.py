@@ -153,7 +153,8 @@ class Spec:
         met: dict[str, set[str]] = {}
         for _, expression in self.body:
             for scalar, tensors in int_scalars_met(expression.tree.body, kinds).items():
-                met.setdefault(scalar, set()).update(tensors)
+                if isinstance(scalar, str):  # (literals are the validator's)
+                    met.setdefault(scalar, set()).update(tensors)
         return {scalar: [t.name for t in self.inputs if t.name in tensors] for scalar, tensors in met.items()}
 
     def float_inputs(self) -> list[str]:

@@ -11,9 +11,9 @@ import difflib
 import keyword
 import re
 
-from .categories import FLOAT, CategoryError, Kind, can_hold, category_of
-from .dtypes import (ACCUMULATE_DTYPES, DTYPES, ELEMENTWISE_DTYPES, FLOAT_DTYPES, MATMUL_DTYPES, PRECISIONS,
-                     REDUCTION_DTYPES, category)
+from .categories import FLOAT, CategoryError, Kind, can_hold, category_of, int_scalars_met
+from .dtypes import (ACCUMULATE_DTYPES, DTYPES, ELEMENTWISE_DTYPES, FLOAT_DTYPES, INT_RANGES, MATMUL_DTYPES,
+                     PRECISIONS, REDUCTION_DTYPES, category)
 from .errors import ErrorLog
 from .expressions import Expression, ExpressionError, parse_expression
 from .rows import ELEMENT, LEVEL_NAMES, ROW, UNIFORM, level_of
@@ -750,6 +750,8 @@ class _Validator(ShapeRules):
         except CategoryError as exc:
             self.error(key, exc.message, exc.allowed)
             return False
+        if not self.int_literals_fit(key, expression, names):
+            return False
         held = category(dtypes[output][0][0])
         if isinstance(expression.tree.body, ast.Compare) and held != "bool":
             self.error(key, f"a comparison gives bool values, but output {output!r} holds {held} values",
@@ -759,6 +761,21 @@ class _Validator(ShapeRules):
             self.error(key, f"output {output!r} holds {held} values but its expression gives {result} values",
                        f"an output of a dtype that holds {result} values, or other math")
             return False
+        return True
+
+    def int_literals_fit(self, key: str, expression: Expression, names: dict) -> bool:
+        """Whether each int literal computed with int inputs fits the narrowest dtype they accept
+        (PyTorch takes their dtype for it; categories.int_scalars_met); if not, say so once."""
+        for value, tensors in int_scalars_met(expression.tree.body, names).items():
+            if isinstance(value, str) or not tensors:
+                continue
+            for name in sorted(tensors):
+                narrowest = min((d for d, *_ in self.dtypes[name] if d in INT_RANGES), key=lambda d: INT_RANGES[d][1])
+                low, high = INT_RANGES[narrowest]
+                if not low <= value <= high:
+                    self.error(key, f"the literal {value} does not fit in {narrowest}, a dtype of input {name!r} "
+                                    f"it is computed with", f"a literal in [{low}, {high}], or int64 inputs only")
+                    return False
         return True
 
     @staticmethod
