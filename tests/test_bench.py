@@ -165,6 +165,33 @@ def test_the_eager_baseline_computes_no_step_its_outputs_do_not_read():
     assert any(line.startswith("r = ") for line in pytorch_lines(specs["rms_norm"], "eager"))
 
 
+def test_the_eager_baseline_is_what_a_pytorch_user_writes_for_the_outputs_a_model_reads(monkeypatch):
+    """A reduction's per-row statistics (layer_norm's mean and rstd) are left out of the compared
+    outputs: F.layer_norm computes them inside its kernel, and a composition beside it charged
+    eager five more kernels (and a training step's loss a gradient through them). A reference
+    that repeats a step reads it (add_rms_norm's sum once), and a norm's input is computed once
+    for its shape."""
+    from tilegen.benchgen import compared_outputs
+    from tilegen.build import load_specs
+    from tilegen.testgen import pytorch_lines
+
+    specs = {item.spec.op: item.spec for item in load_specs([REPO / "specs"], REPO)}
+    assert [t.name for t in compared_outputs(specs["layer_norm"])] == ["y"]
+    assert [t.name for t in compared_outputs(specs["rms_norm"])] == ["y"]
+    assert [t.name for t in compared_outputs(specs["add_rms_norm"])] == ["h", "y"]
+    assert [t.name for t in compared_outputs(specs["matmul_relu"])] == ["c"]
+    layer_norm = pytorch_lines(specs["layer_norm"], "eager", outputs=compared_outputs(specs["layer_norm"]))
+    assert layer_norm == ["y = torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, float(eps))"]
+    add_rms_norm = pytorch_lines(specs["add_rms_norm"], "eager", outputs=compared_outputs(specs["add_rms_norm"]))
+    assert sum(line.count("x + residual") for line in add_rms_norm) == 1, add_rms_norm
+    assert "y = torch.nn.functional.rms_norm(s, s.shape[-1:], w, float(eps))" in add_rms_norm
+    # The generated benchmark compares those outputs: its training step's loss reads y alone.
+    monkeypatch.syspath_prepend(str(REPO))
+    module = importlib.import_module("generated.bench.bench_layer_norm")
+    inputs = module.make_inputs((4, 64), torch.float32, device="cuda" if torch.cuda.is_available() else "cpu")
+    assert isinstance(module.run_torch(inputs), torch.Tensor) and isinstance(module.run_tilegen(inputs), torch.Tensor)
+
+
 def test_cold_start_rows_reach_the_readme(tmp_path):
     from tilegen import coldstart
 

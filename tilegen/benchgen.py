@@ -26,10 +26,24 @@ ROW_LENGTHS = (128, 1024, 4096, 32768)
 REDUCTION_SHAPES = [(total // n, n) for total in (1 << 20, 1 << 24, 1 << 27) for n in ROW_LENGTHS]
 
 
+def compared_outputs(spec: Spec) -> list:
+    """The outputs the benchmark compares and a training step's loss reads: a reduction's
+    per-row statistics (layer_norm's mean and rstd, one value per row) are left out beside the
+    outputs of whole rows. A model reads the rows; PyTorch's own functions compute such
+    statistics inside the same kernel and keep them (native_layer_norm, behind F.layer_norm), so
+    an eager baseline that computed them again by composition would be charged work no PyTorch
+    user does. tilegen's op still computes and writes them, in the time it is charged."""
+    if spec.kind != "reduction":
+        return list(spec.outputs)
+    roles = spec.row_roles()
+    return [t for t in spec.outputs if roles[t.name] == "element"] or list(spec.outputs)
+
+
 def bench_context(spec: Spec, header: str, package: str) -> dict:
     dtypes = [d for d in spec.inputs[0].dtypes if d in BENCH_DTYPES[spec.kind]] or [spec.inputs[0].dtypes[0]]
-    torch_lines = pytorch_lines(spec, "eager", frozenset(s.name for s in spec.scalars))
-    names = [t.name for t in spec.outputs]
+    compared = compared_outputs(spec)
+    torch_lines = pytorch_lines(spec, "eager", frozenset(s.name for s in spec.scalars), compared)
+    names = [t.name for t in compared]
     ctx = dict(
         header=header, package=package, op=spec.op, kind=spec.kind, batched=False, fp8=False,
         dtypes_literal=", ".join(DTYPES[d].torch for d in dtypes),
@@ -42,6 +56,8 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
                                 else f'"{s.public}": {_scalar_test_value(s)}' for s in spec.scalars),
         torch_lines=torch_lines,
         result=names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)",
+        # The op's results run_tilegen returns (None: all of them, as the op returns them).
+        compared=None if len(compared) == len(spec.outputs) else [spec.outputs.index(t) for t in compared],
         positive=_positive_domain(spec),
         differentiable=bool(spec.float_inputs()) and not spec.no_gradient(),
     )

@@ -123,6 +123,24 @@ class Expression:
                 node.id = mapping.get(node.id, node.id)
         return Expression(self.source, tree, tuple(sorted(mapping.get(n, n) for n in self.names)))
 
+    def sharing(self, steps: dict[str, "Expression"]) -> "Expression":
+        """This expression reading a step's name wherever it repeats that step's whole expression
+        (a reference `rms_norm(x + residual, ...)` beside a step `s: x + residual`): the eager
+        benchmark then computes the step once, as a PyTorch user would write it."""
+        shapes = {ast.dump(step.tree.body): name for name, step in steps.items()}
+
+        class Share(ast.NodeTransformer):
+            def visit(self, node):
+                name = shapes.get(ast.dump(node)) if isinstance(node, ast.expr) else None
+                return ast.Name(id=name, ctx=ast.Load()) if name is not None else super().visit(node)
+
+        tree = Share().visit(copy.deepcopy(self.tree))
+        if ast.dump(tree) == ast.dump(self.tree):
+            return self
+        functions = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+        names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in functions}
+        return Expression(self.source, tree, tuple(sorted(names)))
+
     def to_triton(self) -> str:
         return _Emitter("triton").emit(self.tree.body)
 
@@ -361,16 +379,18 @@ class _Emitter:
             if self.target == "eager":
                 constant = [not _reads_names(arg, self.scalars) for arg in node.args]
                 # Eager code keeps Python scalars, where PyTorch takes them, so no tensor is made per call.
-                args = [self.emit(arg) for arg in node.args]
+                # (An argument the call repeats, a norm's input for its shape, is computed once.)
+                args = [self._operand(arg, repeated=_repeats(spec.torch) and index == 0)
+                        for index, arg in enumerate(node.args)]
                 if name in ("maximum", "minimum") and any(constant):
                     tensor, scalar = (args[1], args[0]) if constant[0] else (args[0], args[1])
                     bound = "min" if name == "maximum" else "max"
                     return f"torch.clamp({tensor}, {bound}={scalar})"
                 return spec.torch.format(*args)
             # PyTorch functions take tensors: constant arguments become float64 scalar tensors.
-            return spec.torch.format(*(self.emit(arg) if _reads_names(arg)
-                                       else f"torch.tensor({self.emit(arg)}, dtype=torch.float64)"
-                                       for arg in node.args))
+            return spec.torch.format(*(self._operand(arg, repeated=_repeats(spec.torch) and index == 0)
+                                       if _reads_names(arg) else f"torch.tensor({self.emit(arg)}, dtype=torch.float64)"
+                                       for index, arg in enumerate(node.args)))
         raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
 
 

@@ -26,18 +26,24 @@ def _dtype_exprs(spec: Spec, tensors) -> list[str]:
     return out
 
 
-def pytorch_lines(spec: Spec, target: str, scalars: frozenset[str] = frozenset()) -> list[str]:
+def pytorch_lines(spec: Spec, target: str, scalars: frozenset[str] = frozenset(), outputs=None) -> list[str]:
     """The op's math as PyTorch lines, for `target` "torch" (the float64 oracle) or "eager" (the
     benchmark's baseline): a matmul's [M] inputs made columns, a reduction's steps first (those
-    its outputs read, where its reference does not say otherwise), the outputs, then the outputs
-    given the op's shapes."""
+    its outputs read, where its reference does not say otherwise), the outputs (`outputs`: those
+    named, by default all), then the outputs given the op's shapes."""
+    outputs = spec.outputs if outputs is None else outputs
     expressions = spec.output_expressions()
     # Only the steps an output reads: one a reference replaces (softmax's max and exp, beside
     # torch.softmax) would be work the eager baseline does for nothing, and time it is charged.
     reads = names_read(spec)
-    read = set().union(*(reads[t.name] for t in spec.outputs))
-    math = [(n, e) for n, e in spec.steps if n in read] + [(t.name, expressions[t.name]) for t in spec.outputs]
-    return matmul_columns(spec) + assignments(math, target, scalars) + rows_shaped(spec)
+    read = set().union(*(reads[t.name] for t in outputs))
+    steps = [(n, e) for n, e in spec.steps if n in read]
+    if target == "eager":
+        # A reference that repeats a step computed anyway reads it instead (add_rms_norm's
+        # rms_norm(x + residual, ...) beside its step s: x + residual): one sum, as a user writes it.
+        expressions = {name: e.sharing(dict(steps)) for name, e in expressions.items()}
+    math = steps + [(t.name, expressions[t.name]) for t in outputs]
+    return matmul_columns(spec) + assignments(math, target, scalars) + rows_shaped(spec, outputs)
 
 
 def names_read(spec: Spec) -> dict[str, set[str]]:
@@ -65,24 +71,25 @@ def matmul_columns(spec: Spec) -> list[str]:
     return [f"{t.name} = {t.name}[..., None]" for t in parts.extras if parts.matrix(t) == (parts.m,)]
 
 
-def rows_shaped(spec: Spec) -> list[str]:
+def rows_shaped(spec: Spec, outputs=None) -> list[str]:
     """Lines that give a reduction's outputs, computed by PyTorch, the op's shapes: the rows'
     shape ([..., N]) where an output reads no rows (only a weight [N], say), and for an output of
     one value per row that shape less the reduced axis PyTorch's reductions keep (keepdim)."""
     if spec.kind != "reduction":
         return []
+    outputs = spec.outputs if outputs is None else outputs
     roles = spec.row_roles()
     rows = {t.name for t in spec.inputs if roles[t.name] != "column"}
     reads = names_read(spec)
     lines = []
-    for t in spec.outputs:
+    for t in outputs:
         if not reads[t.name] & rows:
             if not lines:
                 shapes = [f"{t.name}.shape" if roles[t.name] == "element" else f"(*{t.name}.shape, 1)"
                           for t in spec.inputs if t.name in rows]
                 lines.append(f"_rows = torch.broadcast_shapes({', '.join(shapes)})")
             lines.append(f"{t.name} = {t.name}.expand(_rows if {t.name}.dim() == len(_rows) else (*_rows[:-1], 1))")
-    lines += [f"{t.name} = {t.name}.squeeze(-1)" for t in spec.outputs if roles[t.name] == "row"]
+    lines += [f"{t.name} = {t.name}.squeeze(-1)" for t in outputs if roles[t.name] == "row"]
     return lines
 
 

@@ -27,7 +27,8 @@ def reference(x, residual, w, **scalars):
     eps = torch.tensor(scalars.get("eps", 1e-06), dtype=torch.float64)
     s = x + residual
     h = s
-    y = torch.nn.functional.rms_norm(x + residual, (x + residual).shape[-1:], w, float(eps))
+    _t0 = x + residual
+    y = torch.nn.functional.rms_norm(_t0, _t0.shape[-1:], w, float(eps))
     return (h, y,)
 
 
