@@ -138,7 +138,9 @@ def brief(config: dict) -> str:
 
 def forward_calls(module, inputs, dtype):
     """(call, check) for the op's forward kernel: a call on `inputs`, and a check (raising, naming
-    its label) that a config's result matches PyTorch's."""
+    its label) that a config's result matches PyTorch's: the outputs the benchmark compares
+    (benchgen.compared_outputs; every output of every candidate config is checked by the op's
+    generated test_every_candidate_config)."""
     want = functools.cache(lambda: module.run_torch(inputs))  # computed when a check first needs it
     return (lambda: module.run_tilegen(inputs)), lambda got, label: check_agreement(got, want(), label, tolerance=5e-2)
 
