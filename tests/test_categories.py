@@ -9,7 +9,7 @@ import pytest
 
 from tilegen.categories import BOOL, FLOAT, INT, CategoryError, Kind, can_hold, category_of, int_scalars_met
 from tilegen.expressions import assignments, parse_expression
-from tests.conftest import validated
+from tests.conftest import built_package, validated
 
 NAMES = {"i": Kind(INT, False), "j": Kind(INT, False), "f": Kind(FLOAT, False), "m": Kind(BOOL, False),
          "k": Kind(INT, True), "alpha": Kind(FLOAT, True)}
@@ -88,6 +88,7 @@ tiles:
     ("a: {dtype: [int32, int64]}", "a: {dtype: [int32, float32]}", "inputs.a.dtype", "mixes float and int dtypes"),
     ("y: a + b", "y: a + 3000000000", "compute.y", "the literal 3000000000 does not fit in int32, a dtype of input 'a'"),
     ("y: a + b", "y: maximum(a, -2147483649)", "compute.y", "the literal -2147483649 does not fit in int32"),
+    ("y: a + b", "y: where(x > 0, 1, 3000000000)", "compute.y", "the literal 3000000000 does not fit in int32, a dtype of output 'y'"),
     ("kind: elementwise", "kind: reduction", "inputs.a.dtype.0", "unknown or unsupported dtype 'int32'"),
 ])
 def test_bad_integer_specs_get_one_line(tmp_path, old, new, key, words):
@@ -120,3 +121,47 @@ def test_a_bool_output_takes_a_comparison_and_a_float_one_an_int_result(tmp_path
     spec, errors = validated(tmp_path, text)
     assert errors == [] and spec is not None
     assert isinstance(dict(spec.body)["y"].tree.body, ast.Compare)
+
+
+PICK = """\
+op: pick
+kind: elementwise
+inputs:
+  m: {dtype: [bool]}
+  a: {dtype: [int32, int64]}
+scalars:
+  lo: {type: int, default: 0}
+  hi: {type: int, default: 1}
+outputs:
+  y: {dtype: [int32]}
+  z: {dtype: a}
+compute:
+  y: where(m, lo, hi)
+  z: where(m, hi, lo) * 2
+tiles:
+  N: {block: BLOCK, sizes: [1024]}
+"""
+
+
+def test_an_int_scalar_stored_alone_into_an_int_output_must_fit_its_dtype(tmp_path):
+    # where(m, lo, hi) meets no int tensor, but its value is stored into y (int32) and z (a's dtype).
+    import torch
+
+    from tilegen.build import load_specs
+    from tilegen.runtime.device import INTERPRET
+
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "pick.yaml").write_text(PICK)
+    spec, = [item.spec for item in load_specs([tmp_path / "specs"], tmp_path)]
+    assert spec.int_scalars_met() == {scalar: [("output y", "torch.int32"), ("output z", "a")] for scalar in ("lo", "hi")}
+    if not INTERPRET and not torch.cuda.is_available():
+        pytest.skip("needs the interpreter or a GPU")
+    with built_package(tmp_path, "pick_ops") as package:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        m = torch.tensor([True, False, True], device=device)
+        a = torch.zeros(3, dtype=torch.int64, device=device)
+        y, z = package.pick(m, a, lo=-5, hi=7)
+        assert y.tolist() == [-5, 7, -5] and z.tolist() == [14, -10, 14]
+        with pytest.raises(ValueError, match=r"pick: argument 'hi' = 4294967296 does not fit in int32, "
+                                             r"the dtype of output y it is computed with"):
+            package.pick(m, a, lo=0, hi=2**32)

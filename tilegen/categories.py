@@ -105,12 +105,14 @@ def can_hold(output: str, result: str) -> bool:
     return _RANK[output] >= _RANK[result]
 
 
-def int_scalars_met(tree: ast.AST, names: dict[str, Kind]) -> dict[str | int, set[str]]:
+def int_scalars_met(tree: ast.AST, names: dict[str, Kind], result: str | None = None) -> dict[str | int, set[str]]:
     """For each int scalar (by name) and int literal (by value) of a checked tree, the int tensors
     it is computed with: where a Python int meets an int tensor, PyTorch takes the tensor's dtype
     for it (wrapping a value past that dtype's range, or refusing it, op by op) while the kernel
     computes it in 64 bits. The wrapper refuses such a scalar value (checks.check_scalar's
-    `meets`) and the validator such a literal, so that neither answer is given silently."""
+    `meets`) and the validator such a literal, so that neither answer is given silently.
+    `result`: a name for the output the tree computes: where the whole tree is of Python ints
+    alone (`where(m, lo, hi)`), they meet the output's dtype, stored into it."""
     met: dict[str | int, set[str]] = {}
 
     def visit(node):
@@ -163,5 +165,8 @@ def int_scalars_met(tree: ast.AST, names: dict[str, Kind]) -> dict[str | int, se
             met.setdefault(scalar, set()).update(tensors)
         return kind, set(), tensors
 
-    visit(tree)
+    kind, scalars, _ = visit(tree)
+    if result is not None and kind.category == INT and kind.weak:
+        for scalar in scalars:
+            met.setdefault(scalar, set()).add(result)
     return met

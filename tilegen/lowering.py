@@ -56,7 +56,8 @@ def input_checks(spec: Spec, ndims: dict[str, int | None], min_ndims: dict[str, 
     met = spec.int_scalars_met()
     for scalar in spec.scalars:
         # An int scalar computed with int tensors must fit their dtype (see categories.int_scalars_met).
-        meets = f", meets=[{_named_pairs([spec.input(n) for n in met[scalar.name]])}]" if met.get(scalar.name) else ""
+        pairs = ", ".join(f'("{label}", {expr})' for label, expr in met.get(scalar.name, ()))
+        meets = f", meets=[{pairs}]" if pairs else ""
         lines.append(f'rt.check_scalar({op}, "{scalar.public}", {scalar.name}, "{scalar.type}"{meets})')
     return lines
 

@@ -141,21 +141,35 @@ class Spec:
         return {**{t.name: Kind(category(t.dtypes[0]), False) for t in self.inputs},
                 **{s.name: Kind(FLOAT if s.type == "float" else INT, True) for s in self.scalars}}
 
-    def int_scalars_met(self) -> dict[str, list[str]]:
-        """Each int scalar's int tensor inputs it is computed with, in input order (categories.
-        int_scalars_met): the wrapper refuses a value past their dtype's range."""
+    def int_scalars_met(self) -> dict[str, list[tuple[str, str]]]:
+        """Each int scalar's int tensors it is computed with (categories.int_scalars_met), as
+        (label, Python expression of the tensor or dtype) pairs: inputs ("a", "a") in input order,
+        then each output that takes a result of Python ints alone ("output y"), by the input whose
+        dtype it follows or, with a dtype of its own, that dtype (its narrowest int one). The
+        wrapper refuses a value past their dtype's range."""
         from collections import defaultdict
 
         from .categories import FLOAT, Kind, int_scalars_met
+        from .dtypes import DTYPES, INT_RANGES
 
         # Names beyond the inputs and scalars (a matmul's acc, a reduction's steps) hold floats.
         kinds = defaultdict(lambda: Kind(FLOAT, False), self.number_kinds())
         met: dict[str, set[str]] = {}
-        for _, expression in self.body:
-            for scalar, tensors in int_scalars_met(expression.tree.body, kinds).items():
+        for name, expression in self.body:
+            for scalar, tensors in int_scalars_met(expression.tree.body, kinds, result=name).items():
                 if isinstance(scalar, str):  # (literals are the validator's)
                     met.setdefault(scalar, set()).update(tensors)
-        return {scalar: [t.name for t in self.inputs if t.name in tensors] for scalar, tensors in met.items()}
+        resolved = {}
+        for scalar, tensors in met.items():
+            pairs = [(t.public, t.name) for t in self.inputs if t.name in tensors]
+            for output in (t for t in self.outputs if t.name in tensors):
+                ints = [d for d in output.dtypes if d in INT_RANGES]
+                if output.dtype_source != output.name:
+                    pairs.append((f"output {output.public}", output.dtype_source))
+                elif ints:
+                    pairs.append((f"output {output.public}", DTYPES[min(ints, key=lambda d: INT_RANGES[d][1])].torch))
+            resolved[scalar] = pairs
+        return resolved
 
     def float_inputs(self) -> list[str]:
         """The inputs that hold float values: those the math upcasts, and those with gradients."""

@@ -750,7 +750,7 @@ class _Validator(ShapeRules):
         except CategoryError as exc:
             self.error(key, exc.message, exc.allowed)
             return False
-        if not self.int_literals_fit(key, expression, names):
+        if not self.int_literals_fit(key, output, expression, names):
             return False
         held = category(dtypes[output][0][0])
         if isinstance(expression.tree.body, ast.Compare) and held != "bool":
@@ -763,18 +763,23 @@ class _Validator(ShapeRules):
             return False
         return True
 
-    def int_literals_fit(self, key: str, expression: Expression, names: dict) -> bool:
+    def int_literals_fit(self, key: str, output: str, expression: Expression, names: dict) -> bool:
         """Whether each int literal computed with int inputs fits the narrowest dtype they accept
-        (PyTorch takes their dtype for it; categories.int_scalars_met); if not, say so once."""
-        for value, tensors in int_scalars_met(expression.tree.body, names).items():
-            if isinstance(value, str) or not tensors:
+        (PyTorch takes their dtype for it; categories.int_scalars_met), and one stored alone in
+        `output` (`y: where(m, 5, 3000000000)`) the output's; if not, say so once."""
+        for value, tensors in int_scalars_met(expression.tree.body, names, result=output).items():
+            if isinstance(value, str):
                 continue
             for name in sorted(tensors):
-                narrowest = min((d for d, *_ in self.dtypes[name] if d in INT_RANGES), key=lambda d: INT_RANGES[d][1])
+                ints = [d for d, *_ in self.dtypes[name] if d in INT_RANGES]
+                if not ints:
+                    continue
+                narrowest = min(ints, key=lambda d: INT_RANGES[d][1])
                 low, high = INT_RANGES[narrowest]
                 if not low <= value <= high:
-                    self.error(key, f"the literal {value} does not fit in {narrowest}, a dtype of input {name!r} "
-                                    f"it is computed with", f"a literal in [{low}, {high}], or int64 inputs only")
+                    what = "output" if name == output else "input"
+                    self.error(key, f"the literal {value} does not fit in {narrowest}, a dtype of {what} {name!r} "
+                                    f"it is computed with", f"a literal in [{low}, {high}], or int64 {what}s only")
                     return False
         return True
 

@@ -140,22 +140,26 @@ def check_scalar(op, name, value, kind, meets=()):
     """`meets`: for an int scalar, the ("name", tensor) pairs of the int tensors it is computed
     with, whose dtype it takes in PyTorch: a value past that dtype's range is refused, where
     PyTorch would wrap it (+, *, comparisons) or refuse it (clamp, where) and the kernel would
-    compute it in 64 bits."""
+    compute it in 64 bits. (A pair may hold a dtype: an output's own, that the value is stored in.)"""
     ok = isinstance(value, (int, float)) if kind == "float" else isinstance(value, int)
     if not ok or isinstance(value, bool):
         raise TypeError(f"{op}: argument '{name}' must be a Python {kind}, got {type(value).__name__}")
     if kind == "int" and not _INT_RANGE[0] <= value < _INT_RANGE[1]:
         raise ValueError(f"{op}: argument '{name}' = {value} does not fit in 64 bits")
     if kind == "int" and meets:
-        dtype = functools.reduce(torch.promote_types, (tensor.dtype for _, tensor in meets))
-        if not dtype.is_floating_point and dtype != torch.bool:
+        # Inputs computed together take their promoted dtype; each output stores the value in its own.
+        inputs = [pair for pair in meets if not pair[0].startswith("output ")]
+        groups = [[pair] for pair in meets if pair[0].startswith("output ")]
+        for group in ([inputs] if inputs else []) + groups:
+            dtype = functools.reduce(torch.promote_types, (getattr(t, "dtype", t) for _, t in group))
+            if dtype.is_floating_point or dtype == torch.bool:
+                continue
             info = torch.iinfo(dtype)
             if not info.min <= value <= info.max:
-                names = " and ".join(f"'{tensor_name}'" for tensor_name, _ in meets)
+                # (An output comes labelled "output y"; an input by its name.)
+                names = " and ".join(label if " " in label else f"'{label}'" for label, _ in group)
                 raise ValueError(f"{op}: argument '{name}' = {value} does not fit in {str(dtype)[6:]}, the dtype of "
                                  f"{names} it is computed with ([{info.min}, {info.max}])")
-    if kind == "float" and abs(value) > _FLOAT32_MAX and abs(value) != float("inf"):
-        raise ValueError(f"{op}: argument '{name}' = {value} does not fit in float32, which the kernel computes with")
 
 
 def check_divisible(op, axis, size, block, name):
