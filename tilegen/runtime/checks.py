@@ -146,6 +146,8 @@ def check_scalar(op, name, value, kind, meets=()):
         raise TypeError(f"{op}: argument '{name}' must be a Python {kind}, got {type(value).__name__}")
     if kind == "int" and not _INT_RANGE[0] <= value < _INT_RANGE[1]:
         raise ValueError(f"{op}: argument '{name}' = {value} does not fit in 64 bits")
+    if kind == "float" and abs(value) > _FLOAT32_MAX and abs(value) != float("inf"):
+        raise ValueError(f"{op}: argument '{name}' = {value} does not fit in float32, which the kernel computes with")
     if kind == "int" and meets:
         # Inputs computed together take their promoted dtype; each output stores the value in its own.
         inputs = [pair for pair in meets if not pair[0].startswith("output ")]
