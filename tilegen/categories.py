@@ -47,56 +47,91 @@ def _promote(*kinds: Kind) -> Kind:
 def category_of(tree: ast.AST, names: dict[str, Kind]) -> str:
     """The category of a checked expression tree over `names`; raises CategoryError where the
     math is not defined for its arguments."""
-    return _kind(tree, names).category
+    return _Walk(names).visit(tree).kind.category
 
 
-def _kind(node: ast.AST, names: dict[str, Kind]) -> Kind:
-    if isinstance(node, ast.Constant):
-        return Kind(INT if type(node.value) is int else FLOAT, True)
-    if isinstance(node, ast.Name):
-        return names[node.id]
-    if isinstance(node, ast.UnaryOp):
-        operand = _kind(node.operand, names)
-        if operand.category == BOOL and isinstance(node.op, ast.USub):
-            raise CategoryError("negation of a bool value", "negate a number, or use where()")
-        return operand
-    if isinstance(node, ast.BinOp):
-        left, right = _kind(node.left, names), _kind(node.right, names)
-        if isinstance(node.op, ast.Pow):
-            if left.category == BOOL:
-                raise CategoryError("** of a bool value", "raise a number to a power")
-            return left
-        if left.category == BOOL and right.category == BOOL:
-            symbol = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(node.op)]
-            raise CategoryError(f"{symbol} of two bool values", "compute on numbers, or select with where()")
-        if isinstance(node.op, ast.Div):  # true division, as in PyTorch
-            return Kind(FLOAT, left.weak and right.weak)
-        return _promote(left, right)
-    if isinstance(node, ast.Compare):
-        _promote(_kind(node.left, names), _kind(node.comparators[0], names))
-        return Kind(BOOL, False)
-    if isinstance(node, ast.Call):
-        name = node.func.id
-        args = [_kind(arg, names) for arg in node.args]
-        if name == "where":
-            if args[0].category != BOOL:
-                raise CategoryError(f"the condition of where() is {args[0].category}, not bool",
-                                    "a comparison (x > 0) or a bool input")
-            return _promote(args[1], args[2])
-        if name in FLOAT_ONLY:
-            for arg in args:
-                if arg.category != FLOAT:
-                    article = "an" if arg.category == INT else "a"
-                    raise CategoryError(f"{name}() of {article} {arg.category} value: {name}() is defined for float values",
-                                        "float inputs, or an int one made float first (x * 1.0)")
-            return _promote(*args)
-        if name in NUMERIC:
-            for arg in args:
-                if arg.category == BOOL:
-                    raise CategoryError(f"{name}() of a bool value", "numbers, or where() on the bool value")
-            return _promote(*args)
-        return _promote(*args)  # reductions and oracles: float ops, their inputs checked elsewhere
-    raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
+@dataclass(frozen=True)
+class _Part:
+    kind: Kind
+    ints: frozenset = frozenset()  # a weak int part's Python ints: scalars by name, literals by value
+    tensors: frozenset = frozenset()  # a strong int part's int tensors
+
+
+class _Walk:
+    """One walk of a tree: each node's kind of number (raising CategoryError where the math is
+    not defined for it) and, in `met`, which int tensors each Python int meets (int_scalars_met)."""
+
+    def __init__(self, names: dict[str, Kind]):
+        self.names = names
+        self.met: dict[str | int, set[str]] = {}
+
+    def visit(self, node: ast.AST) -> _Part:
+        if isinstance(node, ast.Constant):
+            kind = Kind(INT if type(node.value) is int else FLOAT, True)
+            return _Part(kind, frozenset({node.value}) if kind.category == INT else frozenset())
+        if isinstance(node, ast.Name):
+            kind = self.names[node.id]
+            if kind.category != INT:
+                return _Part(kind)
+            return _Part(kind, frozenset({node.id})) if kind.weak else _Part(kind, tensors=frozenset({node.id}))
+        if isinstance(node, ast.UnaryOp):
+            operand = self.visit(node.operand)
+            if operand.kind.category == BOOL and isinstance(node.op, ast.USub):
+                raise CategoryError("negation of a bool value", "negate a number, or use where()")
+            if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) and operand.ints:
+                return _Part(operand.kind, frozenset({-node.operand.value}))  # a negative literal's value
+            return operand
+        if isinstance(node, ast.BinOp):
+            left, right = self.visit(node.left), self.visit(node.right)
+            if isinstance(node.op, ast.Pow):
+                if left.kind.category == BOOL:
+                    raise CategoryError("** of a bool value", "raise a number to a power")
+                return left  # (an exponent is not cast to the base's dtype)
+            if left.kind.category == BOOL and right.kind.category == BOOL:
+                symbol = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(node.op)]
+                raise CategoryError(f"{symbol} of two bool values", "compute on numbers, or select with where()")
+            if isinstance(node.op, ast.Div):  # true division, as in PyTorch
+                return _Part(Kind(FLOAT, left.kind.weak and right.kind.weak))
+            return self.combine([left, right])
+        if isinstance(node, ast.Compare):
+            self.combine([self.visit(node.left), self.visit(node.comparators[0])])
+            return _Part(Kind(BOOL, False))
+        if isinstance(node, ast.Call):
+            name = node.func.id
+            args = [self.visit(arg) for arg in node.args]
+            if name == "where":
+                if args[0].kind.category != BOOL:
+                    raise CategoryError(f"the condition of where() is {args[0].kind.category}, not bool",
+                                        "a comparison (x > 0) or a bool input")
+                return self.combine(args[1:])
+            if name in FLOAT_ONLY:
+                for arg in args:
+                    if arg.kind.category != FLOAT:
+                        article = "an" if arg.kind.category == INT else "a"
+                        raise CategoryError(f"{name}() of {article} {arg.kind.category} value: {name}() is defined "
+                                            "for float values", "float inputs, or an int one made float first (x * 1.0)")
+                return _Part(_promote(*(arg.kind for arg in args)))
+            if name in NUMERIC:
+                for arg in args:
+                    if arg.kind.category == BOOL:
+                        raise CategoryError(f"{name}() of a bool value", "numbers, or where() on the bool value")
+                return self.combine(args)
+            return _Part(_promote(*(arg.kind for arg in args)))  # reductions and oracles: float ops, their inputs checked elsewhere
+        raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
+
+    def combine(self, parts: list[_Part]) -> _Part:
+        """The promoted part of operands computed together: where it is a strong int, the Python
+        ints of its weak int operands meet the int tensors of its strong ones."""
+        kind = _promote(*(part.kind for part in parts))
+        if kind.category != INT:
+            return _Part(kind)
+        ints = frozenset().union(*(part.ints for part in parts))
+        if kind.weak:
+            return _Part(kind, ints)
+        tensors = frozenset().union(*(part.tensors for part in parts))
+        for value in ints:
+            self.met.setdefault(value, set()).update(tensors)
+        return _Part(kind, tensors=tensors)
 
 
 def can_hold(output: str, result: str) -> bool:
@@ -113,60 +148,9 @@ def int_scalars_met(tree: ast.AST, names: dict[str, Kind], result: str | None = 
     `meets`) and the validator such a literal, so that neither answer is given silently.
     `result`: a name for the output the tree computes: where the whole tree is of Python ints
     alone (`where(m, lo, hi)`), they meet the output's dtype, stored into it."""
-    met: dict[str | int, set[str]] = {}
-
-    def visit(node):
-        """(kind, int scalars and literals in a weak int part, int tensors in a strong int part)."""
-        if isinstance(node, ast.Constant):
-            kind = _kind(node, names)
-            return kind, {node.value} if kind.category == INT else set(), set()
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
-                and type(node.operand.value) is int:
-            return Kind(INT, True), {-node.operand.value}, set()
-        if isinstance(node, ast.Name):
-            kind = names[node.id]
-            if kind.category != INT:
-                return kind, set(), set()
-            return (kind, {node.id}, set()) if kind.weak else (kind, set(), {node.id})
-        if isinstance(node, ast.UnaryOp):
-            return visit(node.operand)
-        if isinstance(node, ast.BinOp):
-            if isinstance(node.op, ast.Pow):  # an exponent is not cast to the base's dtype
-                visit(node.right)
-                return visit(node.left)
-            if isinstance(node.op, ast.Div):  # true division: float
-                visit(node.left), visit(node.right)
-                return Kind(FLOAT, False), set(), set()
-            return combine([visit(node.left), visit(node.right)])
-        if isinstance(node, ast.Compare):
-            combine([visit(node.left), visit(node.comparators[0])])
-            return Kind(BOOL, False), set(), set()
-        if isinstance(node, ast.Call):
-            name = node.func.id
-            if name == "where":
-                visit(node.args[0])
-                return combine([visit(arg) for arg in node.args[1:]])
-            if name in NUMERIC:
-                return combine([visit(arg) for arg in node.args])
-            for arg in node.args:
-                visit(arg)
-            return _kind(node, names), set(), set()
-        raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
-
-    def combine(parts):
-        kind = _promote(*(part[0] for part in parts))
-        scalars = set().union(*(part[1] for part in parts))
-        tensors = set().union(*(part[2] for part in parts))
-        if kind.category != INT:
-            return kind, set(), set()
-        if kind.weak:
-            return kind, scalars, set()
-        for scalar in scalars:
-            met.setdefault(scalar, set()).update(tensors)
-        return kind, set(), tensors
-
-    kind, scalars, _ = visit(tree)
-    if result is not None and kind.category == INT and kind.weak:
-        for scalar in scalars:
-            met.setdefault(scalar, set()).add(result)
-    return met
+    walk = _Walk(names)
+    whole = walk.visit(tree)
+    if result is not None and whole.kind.category == INT and whole.kind.weak:
+        for value in whole.ints:
+            walk.met.setdefault(value, set()).add(result)
+    return walk.met
