@@ -153,7 +153,7 @@ def test_an_int_scalar_stored_alone_into_an_int_output_must_fit_its_dtype(tmp_pa
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / "pick.yaml").write_text(PICK)
     spec, = [item.spec for item in load_specs([tmp_path / "specs"], tmp_path)]
-    assert spec.int_scalars_met() == {scalar: [("output y", "torch.int32"), ("output z", "a")] for scalar in ("lo", "hi")}
+    assert spec.int_scalars_met() == {scalar: ([], [("y", "torch.int32"), ("z", "a")]) for scalar in ("lo", "hi")}
     if not INTERPRET and not torch.cuda.is_available():
         pytest.skip("needs the interpreter or a GPU")
     with built_package(tmp_path, "pick_ops") as package:

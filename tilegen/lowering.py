@@ -55,16 +55,23 @@ def input_checks(spec: Spec, ndims: dict[str, int | None], min_ndims: dict[str, 
         lines.append(f"rt.check_same_device({op}, [{pairs}])")
     met = spec.int_scalars_met()
     for scalar in spec.scalars:
-        # An int scalar computed with int tensors must fit their dtype (see categories.int_scalars_met).
-        pairs = ", ".join(f'("{label}", {expr})' for label, expr in met.get(scalar.name, ()))
-        meets = f", meets=[{pairs}]" if pairs else ""
-        lines.append(f'rt.check_scalar({op}, "{scalar.public}", {scalar.name}, "{scalar.type}"{meets})')
+        # An int scalar computed with int tensors, or stored alone in an int output, must fit their
+        # dtype (see categories.int_scalars_met).
+        inputs, outputs = met.get(scalar.name, ((), ()))
+        extra = "".join(f", {keyword}=[{_labelled(pairs)}]"
+                        for keyword, pairs in (("meets", inputs), ("stores", outputs)) if pairs)
+        lines.append(f'rt.check_scalar({op}, "{scalar.public}", {scalar.name}, "{scalar.type}"{extra})')
     return lines
 
 
 def _named_pairs(tensors) -> str:
     """("name", identifier) pairs: how runtime checks receive tensors to name in errors."""
-    return ", ".join(f'("{t.public}", {t.name})' for t in tensors)
+    return _labelled((t.public, t.name) for t in tensors)
+
+
+def _labelled(pairs) -> str:
+    """("label", expression) pairs, from (label, expression source) ones."""
+    return ", ".join(f'("{label}", {expr})' for label, expr in pairs)
 
 
 def _signature(spec: Spec) -> str:

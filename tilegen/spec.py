@@ -141,12 +141,12 @@ class Spec:
         return {**{t.name: Kind(category(t.dtypes[0]), False) for t in self.inputs},
                 **{s.name: Kind(FLOAT if s.type == "float" else INT, True) for s in self.scalars}}
 
-    def int_scalars_met(self) -> dict[str, list[tuple[str, str]]]:
-        """Each int scalar's int tensors it is computed with (categories.int_scalars_met), as
-        (label, Python expression of the tensor or dtype) pairs: inputs ("a", "a") in input order,
-        then each output that takes a result of Python ints alone ("output y"), by the input whose
-        dtype it follows or, with a dtype of its own, that dtype (its narrowest int one). The
-        wrapper refuses a value past their dtype's range."""
+    def int_scalars_met(self) -> dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]]:
+        """Each int scalar's int tensors (categories.int_scalars_met) as two lists of (label,
+        Python expression of the tensor or dtype) pairs: the inputs it is computed with, in input
+        order ("a", "a"), and the outputs that store a result of Python ints alone, each by the
+        input whose dtype it follows or, with a dtype of its own, that dtype (its narrowest int
+        one). The wrapper refuses a value past their dtypes' range."""
         from collections import defaultdict
 
         from .categories import FLOAT, Kind, int_scalars_met
@@ -161,14 +161,15 @@ class Spec:
                     met.setdefault(scalar, set()).update(tensors)
         resolved = {}
         for scalar, tensors in met.items():
-            pairs = [(t.public, t.name) for t in self.inputs if t.name in tensors]
+            inputs = [(t.public, t.name) for t in self.inputs if t.name in tensors]
+            outputs = []
             for output in (t for t in self.outputs if t.name in tensors):
                 ints = [d for d in output.dtypes if d in INT_RANGES]
                 if output.dtype_source != output.name:
-                    pairs.append((f"output {output.public}", output.dtype_source))
+                    outputs.append((output.public, output.dtype_source))
                 elif ints:
-                    pairs.append((f"output {output.public}", DTYPES[min(ints, key=lambda d: INT_RANGES[d][1])].torch))
-            resolved[scalar] = pairs
+                    outputs.append((output.public, DTYPES[min(ints, key=lambda d: INT_RANGES[d][1])].torch))
+            resolved[scalar] = inputs, outputs
         return resolved
 
     def float_inputs(self) -> list[str]:

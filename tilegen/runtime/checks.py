@@ -136,11 +136,12 @@ _INT_RANGE = (-(2**63), 2**63)
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
-def check_scalar(op, name, value, kind, meets=()):
-    """`meets`: for an int scalar, the ("name", tensor) pairs of the int tensors it is computed
-    with, whose dtype it takes in PyTorch: a value past that dtype's range is refused, where
-    PyTorch would wrap it (+, *, comparisons) or refuse it (clamp, where) and the kernel would
-    compute it in 64 bits. (A pair may hold a dtype: an output's own, that the value is stored in.)"""
+def check_scalar(op, name, value, kind, meets=(), stores=()):
+    """For an int scalar, `meets`: the ("name", tensor) pairs of the int inputs it is computed
+    with, whose promoted dtype it takes in PyTorch; `stores`: ("name", tensor or dtype) pairs of
+    the int outputs that store it alone, each in its own dtype. A value past such a dtype's range
+    is refused, where PyTorch would wrap it (+, *, comparisons) or refuse it (clamp, where) and the
+    kernel would compute it in 64 bits."""
     ok = isinstance(value, (int, float)) if kind == "float" else isinstance(value, int)
     if not ok or isinstance(value, bool):
         raise TypeError(f"{op}: argument '{name}' must be a Python {kind}, got {type(value).__name__}")
@@ -148,20 +149,18 @@ def check_scalar(op, name, value, kind, meets=()):
         raise ValueError(f"{op}: argument '{name}' = {value} does not fit in 64 bits")
     if kind == "float" and abs(value) > _FLOAT32_MAX and abs(value) != float("inf"):
         raise ValueError(f"{op}: argument '{name}' = {value} does not fit in float32, which the kernel computes with")
-    if kind == "int" and meets:
-        # Inputs computed together take their promoted dtype; each output stores the value in its own.
-        inputs = [pair for pair in meets if not pair[0].startswith("output ")]
-        groups = [[pair] for pair in meets if pair[0].startswith("output ")]
-        for group in ([inputs] if inputs else []) + groups:
-            dtype = functools.reduce(torch.promote_types, (getattr(t, "dtype", t) for _, t in group))
-            if dtype.is_floating_point or dtype == torch.bool:
-                continue
-            info = torch.iinfo(dtype)
-            if not info.min <= value <= info.max:
-                # (An output comes labelled "output y"; an input by its name.)
-                names = " and ".join(label if " " in label else f"'{label}'" for label, _ in group)
-                raise ValueError(f"{op}: argument '{name}' = {value} does not fit in {str(dtype)[6:]}, the dtype of "
-                                 f"{names} it is computed with ([{info.min}, {info.max}])")
+    if kind != "int":
+        return
+    groups = [([f"'{label}'" for label, _ in meets], [t for _, t in meets])] if meets else []
+    groups += [([f"output {label}"], [t]) for label, t in stores]
+    for labels, holders in groups:
+        dtype = functools.reduce(torch.promote_types, (getattr(t, "dtype", t) for t in holders))
+        if dtype.is_floating_point or dtype == torch.bool:
+            continue
+        info = torch.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise ValueError(f"{op}: argument '{name}' = {value} does not fit in {str(dtype)[6:]}, the dtype of "
+                             f"{' and '.join(labels)} it is computed with ([{info.min}, {info.max}])")
 
 
 def check_divisible(op, axis, size, block, name):
