@@ -284,6 +284,25 @@ def test_a_weights_gradient_over_no_rows_is_zero():
     assert w.grad is not None and torch.equal(w.grad, torch.zeros(8, device=DEVICE)) and x.grad.shape == (0, 8)
 
 
+def test_a_bias_gradient_is_summed_by_the_backward_kernel_not_after_it():
+    # LayerNorm's bias gradient is the incoming gradient as it is, summed over the rows. Passed
+    # on and summed by PyTorch after the kernel, it read the whole gradient again and took a
+    # 128 MiB buffer on the H200; the kernel sums it as it goes, as it does the weight's.
+    from generated import layer_norm
+    from generated.layer_norm import _layer_norm_backward
+
+    x, w, b = torch.randn(5, 12, dtype=torch.float64), torch.randn(12, dtype=torch.float64), torch.randn(12, dtype=torch.float64)
+    g = torch.randn(5, 12, dtype=torch.float64)
+    gradients = _layer_norm_backward(*(t.to(DEVICE) for t in (x, w, g, torch.zeros(5), torch.zeros(5))), 1e-5)
+    assert len(gradients) == 3
+    torch.testing.assert_close(gradients[2].cpu(), g.sum(0), atol=1e-12, rtol=1e-12)
+    expression = parse_expression("d * r * w + b", {"d", "r", "w", "b"})
+    backward = differentiate([("y", expression)], ["d", "w", "b"], computed_always=["b"])
+    assert "b" in backward.computed() and "b" not in backward.passed
+    assert differentiate([("y", expression)], ["d", "w", "b"]).passed == {"b": "y"}
+    del layer_norm
+
+
 @pytest.mark.parametrize("rows, block", [(300, None), (40, 128)], ids=["whole_rows", "looped_rows"])
 def test_a_weights_gradient_adds_up_every_programs_rows_and_columns(rows, block):
     # More rows than programs (each program sums several into its workspace row), more programs

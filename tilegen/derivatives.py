@@ -489,7 +489,8 @@ def _threshold_condition(term: Term, output: Term) -> dict[Term, Term]:
 
 def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{output}",
                   result_name=lambda name: f"_d_{name}", temp_prefix: str = "_s",
-                  steps: list = (), levels: dict[str, int] | None = None, outputs_instead_of=()) -> Backward:
+                  steps: list = (), levels: dict[str, int] | None = None, outputs_instead_of=(),
+                  computed_always=()) -> Backward:
     """The backward of the outputs `body` ((name, Expression) in spec order) with respect to
     the names `wrt` (the tensors; scalars are left out). Terms used more than once are bound
     once to temporaries `<temp_prefix><i>`; gradients that are the same term are computed once.
@@ -501,7 +502,11 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
 
     `outputs_instead_of`: names the gradients should not read (a matmul's accumulator) where
     reading the op's outputs instead spares them (_reading_outputs); `reads` then holds those
-    outputs' names."""
+    outputs' names.
+
+    `computed_always`: names whose gradient the lines compute even where it is an incoming
+    gradient as it is (a reduction's column inputs: the kernel sums it over the rows as it goes,
+    where a sum after the kernel would read the whole gradient again)."""
     _INTERNED.clear()  # terms live for one op's backward: the table never outgrows the largest
     _INTERNED.update({ZERO: ZERO, ONE: ONE})
     defined: dict[str, Term] = {}
@@ -517,7 +522,7 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
     results = {name: result_name(name) for name in wrt}
     zero = frozenset(name for name, term in grads.items() if _is_const(term, 0.0))
     seed_of = {var(seed): output for output, seed in seeds.items()}
-    passed = {name: seed_of[grads[name]] for name in wrt if grads[name] in seed_of
+    passed = {name: seed_of[grads[name]] for name in wrt if grads[name] in seed_of and name not in computed_always
               and (level is None or level(var(name)) == level(outputs[seed_of[grads[name]]]))}
     aliases, first_of = {}, {}
     for name in wrt:

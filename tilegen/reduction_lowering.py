@@ -158,7 +158,12 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
     levels = spec.row_levels()
-    backward = differentiate(list(spec.body), inputs, steps=list(spec.steps), levels=levels)
+    # A column input's gradient is summed over the rows inside the kernel even where it is an
+    # incoming gradient as it is (LayerNorm's bias): summed after it, by PyTorch, it took another
+    # pass over the gradient (20 us of a 100 us step at 4096x4096 in half precision on the H200)
+    # and a 128 MiB buffer (bench/results/h200/reductions/column_sums_in_kernel).
+    columns = [n for n in inputs if roles[n] == "column"]
+    backward = differentiate(list(spec.body), inputs, steps=list(spec.steps), levels=levels, computed_always=columns)
     computed = backward.computed()
     saved = [n for n in inputs if n in backward.reads] if computed else []
     seeds = [backward.seeds[o] for o in outputs]
