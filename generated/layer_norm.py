@@ -218,6 +218,9 @@ def _layer_norm_backward_kernel(
             _a0 = x
             _m0 = tl.where(mask, _a0, 0.0)
             _r0 = tl.sum(_m0, axis=1, keep_dims=True)
+            _a4 = _s0
+            _m4 = tl.where(mask, _a4, 0.0)
+            _r4 = tl.sum(_m4, axis=1, keep_dims=True)
             _s1 = x - _r0 / _n
             _a1 = _s1 * _s1
             _m1 = tl.where(mask, _a1, 0.0)
@@ -225,14 +228,15 @@ def _layer_norm_backward_kernel(
             _a2 = _s0 * _s1
             _m2 = tl.where(mask, _a2, 0.0)
             _r2 = tl.sum(_m2, axis=1, keep_dims=True)
-            _s2 = tl.rsqrt(_r1 / _n + eps)
-            _s3 = (_g_rstd + _r2) * (-0.5 * (_s2 * _s2 * _s2)) / _n * _s1
-            _s4 = _s0 * _s2 + _s3 + _s3
-            _d_w = _g_y * (_s1 * _s2)
-            _a3 = -_s4
+            _a3 = _s1
             _m3 = tl.where(mask, _a3, 0.0)
             _r3 = tl.sum(_m3, axis=1, keep_dims=True)
-            _d_x = _s4 + (_g_mean + _r3) / _n
+            _s2 = tl.rsqrt(_r1 / _n + eps)
+            _s3 = (_g_rstd + _r2) * (-0.5 * (_s2 * _s2 * _s2)) / _n
+            _s4 = _s3 * _s1
+            _s5 = _r3 * _s3
+            _d_x = _s0 * _s2 + _s4 + _s4 + (_g_mean + (-(_r4 * _s2) - _s5 - _s5)) / _n
+            _d_w = _g_y * (_s1 * _s2)
             tl.store(_d_x_ptr + rows * stride__d_x_0 + cols * stride__d_x_1, _d_x.to(_d_x_ptr.dtype.element_ty), mask=mask)
             _c__d_w += tl.sum(tl.where(mask, _d_w, 0.0), axis=0, keep_dims=True)
             _c__d_b += tl.sum(tl.where(mask, _d_b, 0.0), axis=0, keep_dims=True)
@@ -252,17 +256,25 @@ def _layer_norm_backward_kernel(
             _g_rstd = tl.load(_g_rstd_ptr + rows * stride__g_rstd_0, mask=row_mask).to(compute)
             # Pass 1: the reductions of stage 1, a block of the row at a time.
             _acc0 = tl.full([ROWS, BLOCK_N], 0.0, compute)
+            _acc4 = tl.full([ROWS, BLOCK_N], 0.0, compute)
             for group in range(0, row_length, BLOCK_N * UNROLL):
                 for block in tl.static_range(UNROLL):
                     cols = group + block * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
                     mask = row_mask & (cols < row_length)
                     x = tl.load(x_ptr + rows * stride_x_0 + cols * stride_x_1, mask=mask).to(compute)
+                    w = tl.load(w_ptr + cols * stride_w_0, mask=cols < row_length).to(compute)
+                    _g_y = tl.load(_g_y_ptr + rows * stride__g_y_0 + cols * stride__g_y_1, mask=mask).to(compute)
+                    _s0 = _g_y * w
                     _a0 = x
+                    _a4 = _s0
                     _acc0 += tl.where(mask, _a0, 0.0)
+                    _acc4 += tl.where(mask, _a4, 0.0)
             _r0 = tl.sum(_acc0, axis=1, keep_dims=True)
+            _r4 = tl.sum(_acc4, axis=1, keep_dims=True)
             # Pass 2: the reductions of stage 2, a block of the row at a time.
             _acc1 = tl.full([ROWS, BLOCK_N], 0.0, compute)
             _acc2 = tl.full([ROWS, BLOCK_N], 0.0, compute)
+            _acc3 = tl.full([ROWS, BLOCK_N], 0.0, compute)
             for group in range(0, row_length, BLOCK_N * UNROLL):
                 for block in tl.static_range(UNROLL):
                     cols = group + block * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
@@ -274,27 +286,16 @@ def _layer_norm_backward_kernel(
                     _s1 = x - _r0 / _n
                     _a1 = _s1 * _s1
                     _a2 = _s0 * _s1
+                    _a3 = _s1
                     _acc1 += tl.where(mask, _a1, 0.0)
                     _acc2 += tl.where(mask, _a2, 0.0)
+                    _acc3 += tl.where(mask, _a3, 0.0)
             _r1 = tl.sum(_acc1, axis=1, keep_dims=True)
             _r2 = tl.sum(_acc2, axis=1, keep_dims=True)
-            _s2 = tl.rsqrt(_r1 / _n + eps)
-            # Pass 3: the reductions of stage 3, a block of the row at a time.
-            _acc3 = tl.full([ROWS, BLOCK_N], 0.0, compute)
-            for group in range(0, row_length, BLOCK_N * UNROLL):
-                for block in tl.static_range(UNROLL):
-                    cols = group + block * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-                    mask = row_mask & (cols < row_length)
-                    x = tl.load(x_ptr + rows * stride_x_0 + cols * stride_x_1, mask=mask).to(compute)
-                    w = tl.load(w_ptr + cols * stride_w_0, mask=cols < row_length).to(compute)
-                    _g_y = tl.load(_g_y_ptr + rows * stride__g_y_0 + cols * stride__g_y_1, mask=mask).to(compute)
-                    _s0 = _g_y * w
-                    _s1 = x - _r0 / _n
-                    _s3 = (_g_rstd + _r2) * (-0.5 * (_s2 * _s2 * _s2)) / _n * _s1
-                    _s4 = _s0 * _s2 + _s3 + _s3
-                    _a3 = -_s4
-                    _acc3 += tl.where(mask, _a3, 0.0)
             _r3 = tl.sum(_acc3, axis=1, keep_dims=True)
+            _s2 = tl.rsqrt(_r1 / _n + eps)
+            _s3 = (_g_rstd + _r2) * (-0.5 * (_s2 * _s2 * _s2)) / _n
+            _s5 = _r3 * _s3
             # The outputs along the row.
             for group in range(0, row_length, BLOCK_N * UNROLL):
                 for block in tl.static_range(UNROLL):
@@ -305,9 +306,8 @@ def _layer_norm_backward_kernel(
                     _g_y = tl.load(_g_y_ptr + rows * stride__g_y_0 + cols * stride__g_y_1, mask=mask).to(compute)
                     _s0 = _g_y * w
                     _s1 = x - _r0 / _n
-                    _s3 = (_g_rstd + _r2) * (-0.5 * (_s2 * _s2 * _s2)) / _n * _s1
-                    _s4 = _s0 * _s2 + _s3 + _s3
-                    _d_x = _s4 + (_g_mean + _r3) / _n
+                    _s4 = _s3 * _s1
+                    _d_x = _s0 * _s2 + _s4 + _s4 + (_g_mean + (-(_r4 * _s2) - _s5 - _s5)) / _n
                     _d_w = _g_y * (_s1 * _s2)
                     _d_b = _g_y
                     tl.store(_d_x_ptr + rows * stride__d_x_0 + cols * stride__d_x_1, _d_x.to(_d_x_ptr.dtype.element_ty), mask=mask)

@@ -173,14 +173,14 @@ def _log_softmax_backward_kernel(
             _m0 = tl.where(mask, _a0, float("-inf"))
             _r0 = tl.max(_m0, axis=1, keep_dims=True)
             _r0 = tl.where(tl.max((_m0 != _m0).to(tl.int32), axis=1, keep_dims=True) > 0, float("nan"), _r0)
-            _a1 = -_g_y
+            _a1 = _g_y
             _m1 = tl.where(mask, _a1, 0.0)
             _r1 = tl.sum(_m1, axis=1, keep_dims=True)
             _s0 = tl.exp(x - _r0)
             _a2 = _s0
             _m2 = tl.where(mask, _a2, 0.0)
             _r2 = tl.sum(_m2, axis=1, keep_dims=True)
-            _d_x = _g_y + _r1 / _r2 * _s0
+            _d_x = _g_y - _r1 / _r2 * _s0
             tl.store(_d_x_ptr + rows * stride__d_x_0 + cols * stride__d_x_1, _d_x.to(_d_x_ptr.dtype.element_ty), mask=mask)
     else:
         for row_block in range(pid, tl.cdiv(n_rows, ROWS), tl.num_programs(0)):
@@ -199,7 +199,7 @@ def _log_softmax_backward_kernel(
                     x = tl.load(x_ptr + rows * stride_x_0 + cols * stride_x_1, mask=mask).to(compute)
                     _g_y = tl.load(_g_y_ptr + rows * stride__g_y_0 + cols * stride__g_y_1, mask=mask).to(compute)
                     _a0 = x
-                    _a1 = -_g_y
+                    _a1 = _g_y
                     _u0 = tl.where(mask, _a0, float("-inf"))
                     _d0 = _u0 - _acc0
                     _t0 = tl.exp(tl.where(_d0 == _d0, -tl.abs(_d0), float("-inf")))
@@ -218,7 +218,7 @@ def _log_softmax_backward_kernel(
                     x = tl.load(x_ptr + rows * stride_x_0 + cols * stride_x_1, mask=mask).to(compute)
                     _g_y = tl.load(_g_y_ptr + rows * stride__g_y_0 + cols * stride__g_y_1, mask=mask).to(compute)
                     _s0 = tl.exp(x - _r0)
-                    _d_x = _g_y + _r1 / _r2 * _s0
+                    _d_x = _g_y - _r1 / _r2 * _s0
                     tl.store(_d_x_ptr + rows * stride__d_x_0 + cols * stride__d_x_1, _d_x.to(_d_x_ptr.dtype.element_ty), mask=mask)
 
 

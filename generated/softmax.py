@@ -183,7 +183,7 @@ def _softmax_backward_kernel(
             _m2 = tl.where(mask, _a2, 0.0)
             _r2 = tl.sum(_m2, axis=1, keep_dims=True)
             _s1 = _r1
-            _d_x = (_g_y / _s1 + -(_r2 / _s1 / _s1)) * _s0
+            _d_x = (_g_y / _s1 - _r2 / _s1 / _s1) * _s0
             tl.store(_d_x_ptr + rows * stride__d_x_0 + cols * stride__d_x_1, _d_x.to(_d_x_ptr.dtype.element_ty), mask=mask)
     else:
         for row_block in range(pid, tl.cdiv(n_rows, ROWS), tl.num_programs(0)):
@@ -222,7 +222,7 @@ def _softmax_backward_kernel(
                     x = tl.load(x_ptr + rows * stride_x_0 + cols * stride_x_1, mask=mask).to(compute)
                     _g_y = tl.load(_g_y_ptr + rows * stride__g_y_0 + cols * stride__g_y_1, mask=mask).to(compute)
                     _s0 = tl.exp(x - _r0)
-                    _d_x = (_g_y / _s1 + -(_r2 / _s1 / _s1)) * _s0
+                    _d_x = (_g_y / _s1 - _r2 / _s1 / _s1) * _s0
                     tl.store(_d_x_ptr + rows * stride__d_x_0 + cols * stride__d_x_1, _d_x.to(_d_x_ptr.dtype.element_ty), mask=mask)
 
 

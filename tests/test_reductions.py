@@ -221,6 +221,22 @@ def test_a_backward_is_a_row_program_whose_inner_sums_run_first():
     assert set(program.online_sums()) == {"_r1", "_r2"} and program.folded(2)
 
 
+def test_a_backward_sum_of_several_row_factors_splits_so_no_row_value_holds_it_back():
+    # LayerNorm's backward: the gradient through the mean sums -(g*w*rstd + 2*c*d) over the row,
+    # where c is a row value known only after sum(g*w*d). Split into sum(g*w) * rstd and
+    # sum(d) * c, both sums run a stage earlier: a long row's three passes, not four. (That the
+    # split gradient is autograd's: test_the_derived_backward_matches_autograd_of_the_same_math.)
+    names = {"x", "w", "b", "eps", "mu", "d", "r"}
+    steps = [(name, parse_expression(source, names, reductions=True)) for name, source in LAYER_NORM[:3]]
+    body = [("y", parse_expression("d * r * w + b", names, reductions=True))]
+    levels = {"x": ELEMENT, "w": ELEMENT, "b": ELEMENT, "eps": UNIFORM}
+    backward = differentiate(body, ["x", "w", "b"], steps=steps, levels=levels)
+    program = RowProgram(list(backward.steps), {**levels, "_g_y": ELEMENT})
+    assert program.last_stage == 2
+    sums = [r.argument.source for r in program.reductions]
+    assert len(sums) == len(set(sums))  # each part summed once, whatever factors it is taken with
+
+
 def test_a_sum_takes_the_factors_that_do_not_vary_along_the_row_out():
     program, _ = _program([("s", "sum(x)"), ("y", "x * sum(-(x * w / s / s))")], {"x": ELEMENT, "w": ELEMENT})
     # sum(-(x * w / s / s)) = -(sum(x * w) / s / s): one stage, not two
@@ -288,11 +304,9 @@ def test_a_bias_gradient_is_summed_by_the_backward_kernel_not_after_it():
     # LayerNorm's bias gradient is the incoming gradient as it is, summed over the rows. Passed
     # on and summed by PyTorch after the kernel, it read the whole gradient again and took a
     # 128 MiB buffer on the H200; the kernel sums it as it goes, as it does the weight's.
-    from generated import layer_norm
     from generated.layer_norm import _layer_norm_backward
 
-    x, w, b = torch.randn(5, 12, dtype=torch.float64), torch.randn(12, dtype=torch.float64), torch.randn(12, dtype=torch.float64)
-    g = torch.randn(5, 12, dtype=torch.float64)
+    x, w, g = torch.randn(5, 12, dtype=torch.float64), torch.randn(12, dtype=torch.float64), torch.randn(5, 12, dtype=torch.float64)
     gradients = _layer_norm_backward(*(t.to(DEVICE) for t in (x, w, g, torch.zeros(5), torch.zeros(5))), 1e-5)
     assert len(gradients) == 3
     torch.testing.assert_close(gradients[2].cpu(), g.sum(0), atol=1e-12, rtol=1e-12)
@@ -300,7 +314,6 @@ def test_a_bias_gradient_is_summed_by_the_backward_kernel_not_after_it():
     backward = differentiate([("y", expression)], ["d", "w", "b"], computed_always=["b"])
     assert "b" in backward.computed() and "b" not in backward.passed
     assert differentiate([("y", expression)], ["d", "w", "b"]).passed == {"b": "y"}
-    del layer_norm
 
 
 @pytest.mark.parametrize("rows, block", [(300, None), (40, 128)], ids=["whole_rows", "looped_rows"])

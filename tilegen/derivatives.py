@@ -322,6 +322,54 @@ def _level_of(levels: dict[str, int]):
     return level
 
 
+def _row_sum(term: Term, level) -> Term:
+    """The sum over the row of `term` (a value that varies along the row), with the factors the
+    same along the row taken out of the sum: sum(a * r1 + b / r2) is sum(a) * r1 + sum(b) / r2
+    when r1 and r2 are row values (each applied to its sum in the order it was to the element,
+    so a division stays a division). A row program takes a sum in the pass where every value it
+    reads is known; taken out of it, a row value computed late no longer holds the sum back to a
+    pass of its own (LayerNorm's backward: three passes over a long row instead of four). Sums
+    of the same part are one term, computed once. Parts the same along the row stay summed.
+    (rows._row_factors takes the factors out of one product a spec writes in a sum; the sums the
+    backward builds are split here, while they are terms, before their parts are named.)"""
+    total, rest = ZERO, ZERO  # rest: the parts with no element factor
+
+    def split(t: Term) -> tuple[list[tuple[Term, bool]], Term | None]:
+        """(row factors, each with whether it divides; the element part or None) of a product."""
+        if level(t) != ELEMENT:
+            return [(t, False)], None
+        if t[0] == "mul":
+            (fx, ex), (fy, ey) = split(t[1]), split(t[2])
+            return fx + fy, ex if ey is None else ey if ex is None else mul(ex, ey)
+        if t[0] == "div":
+            fx, ex = split(t[1])
+            if level(t[2]) != ELEMENT:
+                return fx + [(t[2], True)], ex
+            return fx, div(ONE if ex is None else ex, t[2])
+        return [], t
+
+    def parts(t: Term, negative: bool) -> None:
+        nonlocal total, rest
+        if level(t) == ELEMENT and t[0] in ("add", "sub"):
+            parts(t[1], negative)
+            parts(t[2], negative != (t[0] == "sub"))
+            return
+        if level(t) == ELEMENT and t[0] == "neg":
+            parts(t[1], not negative)
+            return
+        factors, element = split(t)
+        if element is None:
+            rest = sub(rest, t) if negative else add(rest, t)
+            return
+        summed = call("sum", element)
+        for factor, divides in factors:
+            summed = div(summed, factor) if divides else mul(summed, factor)
+        total = sub(total, summed) if negative else add(total, summed)
+
+    parts(term, False)
+    return total if _is_const(rest, 0.0) else add(call("sum", rest), total)
+
+
 def gradients(outputs: dict[str, Term], seeds: dict[str, Term], wrt: list[str],
               levels: dict[str, int] | None = None) -> dict[str, Term]:
     """Reverse mode: the gradient of sum(seeds[o] * outputs[o]) with respect to each name in
@@ -338,7 +386,7 @@ def gradients(outputs: dict[str, Term], seeds: dict[str, Term], wrt: list[str],
     for term in reversed(_postorder(list(outputs.values()))):
         g = adjoint.get(term)
         if term in along_row:
-            g = adjoint[term] = add(g if g is not None else ZERO, call("sum", along_row[term]))
+            g = adjoint[term] = add(g if g is not None else ZERO, _row_sum(along_row[term], level))
         if g is None or _is_const(g, 0.0):
             continue
         for operand, share in _contributions(term, g):
