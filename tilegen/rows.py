@@ -124,6 +124,12 @@ def _row_factors(tree: ast.AST, levels: dict[str, int]):
     return inner, outside
 
 
+def _value_names(tree: ast.AST) -> set[str]:
+    """The names of the values `tree` reads (not the functions it calls)."""
+    functions = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in functions}
+
+
 def _exp_and_weight(tree: ast.AST):
     """(the exp() call, the factor beside it or None) where `tree` is exp(...) or a product of
     exp(...) and another factor; (None, None) otherwise."""
@@ -245,8 +251,7 @@ class RowProgram:
                 continue
             right = _undetached(difference.right).id
             peak = maxima.get(aliases.get(right, right))
-            weight_stage = max((self.stages[n.id] for n in ast.walk(weight) if isinstance(n, ast.Name)), default=0) \
-                if weight is not None else 0
+            weight_stage = max((self.stages[n] for n in _value_names(weight)), default=0) if weight is not None else 0
             if (peak is not None and r.stage == peak.stage + 1 and weight_stage < peak.stage
                     and ast.dump(difference.left) == ast.dump(self._inlined(peak.argument.tree.body))):
                 found[r.name] = peak
