@@ -81,11 +81,13 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
                            body=list(step.body), after=list(step.after), what=what))
     final = output_pass(program, elements + sums)
     # A long row adds each block's column sums into the program's row of the workspace in turn
-    # (zeroed first: the workspace is reused from launch to launch).
+    # (zeroed first: the workspace is reused from launch to launch), by atomic adds that no
+    # thread waits for: a load, an add and a store there held each block of the output pass on
+    # the load (no other program touches the row, and one program's adds to an address land in
+    # order: the same sum every run).
     accumulate, zero = [], []
     for index, n in enumerate(sums):
-        accumulate.append(f"tl.store({_partial(index)}, tl.load({_partial(index)}, mask=cols < row_length) + "
-                          f"{_column_sum(n)}, mask=cols < row_length)")
+        accumulate.append(f"tl.atomic_add({_partial(index)}, {_column_sum(n)}, mask=cols < row_length, sem=\"relaxed\")")
         zero.append(f"tl.store({_partial(index)}, tl.zeros([1, {block}], compute), mask=cols < row_length)")
     # Each column sum adds up the programs' workspace rows SUM_ROWS at a time, in program order
     # (the same sum every run), over SUM_COLS columns at a time: either every program a share of

@@ -3,7 +3,9 @@ step, tilegen beside its eager PyTorch form, traced by torch.profiler over a few
 kernel's mean GPU time a step, and the step's summed kernel time).
 
     PYTHONPATH=. python3 bench/probes/step_kernels.py layer_norm 4096x4096 [float16]
+    PACKAGE=.ab/A/generated ...   (another build of the package: an A/B of two trees' kernels)
 """
+import os
 import sys
 from collections import defaultdict
 
@@ -35,7 +37,8 @@ def kernel_times(step):
 
 def main(op, shape_text, dtype_name="float16"):
     callpath.load(wait=True)
-    module = load_bench_modules([op], "generated")[0]
+    module = load_bench_modules([op], os.environ.get("PACKAGE", "generated"))[0]
+    print(f"{module.__name__}: {module.__file__}")
     shape = tuple(int(s) for s in shape_text.split("x"))
     inputs = leaves(module.make_inputs(shape, getattr(torch, dtype_name), device="cuda"))
     seeds = output_seeds(module, inputs)
