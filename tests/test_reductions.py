@@ -237,6 +237,13 @@ def test_a_backward_sum_of_several_row_factors_splits_so_no_row_value_holds_it_b
     assert len(sums) == len(set(sums))  # each part summed once, whatever factors it is taken with
 
 
+def test_an_online_sums_weight_may_call_functions():
+    # The weight's stage is that of the values it reads; the functions it calls are no values
+    # (a weight tanh(x) raised KeyError: 'tanh').
+    program, _ = _program([("m", "max(x)"), ("y", "x * sum(exp(x - m) * tanh(g))")], {"x": ELEMENT, "g": ELEMENT})
+    assert set(program.online_sums()) == {"_r1"}
+
+
 def test_a_sum_takes_the_factors_that_do_not_vary_along_the_row_out():
     program, _ = _program([("s", "sum(x)"), ("y", "x * sum(-(x * w / s / s))")], {"x": ELEMENT, "w": ELEMENT})
     # sum(-(x * w / s / s)) = -(sum(x * w) / s / s): one stage, not two

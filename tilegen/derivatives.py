@@ -20,7 +20,7 @@ import math
 import operator
 from dataclasses import dataclass
 
-from .expressions import Expression, assignments
+from .expressions import Expression, assignments, value_names
 from .rows import ELEMENT, ROW, ROW_LENGTH, UNIFORM
 
 # A term is a tuple: ("const", value), ("var", name), (operator, *terms), ("pow", term, n),
@@ -467,9 +467,7 @@ def to_tree(term: Term, names: dict[Term, str] | None = None) -> ast.expr:
 
 def _expression(tree: ast.expr) -> Expression:
     wrapped = ast.fix_missing_locations(ast.Expression(tree))
-    functions = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    names = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in functions})
-    return Expression(ast.unparse(wrapped), wrapped, tuple(names))
+    return Expression(ast.unparse(wrapped), wrapped, tuple(sorted(value_names(tree))))
 
 
 @dataclass(frozen=True)

@@ -137,9 +137,7 @@ class Expression:
         tree = Share().visit(copy.deepcopy(self.tree))
         if ast.dump(tree) == ast.dump(self.tree):
             return self
-        functions = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
-        names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in functions}
-        return Expression(self.source, tree, tuple(sorted(names)))
+        return Expression(self.source, tree, tuple(sorted(value_names(tree))))
 
     def to_triton(self) -> str:
         return _Emitter("triton").emit(self.tree.body)
@@ -255,7 +253,9 @@ class _Checker:
                 raise ExpressionError("only plain function calls are allowed")
             if func.id not in self.functions:
                 self.note(ExpressionError(f"function {func.id!r} is not allowed", self.allowed))
-                for name in (n for arg in node.args for n in ast.walk(arg) if isinstance(n, ast.Name)):
+                functions = {id(n.func) for arg in node.args for n in ast.walk(arg) if isinstance(n, ast.Call)}
+                for name in (n for arg in node.args for n in ast.walk(arg)
+                             if isinstance(n, ast.Name) and id(n) not in functions):
                     self.check(name, depth + 1, in_condition=False)  # its arguments' names still count
                 return
             if node.keywords:
@@ -264,7 +264,7 @@ class _Checker:
             if func.id in REDUCTIONS:
                 self.check_reduction(node, depth)
                 return
-            if not any(isinstance(n, ast.Name) for arg in node.args for n in ast.walk(arg)):
+            if not any(value_names(arg) for arg in node.args):
                 raise ExpressionError(f"{func.id}() of constants only", "write its value as a number")
             if len(node.args) != spec.arity:
                 raise ExpressionError(f"{func.id}() takes {spec.arity} argument(s), got {len(node.args)}")
@@ -376,6 +376,12 @@ class _Emitter:
                 return spec.triton.format(*(self._operand(arg, repeated=_repeats(spec.triton) and index == 0)
                                             for index, arg in enumerate(node.args)))
             name = node.func.id
+            if self.target == "eager" and not _reads_names(node, self.scalars):
+                # A function of Python numbers alone (sqrt(eps)): PyTorch's functions take
+                # tensors, so it runs on 0-dim ones (float64 for a float, else the number's own
+                # kind) and hands its number back, which the math around it takes as a scalar.
+                return spec.torch.format(*(f"torch.tensor({self.emit(arg)}{'' if self._is_integer(arg) else ', dtype=torch.float64'})"
+                                           for arg in node.args)) + ".item()"
             if self.target == "eager":
                 constant = [not _reads_names(arg, self.scalars) for arg in node.args]
                 # Eager code keeps Python scalars, where PyTorch takes them, so no tensor is made per call.
@@ -417,8 +423,14 @@ def _constant_value(node: ast.AST) -> float | None:
     return None
 
 
+def value_names(tree: ast.AST) -> set[str]:
+    """The names of the values `tree` reads: its Name nodes but the functions it calls."""
+    functions = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in functions}
+
+
 def _reads_names(node: ast.AST, ignoring: frozenset[str] = frozenset()) -> bool:
-    return any(isinstance(n, ast.Name) and n.id not in ignoring for n in ast.walk(node))
+    return bool(value_names(node) - ignoring)
 
 
 def tidy(source: str) -> str:

@@ -24,7 +24,7 @@ import ast
 import copy
 from dataclasses import dataclass
 
-from .expressions import REDUCTIONS, Expression, assignments
+from .expressions import REDUCTIONS, Expression, assignments, value_names
 
 UNIFORM, ROW, ELEMENT = 0, 1, 2
 LEVEL_NAMES = {UNIFORM: "the same for every row", ROW: "one value per row", ELEMENT: "varies along the row"}
@@ -124,12 +124,6 @@ def _row_factors(tree: ast.AST, levels: dict[str, int]):
     return inner, outside
 
 
-def _value_names(tree: ast.AST) -> set[str]:
-    """The names of the values `tree` reads (not the functions it calls)."""
-    functions = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
-    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in functions}
-
-
 def _exp_and_weight(tree: ast.AST):
     """(the exp() call, the factor beside it or None) where `tree` is exp(...) or a product of
     exp(...) and another factor; (None, None) otherwise."""
@@ -154,9 +148,7 @@ def _undetached(tree: ast.AST) -> ast.AST:
 
 def _expression(tree: ast.expr) -> Expression:
     wrapped = ast.fix_missing_locations(ast.Expression(tree))
-    functions = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-    names = sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in functions})
-    return Expression(ast.unparse(wrapped), wrapped, tuple(names))
+    return Expression(ast.unparse(wrapped), wrapped, tuple(sorted(value_names(tree))))
 
 
 class RowProgram:
@@ -251,7 +243,7 @@ class RowProgram:
                 continue
             right = _undetached(difference.right).id
             peak = maxima.get(aliases.get(right, right))
-            weight_stage = max((self.stages[n] for n in _value_names(weight)), default=0) if weight is not None else 0
+            weight_stage = max((self.stages[n] for n in value_names(weight)), default=0) if weight is not None else 0
             if (peak is not None and r.stage == peak.stage + 1 and weight_stage < peak.stage
                     and ast.dump(difference.left) == ast.dump(self._inlined(peak.argument.tree.body))):
                 found[r.name] = peak
@@ -437,7 +429,7 @@ def stage_pass(program: RowProgram, stage: int, block: str, prefix: str = "_p") 
         after.extend(_lines([(a.name, a.expression) for a in program.row_assignments(stage + 1)],
                             f"{prefix}{stage + 1}r_"))
     loads = program.inputs_read(values, [n for r in reductions for n in r.argument.names]
-                                + [n.id for w in weights for n in ast.walk(w) if isinstance(n, ast.Name)])
+                                + [n for w in weights for n in sorted(value_names(w))])
     return Pass(tuple(loads), tuple(before), tuple(body), tuple(after))
 
 

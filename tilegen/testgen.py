@@ -43,7 +43,9 @@ def pytorch_lines(spec: Spec, target: str, scalars: frozenset[str] = frozenset()
         # rms_norm(x + residual, ...) beside its step s: x + residual): one sum, as a user writes it.
         expressions = {name: e.sharing(dict(steps)) for name, e in expressions.items()}
     math = steps + [(t.name, expressions[t.name]) for t in outputs]
-    return matmul_columns(spec) + assignments(math, target, scalars) + rows_shaped(spec, outputs)
+    # (The eager code's functions of scalars alone keep an int scalar's kind: the kinds say which.)
+    kinds = spec.number_kinds() if target == "eager" else None
+    return matmul_columns(spec) + assignments(math, target, scalars, kinds=kinds) + rows_shaped(spec, outputs)
 
 
 def names_read(spec: Spec) -> dict[str, set[str]]:
