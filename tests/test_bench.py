@@ -153,6 +153,38 @@ def test_eager_equivalent_agrees_with_the_kernel(op, monkeypatch):
     assert module.bytes_moved(shape, inputs[0].dtype) > 0
 
 
+SCALAR_MATH = """\
+op: scalar_math
+kind: elementwise
+inputs:
+  x: {dtype: [float32]}
+scalars:
+  eps: {type: float, default: 0.25}
+  k: {type: int, default: -3}
+outputs:
+  y: {dtype: x}
+compute:
+  y: maximum(x, sqrt(eps)) * exp(eps) + where(eps > 1.0, x, 2.0) + abs(k)
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_the_eager_baseline_computes_functions_of_scalars_alone(tmp_path):
+    # torch.sqrt(eps) of a Python number and torch.where(eps > 1.0, ...) of a Python bool raise
+    # TypeError: the eager side of a spec writing them failed before it timed anything.
+    from tests.conftest import built_package
+
+    with built_package(tmp_path, "scalar_ops", {"scalar_math.yaml": SCALAR_MATH}):
+        module = importlib.import_module("scalar_ops.bench.bench_scalar_math")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        inputs = module.make_inputs(module.SMALL_SHAPE, torch.float32, device=device)
+        got, want = module.run_tilegen(inputs), module.run_torch(inputs)
+        x = inputs[0]
+        torch.testing.assert_close(want, torch.clamp(x, min=0.5) * 1.2840254166877414 + 2.0 + 3.0)
+        torch.testing.assert_close(got, want)
+
+
 def test_the_eager_baseline_computes_no_step_its_outputs_do_not_read():
     """A reduction whose reference is PyTorch's own op (torch.softmax) times that op alone: the
     spec's steps it replaces (the max, the exp) would be eager work charged for nothing."""

@@ -145,10 +145,14 @@ def test_eager_form_treats_scalar_names_as_numbers():
     ("maximum(a, rsqrt(alpha)) + exp(alpha * 2)", lambda a, alpha: torch.clamp(a, min=alpha ** -0.5) + torch.exp(torch.tensor(alpha * 2.0))),
     ("where(a > gelu(alpha), a, sigmoid(alpha))", lambda a, alpha: torch.where(a > 0.5 * alpha * (1 + torch.erf(torch.tensor(alpha / 2 ** 0.5))), a, torch.sigmoid(torch.tensor(alpha)))),
     ("a + abs(minimum(alpha, 0))", lambda a, alpha: a + abs(min(alpha, 0.0))),
+    ("where(alpha > 1, 1.0, 2.0) * a", lambda a, alpha: a * (1.0 if alpha > 1 else 2.0)),
+    # A condition on scalars alone, the branches tensors: torch.where takes a tensor condition.
+    ("where(alpha > 1, a, 2.0) + where(alpha < 1, a, -a)", lambda a, alpha: torch.full_like(a, 2.0) + a),
 ])
 def test_eager_form_computes_a_function_of_scalars_alone_as_a_number(source, want):
     # PyTorch's functions take tensors: torch.sqrt(alpha) of a Python number raises TypeError,
-    # which the benchmark's eager side did for a spec writing sqrt(eps).
+    # which the benchmark's eager side did for a spec writing sqrt(eps) (and torch.where for a
+    # condition on scalars alone).
     a, alpha = torch.randn(16, dtype=torch.float32), 0.7
     got = eval(parse_expression(source, NAMES).to_eager(frozenset({"alpha"})), {"torch": torch, "a": a, "alpha": alpha})
     assert got.dtype == torch.float32

@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass
 from typing import Callable
 
-from .categories import INT, category_of
+from .categories import FLOAT, INT, category_of
 
 MAX_EXPRESSION_CHARS = 2000
 MAX_NODES = 400
@@ -338,6 +338,14 @@ class _Emitter:
     def _is_integer(self, node: ast.AST) -> bool:
         return self.kinds is not None and category_of(node, self.kinds) == INT
 
+    def _number_dtype(self, node: ast.AST) -> str:
+        """The dtype argument of a 0-dim tensor holding the Python number `node` computes: float64
+        for a float (torch.tensor's default would round it to float32), none for an int or a bool
+        (a comparison), whose own kind torch.tensor keeps."""
+        if isinstance(node, ast.Compare) or (self.kinds is not None and category_of(node, self.kinds) != FLOAT):
+            return ""
+        return ", dtype=torch.float64"
+
     def _operand(self, node: ast.AST, repeated: bool) -> str:
         """`node` emitted, or the temporary bound to it where the code repeats it."""
         code = self.emit(node)
@@ -380,8 +388,14 @@ class _Emitter:
                 # A function of Python numbers alone (sqrt(eps)): PyTorch's functions take
                 # tensors, so it runs on 0-dim ones (float64 for a float, else the number's own
                 # kind) and hands its number back, which the math around it takes as a scalar.
-                return spec.torch.format(*(f"torch.tensor({self.emit(arg)}{'' if self._is_integer(arg) else ', dtype=torch.float64'})"
+                return spec.torch.format(*(f"torch.tensor({self.emit(arg)}{self._number_dtype(arg)})"
                                            for arg in node.args)) + ".item()"
+            if self.target == "eager" and name == "where" and not _reads_names(node.args[0], self.scalars):
+                # A condition on Python numbers alone (alpha > 0): torch.where takes a tensor,
+                # made on the device of a tensor the branches read.
+                tensor = min(value_names(node) - self.scalars)
+                condition = f"torch.tensor({self.emit(node.args[0])}, device={tensor}.device)"
+                return spec.torch.format(condition, *(self.emit(arg) for arg in node.args[1:]))
             if self.target == "eager":
                 constant = [not _reads_names(arg, self.scalars) for arg in node.args]
                 # Eager code keeps Python scalars, where PyTorch takes them, so no tensor is made per call.
