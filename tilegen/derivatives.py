@@ -20,7 +20,7 @@ import math
 import operator
 from dataclasses import dataclass
 
-from .expressions import Expression, assignments, value_names
+from .expressions import assignments, expression_of
 from .rows import ELEMENT, ROW, ROW_LENGTH, UNIFORM
 
 # A term is a tuple: ("const", value), ("var", name), (operator, *terms), ("pow", term, n),
@@ -465,11 +465,6 @@ def to_tree(term: Term, names: dict[Term, str] | None = None) -> ast.expr:
     return ast.Call(ast.Name(term[1], ast.Load()), [sub_tree(t) for t in term[2:]], [])
 
 
-def _expression(tree: ast.expr) -> Expression:
-    wrapped = ast.fix_missing_locations(ast.Expression(tree))
-    return Expression(ast.unparse(wrapped), wrapped, tuple(sorted(value_names(tree))))
-
-
 @dataclass(frozen=True)
 class Backward:
     """The gradients of an op's math: `lines(target)` computes every gradient (named by
@@ -590,10 +585,10 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
     steps = []
     for term in _postorder(distinct):
         if uses.get(term, 0) > 1 and term[0] not in ("const", "var", "cmp"):
-            steps.append((f"{temp_prefix}{len(temps)}", _expression(to_tree(term, temps))))
+            steps.append((f"{temp_prefix}{len(temps)}", expression_of(to_tree(term, temps))))
             temps[term] = steps[-1][0]
     for name in first_of.values():
-        steps.append((results[name], _expression(to_tree(grads[name], temps))))
+        steps.append((results[name], expression_of(to_tree(grads[name], temps))))
     read = set()
     for _, expression in steps:
         read.update(expression.names)

@@ -437,6 +437,13 @@ def _constant_value(node: ast.AST) -> float | None:
     return None
 
 
+def expression_of(tree: ast.expr) -> Expression:
+    """The Expression of a tree built by tilegen itself (a derivative, a row program's part),
+    its source the tree unparsed."""
+    wrapped = ast.fix_missing_locations(ast.Expression(tree))
+    return Expression(ast.unparse(wrapped), wrapped, tuple(sorted(value_names(tree))))
+
+
 def value_names(tree: ast.AST) -> set[str]:
     """The names of the values `tree` reads: its Name nodes but the functions it calls."""
     functions = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}

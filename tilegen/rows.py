@@ -24,7 +24,7 @@ import ast
 import copy
 from dataclasses import dataclass
 
-from .expressions import REDUCTIONS, Expression, assignments, value_names
+from .expressions import REDUCTIONS, Expression, assignments, expression_of, value_names
 
 UNIFORM, ROW, ELEMENT = 0, 1, 2
 LEVEL_NAMES = {UNIFORM: "the same for every row", ROW: "one value per row", ELEMENT: "varies along the row"}
@@ -146,11 +146,6 @@ def _undetached(tree: ast.AST) -> ast.AST:
     return tree
 
 
-def _expression(tree: ast.expr) -> Expression:
-    wrapped = ast.fix_missing_locations(ast.Expression(tree))
-    return Expression(ast.unparse(wrapped), wrapped, tuple(sorted(value_names(tree))))
-
-
 class RowProgram:
     """`values` ((name, Expression) in order, each reading only names defined before it) over the
     names in `levels` (inputs and scalars, with their levels). Reductions may nest in what a
@@ -164,7 +159,7 @@ class RowProgram:
         seen: dict[tuple, str] = {}
         for name, expression in values:
             tree = self._take_reductions(without_mean(expression.tree.body), seen)
-            body = _expression(tree)
+            body = expression_of(tree)
             level = max((self.levels[n] for n in body.names), default=UNIFORM)
             stage = max((self.stages[n] for n in body.names), default=0)
             self.levels[name], self.stages[name] = level, stage
@@ -184,7 +179,7 @@ class RowProgram:
                 if node.func.id == "sum":  # sum(r * e) = r * sum(e) for r one value per row
                     inner, outside = _row_factors(node.args[0], program.levels)
                     node.args[0] = inner
-                argument = _expression(node.args[0])
+                argument = expression_of(node.args[0])
                 key = (node.func.id, ast.dump(argument.tree))
                 if key not in seen:
                     name = seen[key] = f"_r{len(program.reductions)}"
@@ -407,7 +402,7 @@ def stage_pass(program: RowProgram, stage: int, block: str, prefix: str = "_p") 
                 weight = program.online_weight(s)
                 term = step
                 if weight is not None:  # sum(exp(u - m) * v): v along the row, from earlier stages
-                    body.extend(_lines([(f"_v{s.name[2:]}", _expression(weight))], f"{prefix}{stage}v{s.name[2:]}_"))
+                    body.extend(_lines([(f"_v{s.name[2:]}", expression_of(weight))], f"{prefix}{stage}v{s.name[2:]}_"))
                     weights.append(weight)
                     term = f"{step} * _v{s.name[2:]}"  # (t * v where v is NaN: NaN, as in the plain sum)
                 own = f"_v{s.name[2:]}" if weight is not None else "1.0"  # the value's term where it is the max
