@@ -149,6 +149,7 @@ def test_eager_equivalent_agrees_with_the_kernel(op, monkeypatch):
         pytest.skip("Triton's interpreter has no fp8 dot (and PyTorch's fp8 matmul, torch._scaled_mm, needs a GPU)")
     got, want = module.run_tilegen(inputs), module.run_torch(inputs)
     for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert g.dtype == w.dtype  # the same output written: an int op's eager side in ints too
         torch.testing.assert_close(g.float(), w.float(), atol=2e-2, rtol=2e-2)
     assert module.bytes_moved(shape, inputs[0].dtype) > 0
 
@@ -168,6 +169,35 @@ compute:
 tiles:
   N: {block: BLOCK, sizes: [256]}
 """
+
+
+INT_MATH = """\
+op: int_math
+kind: elementwise
+inputs:
+  a: {dtype: [int32, int64]}
+scalars:
+  k: {type: int, default: -3}
+outputs:
+  y: {dtype: a}
+compute:
+  y: a * 2 + maximum(k, 1) + abs(k)
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_the_eager_baseline_of_int_math_stays_int(tmp_path):
+    # Int literals were written as floats (a * 2.0): the eager side computed an int op in float32.
+    from tests.conftest import built_package
+
+    with built_package(tmp_path, "int_ops", {"int_math.yaml": INT_MATH}):
+        module = importlib.import_module("int_ops.bench.bench_int_math")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        for dtype in (torch.int32, torch.int64):
+            inputs = module.make_inputs(module.SMALL_SHAPE, dtype, device=device)
+            got, want = module.run_tilegen(inputs), module.run_torch(inputs)
+            assert want.dtype == dtype and torch.equal(got, want) and torch.equal(want, inputs[0] * 2 + 4)
 
 
 def test_the_eager_baseline_computes_functions_of_scalars_alone(tmp_path):

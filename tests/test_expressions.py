@@ -126,10 +126,11 @@ def test_generated_expressions_round_trip(source):
 
 
 @pytest.mark.parametrize("source, eager", [
-    ("where(acc > 0, acc, 0)", "torch.where(acc > 0.0, acc, 0.0)"),
-    ("maximum(acc, 0)", "torch.clamp(acc, min=0.0)"),
-    ("minimum(1, a)", "torch.clamp(a, max=1.0)"),
+    ("where(acc > 0, acc, 0)", "torch.where(acc > 0, acc, 0)"),
+    ("maximum(acc, 0)", "torch.clamp(acc, min=0)"),
+    ("minimum(1, a)", "torch.clamp(a, max=1)"),
     ("maximum(a, b)", "torch.maximum(a, b)"),
+    ("a * 2 + 0.5", "a * 2 + 0.5"),  # an int as written: int math stays int, as PyTorch keeps it
 ])
 def test_eager_form_keeps_python_scalars(source, eager):
     assert tidy(parse_expression(source, NAMES).to_eager()) == eager
@@ -137,7 +138,7 @@ def test_eager_form_keeps_python_scalars(source, eager):
 
 def test_eager_form_treats_scalar_names_as_numbers():
     expression = parse_expression("maximum(a, alpha * 2)", NAMES)
-    assert tidy(expression.to_eager(frozenset({"alpha"}))) == "torch.clamp(a, min=alpha * 2.0)"
+    assert tidy(expression.to_eager(frozenset({"alpha"}))) == "torch.clamp(a, min=alpha * 2)"
 
 
 @pytest.mark.parametrize("source, want", [
@@ -157,6 +158,14 @@ def test_eager_form_computes_a_function_of_scalars_alone_as_a_number(source, wan
     got = eval(parse_expression(source, NAMES).to_eager(frozenset({"alpha"})), {"torch": torch, "a": a, "alpha": alpha})
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, want(a, alpha).to(torch.float32))
+
+
+def test_eager_form_keeps_int_math_int():
+    # An int literal written as a float (a * 2.0 + 1.0) made the benchmark's eager side of an int
+    # op compute in float32: neither what a user writes nor the op's output dtype.
+    a = torch.arange(-3, 3, dtype=torch.int32)
+    got = eval(parse_expression("maximum(a * 2 + 1, 0)", NAMES).to_eager(), {"torch": torch, "a": a})
+    assert got.dtype == torch.int32 and got.tolist() == [0, 0, 0, 1, 3, 5]
 
 
 def test_eager_form_keeps_an_int_scalars_kind_through_a_function():

@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass
 from typing import Callable
 
-from .categories import FLOAT, INT, category_of
+from .categories import FLOAT, FLOAT_ONLY, INT, category_of
 
 MAX_EXPRESSION_CHARS = 2000
 MAX_NODES = 400
@@ -338,10 +338,13 @@ class _Emitter:
     def _is_integer(self, node: ast.AST) -> bool:
         return self.kinds is not None and category_of(node, self.kinds) == INT
 
-    def _number_dtype(self, node: ast.AST) -> str:
-        """The dtype argument of a 0-dim tensor holding the Python number `node` computes: float64
-        for a float (torch.tensor's default would round it to float32), none for an int or a bool
-        (a comparison), whose own kind torch.tensor keeps."""
+    def _number_dtype(self, node: ast.AST, function: str) -> str:
+        """The dtype argument of a 0-dim tensor holding the Python number `node` computes for
+        `function`: float64 for a float or a float-only function (torch.tensor's default would
+        round to float32), none for an int or a bool (a comparison), whose own kind torch.tensor
+        keeps."""
+        if function in FLOAT_ONLY:
+            return ", dtype=torch.float64"
         if isinstance(node, ast.Compare) or (self.kinds is not None and category_of(node, self.kinds) != FLOAT):
             return ""
         return ", dtype=torch.float64"
@@ -360,6 +363,10 @@ class _Emitter:
             # int stays an int where it fits 32 bits (Triton cannot represent one past 64, and the
             # math it meets is float anyway).
             if self.target == "triton" and isinstance(value, int) and -2**31 <= value < 2**31:
+                return repr(value)
+            # Eager code writes an int as an int, as a user would: PyTorch keeps int math int
+            # (a * 2 + 1 on int32 stays int32) and takes it as a float beside floats.
+            if self.target == "eager" and isinstance(value, int) and -2**63 <= value < 2**63:
                 return repr(value)
             return repr(float(value))
         if isinstance(node, ast.Name):
@@ -388,7 +395,7 @@ class _Emitter:
                 # A function of Python numbers alone (sqrt(eps)): PyTorch's functions take
                 # tensors, so it runs on 0-dim ones (float64 for a float, else the number's own
                 # kind) and hands its number back, which the math around it takes as a scalar.
-                return spec.torch.format(*(f"torch.tensor({self.emit(arg)}{self._number_dtype(arg)})"
+                return spec.torch.format(*(f"torch.tensor({self.emit(arg)}{self._number_dtype(arg, name)})"
                                            for arg in node.args)) + ".item()"
             if self.target == "eager" and name == "where" and not _reads_names(node.args[0], self.scalars):
                 # A condition on Python numbers alone (alpha > 0): torch.where takes a tensor,

@@ -50,7 +50,7 @@ def run_torch(inputs):
     """The eager PyTorch equivalent, in the inputs' own dtype."""
     a, b = inputs
     acc = a @ b
-    c = torch.where(acc > 0.0, acc, 0.0)
+    c = torch.where(acc > 0, acc, 0)
     return c
 
 
