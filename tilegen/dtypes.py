@@ -38,6 +38,13 @@ REDUCTION_DTYPES = FLOAT_DTYPES
 INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 
 
+def narrowest_int(dtypes) -> str | None:
+    """The int dtype among `dtypes` that holds the fewest values (None where there is none): a
+    Python int computed with such a tensor must fit it."""
+    ints = [d for d in dtypes if d in INT_RANGES]
+    return min(ints, key=lambda d: INT_RANGES[d][1]) if ints else None
+
+
 def category(dtype: str) -> str:
     """"float", "int" or "bool": what PyTorch's type promotion tells apart between kinds of dtype."""
     return "bool" if dtype == "bool" else "int" if dtype.startswith("int") else "float"

@@ -150,7 +150,7 @@ class Spec:
         from collections import defaultdict
 
         from .categories import FLOAT, Kind, int_scalars_met
-        from .dtypes import DTYPES, INT_RANGES
+        from .dtypes import DTYPES, narrowest_int
 
         # Names beyond the inputs and scalars (a matmul's acc, a reduction's steps) hold floats.
         kinds = defaultdict(lambda: Kind(FLOAT, False), self.number_kinds())
@@ -164,11 +164,11 @@ class Spec:
             inputs = [(t.public, t.name) for t in self.inputs if t.name in tensors]
             outputs = []
             for output in (t for t in self.outputs if t.name in tensors):
-                ints = [d for d in output.dtypes if d in INT_RANGES]
+                narrowest = narrowest_int(output.dtypes)
                 if output.dtype_source != output.name:
                     outputs.append((output.public, output.dtype_source))
-                elif ints:
-                    outputs.append((output.public, DTYPES[min(ints, key=lambda d: INT_RANGES[d][1])].torch))
+                elif narrowest is not None:
+                    outputs.append((output.public, DTYPES[narrowest].torch))
             resolved[scalar] = inputs, outputs
         return resolved
 

@@ -13,7 +13,7 @@ import re
 
 from .categories import FLOAT, CategoryError, Kind, can_hold, category_of, int_scalars_met
 from .dtypes import (ACCUMULATE_DTYPES, DTYPES, ELEMENTWISE_DTYPES, FLOAT_DTYPES, INT_RANGES, MATMUL_DTYPES,
-                     PRECISIONS, REDUCTION_DTYPES, category)
+                     PRECISIONS, REDUCTION_DTYPES, category, narrowest_int)
 from .errors import ErrorLog
 from .expressions import Expression, ExpressionError, parse_expression
 from .rows import ELEMENT, LEVEL_NAMES, ROW, UNIFORM, level_of
@@ -771,10 +771,9 @@ class _Validator(ShapeRules):
             if isinstance(value, str):
                 continue
             for name in sorted(tensors):
-                ints = [d for d, *_ in self.dtypes[name] if d in INT_RANGES]
-                if not ints:
+                narrowest = narrowest_int(d for d, *_ in self.dtypes[name])
+                if narrowest is None:
                     continue
-                narrowest = min(ints, key=lambda d: INT_RANGES[d][1])
                 low, high = INT_RANGES[narrowest]
                 if not low <= value <= high:
                     what = "output" if name == output else "input"
