@@ -117,10 +117,8 @@ class Expression:
         if all(mapping.get(name, name) == name for name in self.names):
             return self
         tree = copy.deepcopy(self.tree)
-        functions = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and id(node) not in functions:
-                node.id = mapping.get(node.id, node.id)
+        for node in value_name_nodes(tree):
+            node.id = mapping.get(node.id, node.id)
         return Expression(self.source, tree, tuple(sorted(mapping.get(n, n) for n in self.names)))
 
     def sharing(self, steps: dict[str, "Expression"]) -> "Expression":
@@ -253,9 +251,7 @@ class _Checker:
                 raise ExpressionError("only plain function calls are allowed")
             if func.id not in self.functions:
                 self.note(ExpressionError(f"function {func.id!r} is not allowed", self.allowed))
-                functions = {id(n.func) for arg in node.args for n in ast.walk(arg) if isinstance(n, ast.Call)}
-                for name in (n for arg in node.args for n in ast.walk(arg)
-                             if isinstance(n, ast.Name) and id(n) not in functions):
+                for name in (n for arg in node.args for n in value_name_nodes(arg)):
                     self.check(name, depth + 1, in_condition=False)  # its arguments' names still count
                 return
             if node.keywords:
@@ -343,11 +339,8 @@ class _Emitter:
         `function`: float64 for a float or a float-only function (torch.tensor's default would
         round to float32), none for an int or a bool (a comparison), whose own kind torch.tensor
         keeps."""
-        if function in FLOAT_ONLY:
-            return ", dtype=torch.float64"
-        if isinstance(node, ast.Compare) or (self.kinds is not None and category_of(node, self.kinds) != FLOAT):
-            return ""
-        return ", dtype=torch.float64"
+        exact = isinstance(node, ast.Compare) or (self.kinds is not None and category_of(node, self.kinds) != FLOAT)
+        return "" if exact and function not in FLOAT_ONLY else ", dtype=torch.float64"
 
     def _operand(self, node: ast.AST, repeated: bool) -> str:
         """`node` emitted, or the temporary bound to it where the code repeats it."""
@@ -451,10 +444,15 @@ def expression_of(tree: ast.expr) -> Expression:
     return Expression(ast.unparse(wrapped), wrapped, tuple(sorted(value_names(tree))))
 
 
-def value_names(tree: ast.AST) -> set[str]:
-    """The names of the values `tree` reads: its Name nodes but the functions it calls."""
+def value_name_nodes(tree: ast.AST) -> list[ast.Name]:
+    """The Name nodes of `tree` that read values: all but the functions it calls."""
     functions = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
-    return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in functions}
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in functions]
+
+
+def value_names(tree: ast.AST) -> set[str]:
+    """The names of the values `tree` reads (not the functions it calls)."""
+    return {node.id for node in value_name_nodes(tree)}
 
 
 def _reads_names(node: ast.AST, ignoring: frozenset[str] = frozenset()) -> bool:
