@@ -239,6 +239,15 @@ def reduction_warps(elements):
     return max(1, min(16, elements // 512))
 
 
+def column_sums_tile(n, sms):
+    """(columns a program, rows a step, warps) of the kernel that sums a backward's column gradients
+    down long rows: the widest strip of 32 to 128 columns that still gives every multiprocessor
+    two programs (each program runs down every row, so the columns alone spread the work), and a
+    tile of 4096 elements a step."""
+    cols = next((c for c in (128, 64) if cdiv(n, c) >= 2 * sms), 32)
+    return cols, 4096 // cols, 4
+
+
 class ReductionSpace:
     """Candidate configs for a reduction: a tile holding whole rows (its block the row length's
     next power of two, up to `max_tile`) with some rows per program, or, for a row longer than a
