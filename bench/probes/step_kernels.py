@@ -48,8 +48,14 @@ def main(op, shape_text, dtype_name="float16"):
     shape = tuple(int(s) for s in shape_text.split("x"))
     inputs = leaves(module.make_inputs(shape, getattr(torch, dtype_name), device="cuda"))
     seeds = output_seeds(module, inputs)
+    forced = contextlib.nullcontext()
+    if os.environ.get("CONFIG"):
+        from tilegen.runtime import backward_op_of
+        forced = backward_op_of(module.run_tilegen.__module__.replace("bench.bench_", "")).configs.forcing(
+            json.loads(os.environ["CONFIG"]))
     for provider, forward in (("tilegen", module.run_tilegen), ("torch", module.run_torch)):
-        times = kernel_times(step_function(forward, inputs, seeds))
+        with forced if provider == "tilegen" else contextlib.nullcontext():
+            times = kernel_times(step_function(forward, inputs, seeds))
         print(f"{op} {shape_text} {dtype_name} {provider}: {sum(times.values()):.1f} us of kernels a step")
         for name, us in sorted(times.items(), key=lambda item: -item[1]):
             print(f"  {us:8.1f} us  {name}")
