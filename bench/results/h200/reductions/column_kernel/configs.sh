@@ -10,7 +10,6 @@ out="${OUT:?}"
 mkdir -p "$out"
 configs=(
     ''
-    '{"BLOCK_N": 8192, "ROWS": 1, "num_warps": 16, "UNROLL": 0}'
     '{"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "UNROLL": 0}'
     '{"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "UNROLL": 0, "PROGRAMS": 1}'
     '{"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "UNROLL": 2, "PROGRAMS": 1}'
