@@ -762,8 +762,13 @@ def test_a_backward_space_tries_several_looped_rows_a_step_and_a_table_may_choos
     looped = {(c["BLOCK_N"], c["ROWS"]) for c in backward.candidates(FACTS, key, explore=True)}
     # Up to 16384 elements a step: 8192 by 2 rows, 4096 and 1024 by 4.
     assert looped == {(1024, 1), (1024, 2), (1024, 4), (4096, 1), (4096, 2), (4096, 4), (8192, 1), (8192, 2)}
-    # Launches without a table, and forwards even when tuned, keep one row a step.
+    # Launches without a table, and forwards even when tuned, keep one row a step; a backward
+    # without a table loops in blocks of 4096 at most, a forward (rows past its whole tile) in its largest.
     assert {c["ROWS"] for c in backward.candidates(FACTS, key)} == {1}
+    assert backward.heuristic(backward.candidates(FACTS, key), FACTS, key)["BLOCK_N"] == 4096
+    plain = ReductionSpace("BLOCK_N", [1024, 4096, 8192], [])
+    longer = (65536, 4096, 2)
+    assert plain.heuristic(plain.candidates(FACTS, longer), FACTS, longer)["BLOCK_N"] == 8192
     forward = ReductionSpace("BLOCK_N", [1024, 4096, 8192], [])
     assert {c["ROWS"] for c in forward.candidates(FACTS, key, explore=True) if c["BLOCK_N"] < 32768} == {1}
     # The rule's blocks a trip count every row of the step: 64 elements a thread at most.

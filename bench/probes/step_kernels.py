@@ -6,7 +6,7 @@ kernel's mean GPU time a step, and the step's summed kernel time).
     PACKAGE=.ab/A/generated ...   (another build of the package: an A/B of two trees' kernels)
     COLUMN_TILE=64,64,4 ...       (the column-sum kernel's columns, rows a step and warps, for long
                                    rows' backward, in place of configs.column_sums_tile's)
-    CONFIG='{"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "UNROLL": 0, "PROGRAMS": 2}' ...
+    CONFIG='{"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "UNROLL": 0}' ...
                                   (the backward kernel's config, forced)
 """
 import contextlib

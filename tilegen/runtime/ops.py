@@ -531,10 +531,6 @@ class ReductionOp(Op):
                 blocks = min(blocks, sms if shared else self.SUM_PROGRAMS_PER_SM * sms)
                 head = split_k_workspace(views[0].device, len(sums) * blocks * n, 2, fresh=traced, dtype=wide)
                 constexprs["SHARED_FINISH"] = shared
-        if looped and config.get("PROGRAMS"):
-            # Programs a multiprocessor at most: each passes over its rows several times, and
-            # fewer rows in flight stay in L2 between the passes.
-            blocks = min(blocks, config["PROGRAMS"] * device_facts(views[0].device)[0])
         strides = [int(s) for view in views for s in view.stride()]
         constexprs.update({self.block: block, "ROWS": per_program, "ONE_TILE": not looped,
                            "UNROLL": row_unroll(config.get("UNROLL", 0), n, block, config["num_warps"], per_program)})

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Long rows' backward row kernel under forced configs (bench/probes/step_kernels.py CONFIG=...):
 # blocks, warps, rows a step, blocks a trip, and PROGRAMS (programs a multiprocessor at most, so
-# that the rows in flight stay in L2 between the passes), each kernel's GPU time a training step.
+# that the rows in flight stay in L2 between the passes: read by ReductionOp._launch at 003ca3a, where
+# this ran; removed after, as it gained nothing), each kernel's GPU time a training step.
 #   OUT=$OUT/configs bash bench/results/h200/reductions/column_kernel/configs.sh
 set -uo pipefail
 cd "$(dirname "$0")/../../../../.."
