@@ -87,8 +87,8 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         passes.append(dict(loads=[_load(n, along[n]) for n in step.loads], before=list(step.before),
                            body=list(step.body), after=list(step.after), what=what))
     final = output_pass(program, elements)
-    # A long row's column sums are left to a kernel of their own (column_kernel): the passes store
-    # the row values those sums read into the workspace, one row of it each.
+    # A long row's column sums are left to the kernel's column phase (column_phase): the passes
+    # store the row values those sums read into the workspace, one row of it each.
     values = program.row_values_read(sums) if sums else []
     values_store = [f"tl.store({_row_value(k)}, tl.broadcast_to({v}, [ROWS, 1]), mask=row_mask)"
                     for k, v in enumerate(values)]
@@ -138,34 +138,27 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         output_lines=list(final.body),
         values_store=values_store,
         writes_along=bool(elements),
-        columns=column_kernel(name, program, inputs, outputs, values, scalars, float_scalars) if sums else None,
+        columns=column_phase(program, inputs, outputs, values) if sums else None,
     )
 
 
-def column_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: dict[str, str],
-                  values: list[str], scalars: list[str], float_scalars: list[str] = ()) -> dict:
-    """The pieces of the kernel that sums a backward's column gradients over long rows: each
-    program takes COLS columns down every row, ROWS rows a step, from the inputs and the row values
-    the row kernel's passes left in the workspace (`values`, in order). Its parameters are the row
-    kernel's, so that one argument list serves both."""
-    tensors = {**inputs, **outputs}
+def column_phase(program: RowProgram, inputs: dict[str, str], outputs: dict[str, str], values: list[str]) -> dict:
+    """The lines of a long row's column phase: once every program has passed over its rows, each
+    takes strips of COLS columns down every row, COL_ROWS rows a step, from the inputs and the row
+    values the passes left in the workspace (`values`, in order)."""
     along = {n: role for n, role in inputs.items() if role != "row"}
     sums = [n for n, role in outputs.items() if role == "column_sum"]
     step = output_pass(program, sums, prefix="_k")
+    # .cg: the row values other programs stored are read from L2, never a stale L1 line.
+    loaded = [f"{v} = tl.load({_row_value(k)}, mask=row_mask, cache_modifier=\".cg\")" for k, v in enumerate(values)]
     return dict(
-        name=f"{name}_column_sums",
         value_count=len(values),
-        scalar_casts=[f"{n} = (tl.zeros([1, 1], compute) + {n}).to(compute)" for n in float_scalars],
-        pointer_params=", ".join(f"{n}_ptr" for n in tensors),
-        scalar_params=", ".join(scalars),
-        stride_params=", ".join(s for n, role in tensors.items() for s in _strides(n, role)),
         column_loads=[_load(n, along[n]) for n in step.loads if along[n] == "column"],
-        row_loads=[_load(n, "row") for n in program.row_inputs_read(sums)]
-        + [f"{v} = tl.load({_row_value(k)}, mask=row_mask)" for k, v in enumerate(values)],
+        row_loads=[_load(n, "row") for n in program.row_inputs_read(sums)] + loaded,
         element_loads=[_load(n, along[n]) for n in step.loads if along[n] == "element"],
         lines=list(step.body),
         # Each lane keeps its own running sum; the lanes of a column are added up once, at the end.
-        sums_before=[f"_c_{n} = tl.zeros([ROWS, COLS], compute)" for n in sums],
+        sums_before=[f"_c_{n} = tl.zeros([COL_ROWS, COLS], compute)" for n in sums],
         sums_add=[f"_c_{n} += tl.where(mask, {n}, 0.0)" for n in sums],
         sums_store=[f"tl.store({n}_ptr + cols * stride_{n}_0, tl.sum(_c_{n}, axis=0, keep_dims=True)"
                     f".to({n}_ptr.dtype.element_ty), mask=cols < row_length)" for n in sums],

@@ -4,7 +4,7 @@ kernel's mean GPU time a step, and the step's summed kernel time).
 
     PYTHONPATH=. python3 bench/probes/step_kernels.py layer_norm 4096x4096 [float16]
     PACKAGE=.ab/A/generated ...   (another build of the package: an A/B of two trees' kernels)
-    COLUMN_TILE=64,64,4 ...       (the column-sum kernel's columns, rows a step and warps, for long
+    COLUMN_TILE=64,64 ...         (the column phase's columns a strip and rows a step, for long
                                    rows' backward, in place of configs.column_sums_tile's)
     CONFIG='{"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "UNROLL": 0}' ...
                                   (the backward kernel's config, forced)

@@ -246,12 +246,11 @@ def reduction_warps(elements):
 
 
 def column_sums_tile(n, sms):
-    """(columns a program, rows a step, warps) of the kernel that sums a backward's column gradients
-    down long rows: the widest strip of 32 to 128 columns that still gives every multiprocessor
-    two programs (each program runs down every row, so the columns alone spread the work), and a
-    tile of 4096 elements a step."""
+    """(columns a strip, rows a step) of a backward's column phase over long rows, where each
+    program sums whole strips of columns down every row: the widest strip of 32 to 128 columns
+    that still gives every multiprocessor two strips, and a tile of 4096 elements a step."""
     cols = next((c for c in (128, 64) if cdiv(n, c) >= 2 * sms), 32)
-    return cols, 4096 // cols, 4
+    return cols, 4096 // cols
 
 
 class ReductionSpace:

@@ -401,11 +401,10 @@ class ReductionOp(Op):
     backward's output, "column_sum" ([N]: the sum over the rows). Where rows are held whole, each
     program adds up its rows' columns in a workspace row of its own and the programs' rows are
     then added up in a fixed order, on a GPU by every program a share of the columns after a
-    grid-wide wait, in the interpreter by the last program to finish: one launch. Where rows
-    loop, the kernel leaves each row's values (`column_sums`: the column-sum kernel and how many
-    values it reads) in the workspace and the column-sum kernel, launched after it, sums each
-    column down every row. Either way the same sum every run; the workspace is split-K's, per
-    stream. The
+    grid-wide wait, in the interpreter by the last program to finish. Where rows loop, each
+    program leaves its rows' values (`row_values` of them) in the workspace, and the finish sums
+    strips of columns down every row. One launch, the same sum every run; the workspace is
+    split-K's, per stream. The
     kernel reads element tensors as [R, N] through two strides, column and row tensors through
     one; `run` makes those views (copies where leading axes do not merge into one row stride) and
     writes results it could not view back into the outputs. `block` is the spec's block name."""
@@ -415,12 +414,10 @@ class ReductionOp(Op):
     SUM_PROGRAMS_PER_SM = 2
 
     def __init__(self, name, kernel, configs, *, roles, block="BLOCK", compute=tl.float32, listed=True,
-                 column_sums=None):
+                 row_values=0):
         super().__init__(name, configs, kernel, listed)
         self.kernel = Kernel(kernel)
-        # A backward's (column-sum kernel, how many row values it reads from the workspace).
-        column_kernel, self.row_values = column_sums or (None, 0)
-        self.column_kernel = column_kernel and Kernel(column_kernel)
+        self.row_values = row_values  # a backward's: the values a long row leaves for its column sums
         self.roles, self.block, self.compute = tuple(roles), block, compute
 
     def shape(self, op, named):
@@ -500,9 +497,6 @@ class ReductionOp(Op):
         self._learn(None if copied else call, launched, result)
 
     def _launch(self, views, pointers, scalars, rows, n, config, sums=()):
-        """Launch the kernel (and, for a long row's column sums, the column-sum kernel after it);
-        return what was launched where one launch served the call, else None (the compiled call
-        path learns single launches)."""
         block, per_program = config[self.block], config["ROWS"]
         blocks = cdiv(rows, per_program)
         looped = block < n
@@ -510,37 +504,28 @@ class ReductionOp(Op):
         math_64 = self.compute == tl.float64 or any(v.dtype == torch.float64 for v in views)
         constexprs = {"INDEX_64": needs_int64(*views, extra=block * per_program), "MATH_64": math_64}
         if sums:
+            # On a GPU at most one program a multiprocessor, all resident at once, so that all can
+            # wait for each other and then share the finish. Elsewhere (the interpreter runs
+            # programs one at a time; see grid_wait_allowed) a few a multiprocessor, and the last
+            # to arrive finishes alone. Rows held whole: each program sums its rows' columns into
+            # a workspace row, and the finish adds those up. Long rows: each program leaves its
+            # rows' values in the workspace, and the finish sums strips of columns down every row
+            # (adding each block's column sums into a workspace row as the output pass went cost
+            # more than the row's other work: bench/results/h200/reductions/column_kernel).
+            shared = grid_wait_allowed(views[0].device)
+            sms = device_facts(views[0].device)[0]
+            blocks = min(blocks, sms if shared else self.SUM_PROGRAMS_PER_SM * sms)
             traced = library.traced(views)
-            wide = torch.float64 if math_64 else torch.float32
+            room = self.row_values * rows if looped else len(sums) * blocks * n
+            head = split_k_workspace(views[0].device, max(1, room), 2, fresh=traced,
+                                     dtype=torch.float64 if math_64 else torch.float32)
+            cols, col_rows = column_sums_tile(n, sms)
+            constexprs.update({"SHARED_FINISH": shared, "COLS": cols, "COL_ROWS": col_rows})
             if looped:
-                # The row kernel's passes leave each row's values in the workspace and the column
-                # sums are a second launch: summed in the output pass, block by block into the
-                # workspace, they cost more than the row's other work (bench/results/h200/
-                # reductions/column_kernel). The row kernel then runs on the whole grid.
-                head = split_k_workspace(views[0].device, max(1, self.row_values * rows), 2, fresh=traced,
-                                         dtype=wide)
-                constexprs["SHARED_FINISH"] = False
-            else:
-                # Programs each sum their rows' columns into a workspace row, then finish the sums.
-                # On a GPU at most one program a multiprocessor, all resident at once: after a
-                # grid-wide wait every program adds up a share of the columns. Elsewhere (the
-                # interpreter runs programs one at a time; see grid_wait_allowed) a few a
-                # multiprocessor, and the last to arrive adds them all.
-                shared = grid_wait_allowed(views[0].device)
-                sms = device_facts(views[0].device)[0]
-                blocks = min(blocks, sms if shared else self.SUM_PROGRAMS_PER_SM * sms)
-                head = split_k_workspace(views[0].device, len(sums) * blocks * n, 2, fresh=traced, dtype=wide)
-                constexprs["SHARED_FINISH"] = shared
+                constexprs["INDEX_64"] = needs_int64(*views, extra=max(block * per_program, cols * col_rows))
         strides = [int(s) for view in views for s in view.stride()]
         constexprs.update({self.block: block, "ROWS": per_program, "ONE_TILE": not looped,
                            "UNROLL": row_unroll(config.get("UNROLL", 0), n, block, config["num_warps"], per_program)})
-        args = (*head, *pointers, *scalars, rows, n, *strides)
         varying = len(head) + len(views) + len(scalars)
-        launched = self.kernel.launch((blocks,), args, varying, constexprs, config["num_warps"])
-        if not (sums and looped):
-            return launched
-        cols, step, warps = column_sums_tile(n, device_facts(views[0].device)[0])
-        self.column_kernel.launch((cdiv(n, cols),), args, varying,
-                                  {"COLS": cols, "ROWS": step, "INDEX_64": needs_int64(*views, extra=cols * step),
-                                   "MATH_64": math_64}, warps)
-        return None
+        return self.kernel.launch((blocks,), (*head, *pointers, *scalars, rows, n, *strides), varying, constexprs,
+                                  config["num_warps"])

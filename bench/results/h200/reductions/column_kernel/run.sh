@@ -23,6 +23,6 @@ for point in "layer_norm 4096x32768 float16" "layer_norm 4096x32768 float32" "la
     probe "before_$1_$2_$3" PYTHONPATH="$before" bash -c "cd $before && python3 bench/probes/step_kernels.py $*"
     probe "after_$1_$2_$3" python3 bench/probes/step_kernels.py "$@"
 done
-for tile in 32,128,4 128,32,4 64,64,8; do
+for tile in 32,128,4 128,32,4 64,64,8; do  # (a column kernel of its own then, with its warps: at cdcb47f)
     probe "tile_${tile//,/_}" COLUMN_TILE=$tile python3 bench/probes/step_kernels.py layer_norm 4096x32768 float16
 done
