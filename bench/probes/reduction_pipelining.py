@@ -17,7 +17,6 @@ import importlib.util
 import inspect
 import json
 import os
-import re
 import sys
 import tempfile
 import textwrap
