@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The column phase's tree (branch column-phase) on the H200: build check, the reduction tests compiled, each kernel's GPU time a
+# The column phase's tree (branch long-rows) on the H200: build check, the reduction tests compiled, each kernel's GPU time a
 # training step at rows of 32768 (bench/probes/step_kernels.py), a step's wall time back to back
 # (bench/probes/step_host.py), then the norms' training step against eager autograd and
 # torch.compile (default and max-autotune).
