@@ -13,7 +13,7 @@ import torch
 from tilegen.derivatives import differentiate
 from tilegen.expressions import assignments, parse_expression
 from tilegen.rows import ELEMENT, ROW, UNIFORM, RowProgram, output_pass, stage_pass, whole_row_lines
-from tests.conftest import built_package, validated
+from tests.conftest import REPO, built_package, validated
 
 # Kernels run on the GPU where there is one, else in Triton's interpreter on CPU tensors.
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -323,13 +323,16 @@ def test_a_bias_gradient_is_summed_by_the_backward_kernel_not_after_it():
     assert differentiate([("y", expression)], ["d", "w", "b"]).passed == {"b": "y"}
 
 
-@pytest.mark.parametrize("rows, block", [(300, None), (40, 128)], ids=["whole_rows", "looped_rows"])
+@pytest.mark.parametrize("rows, block", [(300, None), (40, 128), (300, 128)],
+                         ids=["whole_rows", "looped_rows", "looped_rows_several_steps"])
 def test_a_weights_gradient_adds_up_every_programs_rows_and_columns(rows, block):
-    # More rows than programs (each program sums several into its workspace row), more programs
-    # than one block of the finish adds at a time, columns past one block of it with a partial
-    # last one: the finish misses none and counts none twice. On a GPU every program finishes a
-    # share of the columns after a grid-wide wait; run twice, the workspace's counters come back
-    # to zero for the next launch (a second run would hang or skip the finish otherwise).
+    # Rows held whole: more rows than programs (each program sums several into its workspace row),
+    # more programs than one block of the finish adds at a time, columns past one block of it with
+    # a partial last one: the finish misses none and counts none twice. On a GPU every program
+    # finishes a share of the columns after a grid-wide wait; run twice, the workspace's counters
+    # come back to zero for the next launch (a second run would hang or skip the finish otherwise).
+    # Looped rows: the column phase runs down fewer rows than one of its steps, and down
+    # several with a partial last one, over strips of columns with a partial last one.
     from generated import layer_norm
     from generated.layer_norm import _BACKWARD
 
@@ -723,6 +726,34 @@ def test_a_backward_takes_several_rows_a_step(monkeypatch, length, config):
             torch.testing.assert_close(mine.grad, theirs.grad, msg=lambda m: f"{op.__name__} input {index}: {m}")
 
 
+def test_a_long_rows_column_sums_read_only_the_row_values_they_need_from_the_passes():
+    # LayerNorm's weight gradient g * (x - mean) * rstd reads the row's mean (its sum) and rstd
+    # from the passes, and its bias gradient nothing: the column phase gets those two values
+    # a row, not the backward's every row value (sum(g * w), sum(g * w * (x - mean)), ...).
+    from tilegen.build import load_specs
+    from tilegen.reduction_lowering import reduction_context
+
+    spec = next(s.spec for s in load_specs([REPO / "specs"], REPO) if s.spec.op == "layer_norm")
+    kernel = reduction_context(spec, "")["backward"]["kernel"]
+    columns = kernel["columns"]
+    assert columns["value_count"] == 2 == len(kernel["values_store"])
+    loaded = [line.split(" = ")[0] for line in columns["row_loads"]]
+    assert len(loaded) == 2 and all(name.startswith(("_r", "_s")) for name in loaded)
+    assert "_g_mean" not in " ".join(columns["lines"] + columns["row_loads"])
+    # The row kernel's long-row output pass no longer adds up columns.
+    assert not any("atomic_add" in line or "_d_w" in line for line in kernel["output_lines"] + kernel["element_stores"])
+
+
+def test_the_column_phase_spreads_the_columns_over_every_multiprocessor():
+    from tilegen.runtime.configs import column_sums_tile
+
+    for n in (8193, 16384, 32768, 65536, 1 << 20):
+        cols, rows = column_sums_tile(n, 132)
+        assert cols in (32, 64, 128) and cols * rows == 4096
+        assert -(-n // cols) >= 2 * 132 or cols == 32  # two programs a multiprocessor where columns allow
+    assert column_sums_tile(32768, 132)[0] == 64 and column_sums_tile(1 << 20, 132)[0] == 128
+
+
 def test_a_backward_space_tries_several_looped_rows_a_step_and_a_table_may_choose_them():
     from tilegen.runtime.configs import ConfigChooser, ReductionSpace, row_unroll
 
@@ -731,8 +762,13 @@ def test_a_backward_space_tries_several_looped_rows_a_step_and_a_table_may_choos
     looped = {(c["BLOCK_N"], c["ROWS"]) for c in backward.candidates(FACTS, key, explore=True)}
     # Up to 16384 elements a step: 8192 by 2 rows, 4096 and 1024 by 4.
     assert looped == {(1024, 1), (1024, 2), (1024, 4), (4096, 1), (4096, 2), (4096, 4), (8192, 1), (8192, 2)}
-    # Launches without a table, and forwards even when tuned, keep one row a step.
+    # Launches without a table, and forwards even when tuned, keep one row a step; a backward
+    # without a table loops in blocks of 4096 at most, a forward (rows past its whole tile) in its largest.
     assert {c["ROWS"] for c in backward.candidates(FACTS, key)} == {1}
+    assert backward.heuristic(backward.candidates(FACTS, key), FACTS, key)["BLOCK_N"] == 4096
+    plain = ReductionSpace("BLOCK_N", [1024, 4096, 8192], [])
+    longer = (65536, 4096, 2)
+    assert plain.heuristic(plain.candidates(FACTS, longer), FACTS, longer)["BLOCK_N"] == 8192
     forward = ReductionSpace("BLOCK_N", [1024, 4096, 8192], [])
     assert {c["ROWS"] for c in forward.candidates(FACTS, key, explore=True) if c["BLOCK_N"] < 32768} == {1}
     # The rule's blocks a trip count every row of the step: 64 elements a thread at most.

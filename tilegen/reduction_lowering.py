@@ -28,8 +28,15 @@ SUM_ROWS, SUM_COLS = 16, 256
 
 
 def _partial(index: int, program: str = "pid", cols: str = "cols") -> str:
-    """The row of the workspace where `program` sums its rows of the `index`-th column sum."""
-    return f"partial_ptr + ({index} * tl.num_programs(0) + {program}) * row_length + {cols}"
+    """The row of the workspace where `program` sums its rows of the `index`-th column sum (rows
+    held whole)."""
+    return f"workspace_ptr + ({index} * tl.num_programs(0) + {program}) * row_length + {cols}"
+
+
+def _row_value(index: int) -> str:
+    """The workspace row holding the `index`-th row value the column phase reads (long rows)."""
+    return f"workspace_ptr + {index} * n_rows + rows"
+
 _MASK = {"element": "mask", "column": "cols < row_length", "row": "row_mask", "column_sum": "cols < row_length"}
 
 
@@ -79,16 +86,12 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         what = f"stages {stage} and {stage + 1} (its sums online)" if program.folded(stage + 1) else f"stage {stage}"
         passes.append(dict(loads=[_load(n, along[n]) for n in step.loads], before=list(step.before),
                            body=list(step.body), after=list(step.after), what=what))
-    final = output_pass(program, elements + sums)
-    # A long row adds each block's column sums into the program's row of the workspace in turn
-    # (zeroed first: the workspace is reused from launch to launch), by atomic adds that no
-    # thread waits for: a load, an add and a store there held each block of the output pass on
-    # the load (no other program touches the row, and one program's adds to an address land in
-    # order: the same sum every run).
-    accumulate, zero = [], []
-    for index, n in enumerate(sums):
-        accumulate.append(f"tl.atomic_add({_partial(index)}, {_column_sum(n)}, mask=cols < row_length, sem=\"relaxed\")")
-        zero.append(f"tl.store({_partial(index)}, tl.zeros([1, {block}], compute), mask=cols < row_length)")
+    final = output_pass(program, elements)
+    # A long row's column sums are left to the kernel's column phase (column_phase): the passes
+    # store the row values those sums read into the workspace, one row of it each.
+    values = program.row_values_read(sums) if sums else []
+    values_store = [f"tl.store({_row_value(k)}, tl.broadcast_to({v}, [ROWS, 1]), mask=row_mask)"
+                    for k, v in enumerate(values)]
     # Each column sum adds up the programs' workspace rows SUM_ROWS at a time, in program order
     # (the same sum every run), over SUM_COLS columns at a time: either every program a share of
     # the columns after all have arrived, or the last program to arrive all of them (template).
@@ -126,7 +129,6 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         sums_before=[f"_c_{n} = tl.zeros([1, {block}], compute)" for n in sums],
         sums_add=[f"_c_{n} += {_column_sum(n)}" for n in sums],
         sums_store=[f"tl.store({_partial(index)}, _c_{n}, mask=cols < row_length)" for index, n in enumerate(sums)],
-        sums_zero=zero,
         sums_finish=finish,
         sum_rows=SUM_ROWS,
         sum_cols=SUM_COLS,
@@ -134,8 +136,32 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         passes=passes,
         output_loads=[_load(n, along[n]) for n in final.loads],
         output_lines=list(final.body),
-        output_sums=accumulate,
-        writes_along=bool(elements or sums),
+        values_store=values_store,
+        writes_along=bool(elements),
+        columns=column_phase(program, inputs, outputs, values) if sums else None,
+    )
+
+
+def column_phase(program: RowProgram, inputs: dict[str, str], outputs: dict[str, str], values: list[str]) -> dict:
+    """The lines of a long row's column phase: once every program has passed over its rows, each
+    takes strips of COLS columns down every row, COL_ROWS rows a step, from the inputs and the row
+    values the passes left in the workspace (`values`, in order)."""
+    along = {n: role for n, role in inputs.items() if role != "row"}
+    sums = [n for n, role in outputs.items() if role == "column_sum"]
+    step = output_pass(program, sums, prefix="_k")
+    # .cg: the row values other programs stored are read from L2, never a stale L1 line.
+    loaded = [f"{v} = tl.load({_row_value(k)}, mask=row_mask, cache_modifier=\".cg\")" for k, v in enumerate(values)]
+    return dict(
+        value_count=len(values),
+        column_loads=[_load(n, along[n]) for n in step.loads if along[n] == "column"],
+        row_loads=[_load(n, "row") for n in program.row_inputs_read(sums)] + loaded,
+        element_loads=[_load(n, along[n]) for n in step.loads if along[n] == "element"],
+        lines=list(step.body),
+        # Each lane keeps its own running sum; the lanes of a column are added up once, at the end.
+        sums_before=[f"_c_{n} = tl.zeros([COL_ROWS, COLS], compute)" for n in sums],
+        sums_add=[f"_c_{n} += tl.where(mask, {n}, 0.0)" for n in sums],
+        sums_store=[f"tl.store({n}_ptr + cols * stride_{n}_0, tl.sum(_c_{n}, axis=0, keep_dims=True)"
+                    f".to({n}_ptr.dtype.element_ty), mask=cols < row_length)" for n in sums],
     )
 
 

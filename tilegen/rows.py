@@ -308,6 +308,27 @@ class RowProgram:
     def output_values(self, outputs) -> list[Assignment]:
         return self._needed(outputs)
 
+    def _names_read(self, outputs) -> set[str]:
+        """`outputs` and every name the element-level assignments computing them read."""
+        read = set(outputs)
+        for a in self._needed(outputs):
+            read.update(a.expression.names)
+        return read
+
+    def row_values_read(self, outputs) -> list[str]:
+        """The values computed once a row (reductions, and assignments that are not along the row)
+        that computing `outputs` along the row reads, in the order they are computed: what a
+        kernel that computes `outputs` apart from the passes needs handed to it."""
+        read = self._names_read(outputs)
+        computed = [r.name for r in self.reductions] + [a.name for a in self.assignments if a.level != ELEMENT]
+        return [n for n in sorted(computed, key=lambda n: self.stages[n]) if n in read]
+
+    def row_inputs_read(self, outputs) -> list[str]:
+        """The inputs given one value a row that computing `outputs` along the row reads."""
+        read = self._names_read(outputs)
+        computed = {a.name for a in self.assignments} | {r.name for r in self.reductions}
+        return [n for n in self.levels if n in read and n not in computed and self.levels[n] == ROW]
+
 
 # ---- Triton lines ---------------------------------------------------------------------------
 

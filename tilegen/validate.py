@@ -49,7 +49,7 @@ RESERVED_OP_NAMES = RESERVED | KERNEL_HELPERS | {"generated", "support", "route"
 RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "MATH_64", "NUM_SMS", "DOT_PRECISION", "EPILOGUE",
                                   "SAVE_ACC", "SPLIT_K", "USE_TMA", "USE_TMA_STORE", "TRANS_A", "TRANS_B", "PEEL_K",
                                   "PERSISTENT", "FLATTEN", "BATCHED", "EVEN",
-                                  "ROWS", "ONE_TILE", "UNROLL", "SHARED_FINISH"})
+                                  "ROWS", "ONE_TILE", "UNROLL", "SHARED_FINISH", "COLS", "COL_ROWS"})
 RESERVED_BLOCK_PREFIXES = ("EVEN_", "MASK_", "HAS_", "OUT_", "IN_")
 RESERVED_BLOCK_SUFFIXES = ("_FACTOR",)  # a size's or a stride's known factor (M_FACTOR, STRIDE_A_0_FACTOR)
 MAX_SIZES = 8

@@ -4,6 +4,8 @@ kernel's mean GPU time a step, and the step's summed kernel time).
 
     PYTHONPATH=. python3 bench/probes/step_kernels.py layer_norm 4096x4096 [float16]
     PACKAGE=.ab/A/generated ...   (another build of the package: an A/B of two trees' kernels)
+    COLUMN_TILE=64,64 ...         (the column phase's columns a strip and rows a step, for long
+                                   rows' backward, in place of configs.column_sums_tile's)
     CONFIG='{"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "UNROLL": 0}' ...
                                   (the backward kernel's config, forced)
 """
@@ -41,6 +43,10 @@ def kernel_times(step):
 
 def main(op, shape_text, dtype_name="float16"):
     callpath.load(wait=True)
+    if os.environ.get("COLUMN_TILE"):
+        import tilegen.runtime.ops as ops
+        tile = tuple(int(v) for v in os.environ["COLUMN_TILE"].split(","))
+        ops.column_sums_tile = lambda n, sms: tile
     module = load_bench_modules([op], os.environ.get("PACKAGE", "generated"))[0]
     print(f"{module.__name__}: {module.__file__}")
     shape = tuple(int(s) for s in shape_text.split("x"))

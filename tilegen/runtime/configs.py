@@ -212,6 +212,12 @@ _ROWS_PER_PROGRAM = (1, 2, 4, 8, 16, 32, 64)
 # The largest tile (rows by block) of a looped row's step that tuning tries, as for several
 # rows held whole (ReductionSpace._rows_options).
 MAX_LOOPED_TILE = 16384
+# A backward's looped row goes in blocks of at most this many: it keeps more of each block live
+# than a forward. On the H200 at 4096x32768 (bench/results/h200/reductions/column_kernel), the
+# backward's row kernel in blocks of 4096 against 8192: layer_norm float32 650 against 872 us;
+# with the grid at one program a multiprocessor, layer_norm float16 344 against 363, rms_norm 300
+# against 305, add_rms_norm 493 against 471 (its table holds its own).
+MAX_BACKWARD_LOOP_BLOCK = 4096
 # A looped row goes UNROLL blocks a loop trip, a tl.static_range each, so that a trip's loads
 # are issued together (Triton pipelines no loop along a row). A config's UNROLL of 0 leaves it to
 # the rule: the row's blocks, at most MAX_UNROLL (more would only lengthen the compile) and at
@@ -237,6 +243,14 @@ def row_unroll(unroll, n, block, warps, rows=1):
 def reduction_warps(elements):
     # About 16 elements of the tile per thread for short tiles, up to 64 for the longest rows.
     return max(1, min(16, elements // 512))
+
+
+def column_sums_tile(n, sms):
+    """(columns a strip, rows a step) of a backward's column phase over long rows, where each
+    program sums whole strips of columns down every row: the widest strip of 32 to 128 columns
+    that still gives every multiprocessor two strips, and a tile of 4096 elements a step."""
+    cols = next((c for c in (128, 64) if cdiv(n, c) >= 2 * sms), 32)
+    return cols, 4096 // cols
 
 
 class ReductionSpace:
@@ -312,13 +326,16 @@ class ReductionSpace:
 
     def heuristic(self, fitting, facts, key):
         """Whole rows where they fit a tile, with the default rows per program; else the largest
-        block, looping."""
+        block, looping (a backward's: up to MAX_BACKWARD_LOOP_BLOCK)."""
         n, count = key[0], key[1]
         whole = [c for c in fitting if c[self.block] >= n]
         if whole:
             rows = self._default_rows(whole[0][self.block], count)
             return min(whole, key=lambda c: (abs(c["ROWS"] - rows), c["num_warps"]))
-        return max(fitting, key=lambda c: (c[self.block], c["num_warps"]))
+        looping = fitting
+        if self.backward:
+            looping = [c for c in fitting if c[self.block] <= MAX_BACKWARD_LOOP_BLOCK] or fitting
+        return max(looping, key=lambda c: (c[self.block], c["num_warps"]))
 
 
 class MatmulSpace:

@@ -14,7 +14,7 @@ from . import library
 from .batch import batch_shape, folded, matrices
 from .callpath import CallPath
 from .checks import broadcast_leading
-from .configs import ConfigChooser, lighter_forms, row_unroll
+from .configs import ConfigChooser, column_sums_tile, lighter_forms, row_unroll
 from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
 from .sync import grid_wait_allowed
@@ -398,11 +398,13 @@ class ReductionOp(Op):
 
     `roles` gives each tensor (inputs, then outputs) its lie along the rows: "element" ([..., N]),
     "column" ([N], the same for every row), "row" ([...], one value per row), or, for a
-    backward's output, "column_sum" ([N]: the sum over the rows, which each program adds up for
-    its rows in a workspace row of its own; the programs' rows are then added up in a fixed order,
-    on a GPU by every program a share of the columns after a grid-wide wait, in the interpreter
-    by the last program to finish: one launch, the same sum every run; the workspace is
-    split-K's, per stream). The
+    backward's output, "column_sum" ([N]: the sum over the rows). Where rows are held whole, each
+    program adds up its rows' columns in a workspace row of its own and the programs' rows are
+    then added up in a fixed order, on a GPU by every program a share of the columns after a
+    grid-wide wait, in the interpreter by the last program to finish. Where rows loop, each
+    program leaves its rows' values (`row_values` of them) in the workspace, and the finish sums
+    strips of columns down every row. One launch, the same sum every run; the workspace is
+    split-K's, per stream. The
     kernel reads element tensors as [R, N] through two strides, column and row tensors through
     one; `run` makes those views (copies where leading axes do not merge into one row stride) and
     writes results it could not view back into the outputs. `block` is the spec's block name."""
@@ -411,9 +413,11 @@ class ReductionOp(Op):
     # arrive finishes the sums (the interpreter; on a GPU: one, all resident).
     SUM_PROGRAMS_PER_SM = 2
 
-    def __init__(self, name, kernel, configs, *, roles, block="BLOCK", compute=tl.float32, listed=True):
+    def __init__(self, name, kernel, configs, *, roles, block="BLOCK", compute=tl.float32, listed=True,
+                 row_values=0):
         super().__init__(name, configs, kernel, listed)
         self.kernel = Kernel(kernel)
+        self.row_values = row_values  # a backward's: the values a long row leaves for its column sums
         self.roles, self.block, self.compute = tuple(roles), block, compute
 
     def shape(self, op, named):
@@ -495,25 +499,33 @@ class ReductionOp(Op):
     def _launch(self, views, pointers, scalars, rows, n, config, sums=()):
         block, per_program = config[self.block], config["ROWS"]
         blocks = cdiv(rows, per_program)
+        looped = block < n
         head = ()
-        constexprs = {}
-        if sums:  # programs each sum their rows' columns into a workspace row, then finish the sums
-            # On a GPU at most one program a multiprocessor, all resident at once: after a grid-wide
-            # wait every program adds up a share of the columns. Elsewhere (the interpreter runs
+        math_64 = self.compute == tl.float64 or any(v.dtype == torch.float64 for v in views)
+        constexprs = {"INDEX_64": needs_int64(*views, extra=block * per_program), "MATH_64": math_64}
+        if sums:
+            # On a GPU at most one program a multiprocessor, all resident at once, so that all can
+            # wait for each other and then share the finish. Elsewhere (the interpreter runs
             # programs one at a time; see grid_wait_allowed) a few a multiprocessor, and the last
-            # to arrive adds them all.
+            # to arrive finishes alone. Rows held whole: each program sums its rows' columns into
+            # a workspace row, and the finish adds those up. Long rows: each program leaves its
+            # rows' values in the workspace, and the finish sums strips of columns down every row
+            # (adding each block's column sums into a workspace row as the output pass went cost
+            # more than the row's other work: bench/results/h200/reductions/column_kernel).
             shared = grid_wait_allowed(views[0].device)
             sms = device_facts(views[0].device)[0]
             blocks = min(blocks, sms if shared else self.SUM_PROGRAMS_PER_SM * sms)
-            wide = torch.float64 if any(views[i].dtype == torch.float64 for i in sums) else torch.float32
             traced = library.traced(views)
-            head = split_k_workspace(views[0].device, len(sums) * blocks * n, 2, fresh=traced, dtype=wide)
-            constexprs["SHARED_FINISH"] = shared
+            room = self.row_values * rows if looped else len(sums) * blocks * n
+            head = split_k_workspace(views[0].device, max(1, room), 2, fresh=traced,
+                                     dtype=torch.float64 if math_64 else torch.float32)
+            cols, col_rows = column_sums_tile(n, sms)
+            constexprs.update({"SHARED_FINISH": shared, "COLS": cols, "COL_ROWS": col_rows})
+            if looped:
+                constexprs["INDEX_64"] = needs_int64(*views, extra=max(block * per_program, cols * col_rows))
         strides = [int(s) for view in views for s in view.stride()]
-        constexprs.update({self.block: block, "ROWS": per_program, "ONE_TILE": block >= n,
-                           "UNROLL": row_unroll(config.get("UNROLL", 0), n, block, config["num_warps"], per_program),
-                           "INDEX_64": needs_int64(*views, extra=block * per_program),
-                           "MATH_64": self.compute == tl.float64 or any(v.dtype == torch.float64 for v in views)})
+        constexprs.update({self.block: block, "ROWS": per_program, "ONE_TILE": not looped,
+                           "UNROLL": row_unroll(config.get("UNROLL", 0), n, block, config["num_warps"], per_program)})
         varying = len(head) + len(views) + len(scalars)
         return self.kernel.launch((blocks,), (*head, *pointers, *scalars, rows, n, *strides), varying, constexprs,
                                   config["num_warps"])
