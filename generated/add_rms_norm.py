@@ -145,10 +145,10 @@ def _route(x, residual, w, eps, out):
 @triton.jit
 def _add_rms_norm_backward_kernel(
     workspace_ptr, count_ptr,  # column sums: a row per program and sum (rows held whole) or per row value (long rows); the arrival counter
-    x_ptr, residual_ptr, w_ptr, _g_h_ptr, _g_y_ptr, _d_x_ptr, _d_w_ptr,  # pointers: inputs, then outputs
+    w_ptr, h_ptr, _g_h_ptr, _g_y_ptr, _d_x_ptr, _d_w_ptr,  # pointers: inputs, then outputs
     eps,  # scalars
     n_rows, row_length,  # the rows, and the length of the reduced axis
-    stride_x_0, stride_x_1, stride_residual_0, stride_residual_1, stride_w_0, stride__g_h_0, stride__g_h_1, stride__g_y_0, stride__g_y_1, stride__d_x_0, stride__d_x_1, stride__d_w_0,  # rows then elements ([..., N]), elements ([N]), rows ([...])
+    stride_w_0, stride_h_0, stride_h_1, stride__g_h_0, stride__g_h_1, stride__g_y_0, stride__g_y_1, stride__d_x_0, stride__d_x_1, stride__d_w_0,  # rows then elements ([..., N]), elements ([N]), rows ([...])
     BLOCK_N: tl.constexpr,
     ROWS: tl.constexpr,  # rows per program and step
     ONE_TILE: tl.constexpr,  # row_length <= BLOCK_N: each row is loaded once
@@ -173,8 +173,7 @@ def _add_rms_norm_backward_kernel(
         _ahead = pid * ROWS + tl.arange(0, ROWS)[:, None]
         if INDEX_64:
             _ahead = _ahead.to(tl.int64)
-        _p_x = tl.load(x_ptr + _ahead * stride_x_0 + cols * stride_x_1, mask=(_ahead < n_rows) & (cols < row_length))
-        _p_residual = tl.load(residual_ptr + _ahead * stride_residual_0 + cols * stride_residual_1, mask=(_ahead < n_rows) & (cols < row_length))
+        _p_h = tl.load(h_ptr + _ahead * stride_h_0 + cols * stride_h_1, mask=(_ahead < n_rows) & (cols < row_length))
         _p__g_h = tl.load(_g_h_ptr + _ahead * stride__g_h_0 + cols * stride__g_h_1, mask=(_ahead < n_rows) & (cols < row_length))
         _p__g_y = tl.load(_g_y_ptr + _ahead * stride__g_y_0 + cols * stride__g_y_1, mask=(_ahead < n_rows) & (cols < row_length))
         for row_block in range(pid, tl.cdiv(n_rows, ROWS), tl.num_programs(0)):
@@ -183,27 +182,24 @@ def _add_rms_norm_backward_kernel(
                 rows = rows.to(tl.int64)
             row_mask = rows < n_rows
             mask = row_mask & (cols < row_length)
-            x = _p_x.to(compute)
-            residual = _p_residual.to(compute)
+            h = _p_h.to(compute)
             _g_h = _p__g_h.to(compute)
             _g_y = _p__g_y.to(compute)
             _ahead = rows + tl.num_programs(0) * ROWS
-            _p_x = tl.load(x_ptr + _ahead * stride_x_0 + cols * stride_x_1, mask=(_ahead < n_rows) & (cols < row_length))
-            _p_residual = tl.load(residual_ptr + _ahead * stride_residual_0 + cols * stride_residual_1, mask=(_ahead < n_rows) & (cols < row_length))
+            _p_h = tl.load(h_ptr + _ahead * stride_h_0 + cols * stride_h_1, mask=(_ahead < n_rows) & (cols < row_length))
             _p__g_h = tl.load(_g_h_ptr + _ahead * stride__g_h_0 + cols * stride__g_h_1, mask=(_ahead < n_rows) & (cols < row_length))
             _p__g_y = tl.load(_g_y_ptr + _ahead * stride__g_y_0 + cols * stride__g_y_1, mask=(_ahead < n_rows) & (cols < row_length))
             _s0 = _g_y * w
-            _s1 = x + residual
-            _a0 = _s1 * _s1
+            _a0 = h * h
             _m0 = tl.where(mask, _a0, 0.0)
             _r0 = tl.sum(_m0, axis=1, keep_dims=True)
-            _a1 = _s0 * _s1
+            _a1 = _s0 * h
             _m1 = tl.where(mask, _a1, 0.0)
             _r1 = tl.sum(_m1, axis=1, keep_dims=True)
-            _s2 = tl.rsqrt(_r0 / _n + eps)
-            _s3 = _r1 * (-0.5 * (_s2 * _s2 * _s2)) / _n * _s1
-            _d_x = _g_h + _s0 * _s2 + _s3 + _s3
-            _d_w = _g_y * (_s1 * _s2)
+            _s1 = tl.rsqrt(_r0 / _n + eps)
+            _s2 = _r1 * (-0.5 * (_s1 * _s1 * _s1)) / _n * h
+            _d_x = _g_h + _s0 * _s1 + _s2 + _s2
+            _d_w = _g_y * (h * _s1)
             tl.store(_d_x_ptr + rows * stride__d_x_0 + cols * stride__d_x_1, _d_x.to(_d_x_ptr.dtype.element_ty), mask=mask)
             _c__d_w += tl.sum(tl.where(mask, _d_w, 0.0), axis=0, keep_dims=True)
         tl.store(workspace_ptr + (0 * tl.num_programs(0) + pid) * row_length + cols, _c__d_w, mask=cols < row_length)
@@ -242,36 +238,32 @@ def _add_rms_norm_backward_kernel(
                 for block in tl.static_range(UNROLL):
                     cols = group + block * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
                     mask = row_mask & (cols < row_length)
-                    x = tl.load(x_ptr + rows * stride_x_0 + cols * stride_x_1, mask=mask).to(compute)
-                    residual = tl.load(residual_ptr + rows * stride_residual_0 + cols * stride_residual_1, mask=mask).to(compute)
                     w = tl.load(w_ptr + cols * stride_w_0, mask=cols < row_length).to(compute)
+                    h = tl.load(h_ptr + rows * stride_h_0 + cols * stride_h_1, mask=mask).to(compute)
                     _g_y = tl.load(_g_y_ptr + rows * stride__g_y_0 + cols * stride__g_y_1, mask=mask).to(compute)
                     _s0 = _g_y * w
-                    _s1 = x + residual
-                    _a0 = _s1 * _s1
-                    _a1 = _s0 * _s1
+                    _a0 = h * h
+                    _a1 = _s0 * h
                     _acc0 += tl.where(mask, _a0, 0.0)
                     _acc1 += tl.where(mask, _a1, 0.0)
             _r0 = tl.sum(_acc0, axis=1, keep_dims=True)
             _r1 = tl.sum(_acc1, axis=1, keep_dims=True)
-            _s2 = tl.rsqrt(_r0 / _n + eps)
+            _s1 = tl.rsqrt(_r0 / _n + eps)
             # The outputs along the row.
             for group in range(0, row_length, BLOCK_N * UNROLL):
                 for block in tl.static_range(UNROLL):
                     cols = group + block * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
                     mask = row_mask & (cols < row_length)
-                    x = tl.load(x_ptr + rows * stride_x_0 + cols * stride_x_1, mask=mask).to(compute)
-                    residual = tl.load(residual_ptr + rows * stride_residual_0 + cols * stride_residual_1, mask=mask).to(compute)
                     w = tl.load(w_ptr + cols * stride_w_0, mask=cols < row_length).to(compute)
+                    h = tl.load(h_ptr + rows * stride_h_0 + cols * stride_h_1, mask=mask).to(compute)
                     _g_h = tl.load(_g_h_ptr + rows * stride__g_h_0 + cols * stride__g_h_1, mask=mask).to(compute)
                     _g_y = tl.load(_g_y_ptr + rows * stride__g_y_0 + cols * stride__g_y_1, mask=mask).to(compute)
                     _s0 = _g_y * w
-                    _s1 = x + residual
-                    _s3 = _r1 * (-0.5 * (_s2 * _s2 * _s2)) / _n * _s1
-                    _d_x = _g_h + _s0 * _s2 + _s3 + _s3
+                    _s2 = _r1 * (-0.5 * (_s1 * _s1 * _s1)) / _n * h
+                    _d_x = _g_h + _s0 * _s1 + _s2 + _s2
                     tl.store(_d_x_ptr + rows * stride__d_x_0 + cols * stride__d_x_1, _d_x.to(_d_x_ptr.dtype.element_ty), mask=mask)
             # The row values the column sums read, for the column phase.
-            tl.store(workspace_ptr + 0 * n_rows + rows, tl.broadcast_to(_s2, [ROWS, 1]), mask=row_mask)
+            tl.store(workspace_ptr + 0 * n_rows + rows, tl.broadcast_to(_s1, [ROWS, 1]), mask=row_mask)
         # The column phase: each strip of COLS columns summed down every row in row order (the
         # same sum every run), in registers, each element read once.
         if SHARED_FINISH:
@@ -295,12 +287,10 @@ def _add_rms_norm_backward_kernel(
                     rows = rows.to(tl.int64)
                 row_mask = rows < n_rows
                 mask = row_mask & (cols < row_length)
-                _s2 = tl.load(workspace_ptr + 0 * n_rows + rows, mask=row_mask, cache_modifier=".cg")
-                x = tl.load(x_ptr + rows * stride_x_0 + cols * stride_x_1, mask=mask).to(compute)
-                residual = tl.load(residual_ptr + rows * stride_residual_0 + cols * stride_residual_1, mask=mask).to(compute)
+                _s1 = tl.load(workspace_ptr + 0 * n_rows + rows, mask=row_mask, cache_modifier=".cg")
+                h = tl.load(h_ptr + rows * stride_h_0 + cols * stride_h_1, mask=mask).to(compute)
                 _g_y = tl.load(_g_y_ptr + rows * stride__g_y_0 + cols * stride__g_y_1, mask=mask).to(compute)
-                _s1 = x + residual
-                _d_w = _g_y * (_s1 * _s2)
+                _d_w = _g_y * (h * _s1)
                 _c__d_w += tl.where(mask, _d_w, 0.0)
             tl.store(_d_w_ptr + cols * stride__d_w_0, tl.sum(_c__d_w, axis=0, keep_dims=True).to(_d_w_ptr.dtype.element_ty), mask=cols < row_length)
 
@@ -308,28 +298,28 @@ def _add_rms_norm_backward_kernel(
 _BACKWARD = rt.ReductionOp(
     "add_rms_norm_backward", _add_rms_norm_backward_kernel,
     rt.ConfigChooser("auto", rt.ReductionSpace('BLOCK_N', [1024, 2048, 4096, 8192], [], [], backward=True), _BACKWARD_TABLE, key_mask=(True, True, True)),
-    roles=('element', 'element', 'column', 'element', 'element', 'element', 'column_sum',), block="BLOCK_N", compute=tl.float32, listed=False,
+    roles=('column', 'element', 'element', 'element', 'element', 'column_sum',), block="BLOCK_N", compute=tl.float32, listed=False,
     row_values=1,
 )
 
 
 @rt.register("generated::add_rms_norm_backward")
-def _add_rms_norm_backward(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, _g_h: torch.Tensor, _g_y: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _add_rms_norm_backward(w: torch.Tensor, h: torch.Tensor, _g_h: torch.Tensor, _g_y: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """torch.ops.generated.add_rms_norm_backward: the gradients of add_rms_norm's inputs, from the inputs
     they read and the gradients of its outputs, in one kernel (which also sums a weight's or a bias's
     gradient over the rows)."""
-    _served = _BACKWARD.fast(x, residual, w, _g_h, _g_y, eps)  # a repeat call: the compiled call path
+    _served = _BACKWARD.fast(w, h, _g_h, _g_y, eps)  # a repeat call: the compiled call path
     if _served is not None:
         return _served
-    _lead, _n = _BACKWARD.shape("add_rms_norm_backward", [("x", x), ("residual", residual), ("w", w), ("_g_h", _g_h), ("_g_y", _g_y)])
+    _lead, _n = _BACKWARD.shape("add_rms_norm_backward", [("w", w), ("h", h), ("_g_h", _g_h), ("_g_y", _g_y)])
     _d_x = torch.empty((*_lead, _n), dtype=_g_h.dtype, device=_g_h.device)
     _d_w = torch.empty((_n,), dtype=torch.promote_types(_g_h.dtype, torch.float32), device=_g_h.device)
-    _BACKWARD.run((x, residual, w, _g_h, _g_y,), (_d_x, _d_w,), (eps,), _lead, _n,
-                  call=(x, residual, w, _g_h, _g_y, eps,), result=(_d_x, _d_w,))
+    _BACKWARD.run((w, h, _g_h, _g_y,), (_d_x, _d_w,), (eps,), _lead, _n,
+                  call=(w, h, _g_h, _g_y, eps,), result=(_d_x, _d_w,))
     return _d_x, _d_w,
 
 
-@rt.register("generated::add_rms_norm", rt.Gradients(_add_rms_norm_backward, tensors=3, saved=(0, 1, 2,), sources=(("result", 0), ("result", 0), ("result", 1),), outputs=2, saved_outputs=(), whole=True))
+@rt.register("generated::add_rms_norm", rt.Gradients(_add_rms_norm_backward, tensors=3, saved=(2,), sources=(("result", 0), ("result", 0), ("result", 1),), outputs=2, saved_outputs=(0,), whole=True))
 def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tuple[torch.Tensor, torch.Tensor]:
     """torch.ops.generated.add_rms_norm: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""

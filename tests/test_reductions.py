@@ -744,6 +744,38 @@ def test_a_long_rows_column_sums_read_only_the_row_values_they_need_from_the_pas
     assert not any("atomic_add" in line or "_d_w" in line for line in kernel["output_lines"] + kernel["element_stores"])
 
 
+def test_a_backward_reads_an_output_where_that_spares_it_inputs_along_the_row():
+    # add_rms_norm's gradients read its sum h = x + residual: one tensor along the row where the
+    # inputs are two (every pass reads one fewer, and autograd keeps one fewer). An output read in
+    # place of one input spares nothing: layer_norm and softmax read their inputs still.
+    from tilegen.build import load_specs
+    from tilegen.reduction_lowering import reduction_context
+
+    specs = {s.spec.op: s.spec for s in load_specs([REPO / "specs"], REPO)}
+    backward = reduction_context(specs["add_rms_norm"], "")["backward"]
+    assert backward["kernel_inputs"][:2] == ["w", "h"] and "saved_outputs=(0,)" in backward["gradients"]
+    assert not {"x", "residual"} & set(backward["kernel_inputs"])
+    for op in ("layer_norm", "softmax", "rms_norm"):
+        assert "x" in reduction_context(specs[op], "")["backward"]["kernel_inputs"], op
+
+
+def test_a_backward_that_reads_an_output_gives_pytorchs_gradients_through_every_output():
+    # add_rms_norm's backward reads its saved sum h: against PyTorch's gradients in float64, with a
+    # loss that reads both h (as the next residual would) and y.
+    from generated import add_rms_norm
+
+    gen = torch.Generator().manual_seed(5)
+    x, r = (torch.randn(7, 33, generator=gen, dtype=torch.float64).to(DEVICE).requires_grad_() for _ in range(2))
+    w = torch.randn(33, generator=gen, dtype=torch.float64).to(DEVICE).requires_grad_()
+    h, y = add_rms_norm(x, r, w)
+    (h * 2 + y).sum().backward()
+    want = [t.detach().clone().requires_grad_() for t in (x, r, w)]
+    hh = want[0] + want[1]
+    (hh * 2 + torch.nn.functional.rms_norm(hh, (33,), want[2], eps=1e-6)).sum().backward()
+    for got, ref in zip((x, r, w), want):
+        torch.testing.assert_close(got.grad, ref.grad)
+
+
 def test_the_column_phase_spreads_the_columns_over_every_multiprocessor():
     from tilegen.runtime.configs import column_sums_tile
 

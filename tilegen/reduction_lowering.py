@@ -191,18 +191,22 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
     # pass over the gradient (20 us of a 100 us step at 4096x4096 in half precision on the H200)
     # and a 128 MiB buffer (bench/results/h200/reductions/column_sums_in_kernel).
     columns = [n for n in inputs if roles[n] == "column"]
-    backward = differentiate(list(spec.body), inputs, steps=list(spec.steps), levels=levels, computed_always=columns)
+    backward = _fewest_reads(spec, inputs, outputs, roles, levels, columns)
     computed = backward.computed()
     saved = [n for n in inputs if n in backward.reads] if computed else []
+    outputs_read = [o for o in outputs if o in backward.reads] if computed else []
     seeds = [backward.seeds[o] for o in outputs]
-    seed_levels = {backward.seeds[o]: ROW if roles[o] == "row" else ELEMENT for o in outputs}
-    program = RowProgram(list(backward.steps), {**{n: levels[n] for n in saved}, **seed_levels,
+    output_levels = {o: ROW if roles[o] == "row" else ELEMENT for o in outputs}
+    seed_levels = {backward.seeds[o]: output_levels[o] for o in outputs}
+    program = RowProgram(list(backward.steps), {**{n: levels[n] for n in saved},
+                                                **{o: output_levels[o] for o in outputs_read}, **seed_levels,
                                                 **{s.name: levels[s.name] for s in spec.scalars}})
     results = {backward.results[n]: {"row": "row", "column": "column_sum"}.get(roles[n], "element") for n in computed}
     scalars = [s.name for s in spec.scalars]
     name = backward_op_name(spec.op)
     sources = gradient_sources(backward, inputs, outputs)
-    kernel_inputs = {**{n: roles[n] for n in saved}, **{backward.seeds[o]: roles[o] for o in outputs}}
+    kernel_inputs = {**{n: roles[n] for n in saved}, **{o: roles[o] for o in outputs_read},
+                     **{backward.seeds[o]: roles[o] for o in outputs}}
     # Gradients are made in the dtype of the first incoming gradient along the rows (autograd
     # casts each to its input's dtype where that differs).
     like = next((backward.seeds[o] for o in outputs if roles[o] == "element"), seeds[0])
@@ -220,12 +224,33 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
         kernel_inputs=list(kernel_inputs),
         results=list(results),
         named_inputs="[" + ", ".join(f'("{n}", {n})' for n in kernel_inputs) + "]",
-        typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + seeds] + scalar_params(spec)),
-        call_args=", ".join(saved + seeds + scalars),
+        typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + outputs_read + seeds] + scalar_params(spec)),
+        call_args=", ".join(saved + outputs_read + seeds + scalars),
         allocations=allocations,
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
-        gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs), whole=True),
+        gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs),
+                                    tuple(outputs.index(o) for o in outputs_read), whole=True),
     )
+
+
+def _fewest_reads(spec: Spec, inputs: list[str], outputs: list[str], roles: dict[str, str], levels: dict[str, int],
+                  columns: list[str]):
+    """The backward derived from the inputs, or the one that reads outputs in place of the inputs
+    they are computed from, where that reads fewer tensors along the rows: add_rms_norm's reads its
+    sum h = x + residual, not x and residual (one tensor fewer in every pass over a row, and one
+    fewer kept for the backward; PyTorch's rms_norm backward of the sum reads it so too)."""
+    along = [n for n in inputs if roles[n] == "element"]
+
+    def derived(**kwargs):
+        return differentiate(list(spec.body), inputs, steps=list(spec.steps), levels=levels,
+                             computed_always=columns, **kwargs)
+
+    def read_along(backward):
+        return sum(1 for n in backward.reads if n in along or (n in outputs and roles[n] == "element"))
+
+    plain = derived()
+    reading = derived(outputs_instead_of=along)
+    return reading if read_along(reading) < read_along(plain) else plain
 
 
 def reduction_context(spec: Spec, header: str) -> dict:
