@@ -154,7 +154,8 @@ def column_phase(program: RowProgram, inputs: dict[str, str], outputs: dict[str,
     return dict(
         value_count=len(values),
         column_loads=[_load(n, along[n]) for n in step.loads if along[n] == "column"],
-        row_loads=[_load(n, "row") for n in program.row_inputs_read(sums)] + loaded,
+        row_loads=[_load(n, "row") for n in program.inputs_read(program.output_values(sums), sums, level=ROW)]
+        + loaded,
         element_loads=[_load(n, along[n]) for n in step.loads if along[n] == "element"],
         lines=list(step.body),
         # Each lane keeps its own running sum; the lanes of a column are added up once, at the end.

@@ -287,13 +287,14 @@ class RowProgram:
             stack.extend(by_name[name].expression.names)
         return [a for a in self.assignments if a.name in wanted]
 
-    def inputs_read(self, assigned: list[Assignment], extra=()) -> list[str]:
-        """The element-level inputs (not assignments) that `assigned` and `extra` names read."""
-        defined = {a.name for a in self.assignments}
+    def inputs_read(self, assigned: list[Assignment], extra=(), level: int = ELEMENT) -> list[str]:
+        """The inputs of `level` (along the row unless said; not assignments or reductions) that
+        `assigned` and `extra` names read."""
+        defined = {a.name for a in self.assignments} | {r.name for r in self.reductions}
         read = set(extra)
         for a in assigned:
             read.update(a.expression.names)
-        return [n for n in self.levels if n in read and n not in defined and self.levels[n] == ELEMENT]
+        return [n for n in self.levels if n in read and n not in defined and self.levels[n] == level]
 
     def stage_reductions(self, stage: int) -> list[Reduction]:
         return [r for r in self.reductions if r.stage == stage]
@@ -308,26 +309,15 @@ class RowProgram:
     def output_values(self, outputs) -> list[Assignment]:
         return self._needed(outputs)
 
-    def _names_read(self, outputs) -> set[str]:
-        """`outputs` and every name the element-level assignments computing them read."""
-        read = set(outputs)
-        for a in self._needed(outputs):
-            read.update(a.expression.names)
-        return read
-
     def row_values_read(self, outputs) -> list[str]:
         """The values computed once a row (reductions, and assignments that are not along the row)
         that computing `outputs` along the row reads, in the order they are computed: what a
         kernel that computes `outputs` apart from the passes needs handed to it."""
-        read = self._names_read(outputs)
+        read = set(outputs)
+        for a in self._needed(outputs):
+            read.update(a.expression.names)
         computed = [r.name for r in self.reductions] + [a.name for a in self.assignments if a.level != ELEMENT]
         return [n for n in sorted(computed, key=lambda n: self.stages[n]) if n in read]
-
-    def row_inputs_read(self, outputs) -> list[str]:
-        """The inputs given one value a row that computing `outputs` along the row reads."""
-        read = self._names_read(outputs)
-        computed = {a.name for a in self.assignments} | {r.name for r in self.reductions}
-        return [n for n in self.levels if n in read and n not in computed and self.levels[n] == ROW]
 
 
 # ---- Triton lines ---------------------------------------------------------------------------
