@@ -11,7 +11,7 @@ from torch.compiler import is_compiling as _is_compiling
 # By its own name: torch.compile copies the functions a kernel calls by the names they are defined with.
 from tilegen.runtime.sync import wait_for_every_program
 
-rt.require(6, __name__)
+rt.require(7, __name__)
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,)
 # Measured best configs per GPU and (row length bucket, row count bucket, element size), from `tilegen tune`.
