@@ -779,11 +779,15 @@ def test_a_backward_that_reads_an_output_gives_pytorchs_gradients_through_every_
 def test_the_column_phase_spreads_the_columns_over_every_multiprocessor():
     from tilegen.runtime.configs import column_sums_tile
 
-    for n in (8193, 16384, 32768, 65536, 1 << 20):
-        cols, rows = column_sums_tile(n, 132)
-        assert cols in (32, 64, 128) and cols * rows == 4096
-        assert -(-n // cols) >= 2 * 132 or cols == 32  # two programs a multiprocessor where columns allow
-    assert column_sums_tile(32768, 132)[0] == 64 and column_sums_tile(1 << 20, 132)[0] == 128
+    for warps in (4, 8, 16, 32):
+        for n in (8193, 16384, 32768, 65536, 1 << 20):
+            cols, rows = column_sums_tile(n, 132, warps)
+            assert cols in (32, 64, 128) and cols * rows == 32 * 32 * warps  # 32 elements a thread
+            assert rows & (rows - 1) == 0  # a tl.arange length
+            assert -(-n // cols) >= 132 or cols == 32  # a strip for every multiprocessor where columns allow
+    assert column_sums_tile(32768, 132, 16) == (128, 128)
+    assert column_sums_tile(16384, 132, 16) == (64, 256)
+    assert column_sums_tile(1 << 20, 132, 4) == (128, 32)
 
 
 def test_a_backward_space_tries_several_looped_rows_a_step_and_a_table_may_choose_them():

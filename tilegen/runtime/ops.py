@@ -519,7 +519,7 @@ class ReductionOp(Op):
             room = self.row_values * rows if looped else len(sums) * blocks * n
             head = split_k_workspace(views[0].device, max(1, room), 2, fresh=traced,
                                      dtype=torch.float64 if math_64 else torch.float32)
-            cols, col_rows = column_sums_tile(n, sms)
+            cols, col_rows = column_sums_tile(n, sms, config["num_warps"])
             constexprs.update({"SHARED_FINISH": shared, "COLS": cols, "COL_ROWS": col_rows})
             if looped:
                 constexprs["INDEX_64"] = needs_int64(*views, extra=max(block * per_program, cols * col_rows))
