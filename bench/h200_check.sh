@@ -7,7 +7,7 @@
 # so one slow step cannot take the others' results with it. All steps take about 30 minutes;
 # STEPS picks some, to fit a machine lent by the call:
 #
-#   OUT=/tmp/check STEPS="build tests" bash bench/h200_check.sh     # about 7 minutes (2979 tests, 16 workers)
+#   OUT=/tmp/check STEPS="build tests" bash bench/h200_check.sh     # about 9 minutes (3020 tests, 16 workers)
 #   OUT=/tmp/check STEPS="tune build tests" TUNE="matmul --dtype float16 --shapes 1025x769x513" \
 #       bash bench/h200_check.sh                                     # tune first, then as above
 #   TUNE="matmul_residual_scaled --scope op --dtype float16"        # an op's own table (tables/ops/)
@@ -81,8 +81,10 @@ else
 fi
 # -v: each result line names its test, so a run cut by its limit still says which failed;
 # --durations: the slowest tests, to keep the matrix inside its limit (409 s of 540 on an H200 at bce681a, 518 s on an
-# H100, whose tail was the other-node gradient run, since split in four parts).
-step tests 540 python3 -m pytest -v -n 16 -p no:cacheprovider --durations=25
+# H100, whose tail was the other-node gradient run, since split in four parts). --dist worksteal: an idle
+# worker takes queued tests from a busy one (at 0f66c90 the default scheduling left 25 of 3020, most of
+# bmm_bias_silu's, queued on one worker when the limit struck: bench/results/h200/tests_0f66c90.log).
+step tests 560 python3 -m pytest -v -n 16 --dist worksteal -p no:cacheprovider --durations=25
 step bench 300 python3 -m tilegen bench ${BENCH:-} --out "$out/bench"  # BENCH: bench arguments (default: every op)
 # The compiled call path's tests (callpath.cpp, and every launch style tuning may choose served
 # by it): a quick check after a change to the native code (not a default step; `tests` has them).
