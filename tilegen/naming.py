@@ -15,7 +15,7 @@ import re
 
 # The tilegen.runtime kernel helpers generated modules import by their own names (torch.compile
 # copies a called function by the name it is defined with): module-level names of every module.
-KERNEL_HELPERS = frozenset({"operand_tile", "store_tile", "sum_split_k", "wait_for_every_program"})
+KERNEL_HELPERS = frozenset({"finish_share", "operand_tile", "store_tile", "sum_split_k"})
 # Identifiers the generated package uses besides the spec's values (op modules, tests,
 # benchmarks). tests/test_build.py renders every example spec and fails if a template uses a
 # lowercase identifier missing here.
@@ -30,7 +30,7 @@ TEMPLATE_NAMES = frozenset({
     "offs_m", "offs_n", "pid_m", "pid_n", "tilegen",
     "rows", "cols", "row_mask", "row_block", "start", "n_rows", "row_length", "scale",
     "batch", "launch_tile", "tiles_per_matrix",
-    "first", "last", "others", "step", "sum_cols", "group", "block", "workspace_ptr", "strip",
+    "first", "chunk", "others", "step", "sum_cols", "group", "block", "workspace_ptr", "strip",
 }) | KERNEL_HELPERS
 # Python builtins the generated package calls.
 BUILTIN_NAMES = frozenset({"dict", "enumerate", "float", "int", "isinstance", "len", "list", "max", "min", "range",

@@ -8,7 +8,7 @@ by tilegen needs only `pip install tilegen` to import.
 - layout: strided layouts, 64-bit offsets, alignment facts
 - configs: candidate configs, heuristics, tuned-table lookup, the ConfigChooser
 - launch: Triton's launch, split-K scratch
-- sync: a grid-wide barrier generated kernels call (wait_for_every_program)
+- sync: a grid-wide barrier and the share of a finish generated kernels call (wait_for_every_program, finish_share)
 - tiles: tile helpers matmul kernels call (operand_tile, store_tile, sum_split_k)
 - callpath, native: the compiled call path and the one mechanism that builds native code
 - batch: a batched matmul's batch axes (broadcasting, one stride per tensor)
@@ -31,7 +31,7 @@ from .autograd import Gradients, call
 from .library import copy_out, formula_of, refuse_functorch, refuse_grad, refuse_out_with_grad, register, tracing, wants_grad
 from . import autograd, launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
 from .ops import ElementwiseOp, MatmulOp, ReductionOp, backward_op_of, op_of
-from .sync import wait_for_every_program
+from .sync import finish_share, wait_for_every_program
 from ..schema import RUNTIME_VERSION as VERSION, bucket, tile_of
 
 
@@ -56,5 +56,5 @@ __all__ = [
     "backward_op_of",
     "op_of",
     "bucket", "tile_of", "call", "copy_out", "formula_of", "Gradients", "refuse_functorch", "refuse_grad", "refuse_out_with_grad", "register",
-    "tracing", "wants_grad", "wait_for_every_program",
+    "tracing", "wants_grad", "finish_share", "wait_for_every_program",
 ]

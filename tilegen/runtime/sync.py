@@ -49,3 +49,28 @@ def wait_for_every_program(counters_ptr):
     if tl.atomic_add(counters_ptr + 1, 1, sem="acq_rel", scope="gpu") == programs - 1:
         tl.atomic_xchg(counters_ptr, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(counters_ptr + 1, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def finish_share(count_ptr, chunks, SHARED: tl.constexpr):
+    """(first, step): the chunks of a launch's finish (of `chunks`, each a strip of columns) this
+    program takes once every program's own work is stored, as `range(first, chunks, step)`.
+
+    SHARED (every program resident: grid_wait_allowed, one program a multiprocessor at most): all
+    wait for each other, then each takes every num_programs-th chunk from its index. Otherwise the
+    last program to arrive takes every chunk, the others none, and it leaves the arrival counter
+    at zero for the next launch. Every thread's stores are issued before the arrival; the arrival
+    releases them to the program that finishes, whose acquire makes them visible to its loads
+    where those read from L2 (cache_modifier=".cg")."""
+    if SHARED:
+        wait_for_every_program(count_ptr)
+        first = tl.program_id(0)
+        step = tl.num_programs(0)
+    else:
+        tl.debug_barrier()
+        last = tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu") == tl.num_programs(0) - 1
+        if last:
+            tl.store(count_ptr, 0)
+        first = tl.where(last, 0, chunks)
+        step = 1
+    return first, step
