@@ -813,3 +813,59 @@ def test_a_backward_space_tries_several_looped_rows_a_step_and_a_table_may_choos
     tuned = dict(BLOCK_N=4096, ROWS=4, num_warps=16, UNROLL=0)
     assert ConfigChooser("auto", backward, {"GPU": {key: tuned}}).choose(key, (132, 1 << 30, "GPU"), None) == tuned
     assert ConfigChooser("auto", backward, {"GPU": {key: tuned}}).choose(key, (132, 1 << 30, "other"), None) != tuned
+
+
+ROW_VALUE_OPS = {
+    "logsumexp.yaml": """\
+op: logsumexp
+kind: reduction
+inputs:
+  x: {dtype: [float16, float32, float64], shape: [..., N]}
+outputs:
+  lse: {dtype: x, shape: [...]}
+steps:
+  m: detach(max(x))
+compute:
+  lse: m + log(sum(exp(x - m)))
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+""",
+    "row_rms.yaml": """\
+op: row_rms
+kind: reduction
+inputs:
+  x: {dtype: [float16, float32], shape: [..., N]}
+outputs:
+  rms: {dtype: [float32], shape: [...]}
+compute:
+  rms: sqrt(mean(x * x))
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+""",
+}
+
+
+def test_ops_whose_one_output_is_a_value_per_row_pass_their_generated_tests(tmp_path):
+    """An op whose only output is a value per row ([...]) gets generated tests that fit it: an
+    out= of the output's own shape, strided or sharing memory with an input (where an input has
+    the output's dtype), not the row-long layouts a row-long output's tests take."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "specs").mkdir()
+    for name, text in ROW_VALUE_OPS.items():
+        (tmp_path / "specs" / name).write_text(text)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    if DEVICE == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    build = subprocess.run([sys.executable, "-m", "tilegen", "build", "specs/"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stdout + build.stderr
+    tests = (tmp_path / "generated" / "tests" / "test_row_rms.py").read_text()
+    assert "shares memory with input" not in tests  # no input has float32 rms's dtype in every case
+    run = subprocess.run([sys.executable, "-m", "tilegen", "test", "logsumexp", "row_rms",
+                          "--pytest-args", "-q -p no:cacheprovider -k 'out_argument or bad_arguments or reference'"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import traceback
@@ -209,7 +210,7 @@ def list_ops(specs, debug):
 @click.argument("ops", nargs=-1)
 @click.option("--package", "-o", "--out", "out", default=DEFAULT_OUT, show_default=True,
               help="Folder of the generated package (-o and --out: older spellings).")
-@click.option("--pytest-args", default="", help="Extra arguments for pytest, as one string.")
+@click.option("--pytest-args", default="", help="Extra arguments for pytest, as one string split as a shell would (-k 'a or b').")
 def test(ops, out, pytest_args):
     """Run the generated tests of OPS (default: every op).
 
@@ -219,6 +220,7 @@ def test(ops, out, pytest_args):
     Examples:
       tilegen test
       tilegen test add matmul_relu --pytest-args "-x -q"
+      tilegen test softmax --pytest-args "-q -k 'reference or gradient'"
     """
     tests_dir = (Path(out) / "tests").resolve()  # pytest runs from the package's parent folder
     if not tests_dir.is_dir():
@@ -234,7 +236,7 @@ def test(ops, out, pytest_args):
     if not _cuda_available():
         # No GPU: the generated tests run in Triton's interpreter on CPU tensors.
         env.setdefault("TRITON_INTERPRET", "1")
-    command = [sys.executable, "-m", "pytest", *(targets or [str(tests_dir)]), *pytest_args.split()]
+    command = [sys.executable, "-m", "pytest", *(targets or [str(tests_dir)]), *shlex.split(pytest_args)]
     code = subprocess.call(command, env=env, cwd=str(Path(out).resolve().parent))
     sys.exit(0 if code == 0 else EXIT_FAILED if code in (1, 5) else EXIT_BAD_INPUT)
 

@@ -264,9 +264,23 @@ def reduction_test_context(spec: Spec, header: str, package: str) -> dict:
         long_shape=long_shape,
         column=columns[0].public if columns else "",
         column_index=spec.inputs.index(columns[0]) if columns else -1,
-        whole_input=next(i for i, t in enumerate(spec.inputs) if roles[t.name] == "element"),
+        # The one output is a value per row ([...]): an out= of it has no row axis to transpose,
+        # and one that shares memory with an input is a column of it (where the dtypes allow).
+        single_output_per_row=len(spec.outputs) == 1 and roles[spec.outputs[0].name] == "row",
+        overlapping_out=_overlapping_out(spec, roles),
     )
     return ctx
+
+
+def _overlapping_out(spec: Spec, roles: dict) -> str:
+    """An out= for a one-output reduction that has its shape and dtype and shares memory with an
+    input along the row, as source ("" where no input's dtype is the output's)."""
+    out = spec.outputs[0]
+    whole = next((i for i, t in enumerate(spec.inputs)
+                  if roles[t.name] == "element" and t.dtype_source == out.dtype_source), None)
+    if whole is None:
+        return ""
+    return f"inputs[{whole}]" if roles[out.name] == "element" else f"inputs[{whole}][..., 0]"
 
 
 def test_context(spec: Spec, header: str, package: str) -> dict:
