@@ -869,3 +869,40 @@ def test_ops_whose_one_output_is_a_value_per_row_pass_their_generated_tests(tmp_
                          cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert " passed" in run.stdout and " failed" not in run.stdout
+
+
+ROW_REDUCTIONS = """\
+op: row_reductions
+kind: reduction
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+outputs:
+  total: {dtype: x, shape: [...]}
+  high: {dtype: x, shape: [...]}
+  low: {dtype: x, shape: [...]}
+  average: {dtype: x, shape: [...]}
+  lse: {dtype: x, shape: [...]}
+steps:
+  m: detach(max(x))
+compute:
+  total: sum(x)
+  high: max(x)
+  low: min(x)
+  average: mean(x)
+  lse: m + log(sum(exp(x - m)))
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+"""
+
+
+def test_rows_of_length_zero_give_each_reduction_its_identity(tmp_path):
+    with built_package(tmp_path, "row_reduction_ops", {"row_reductions.yaml": ROW_REDUCTIONS}) as module:
+        x = torch.randn(4, 37, dtype=torch.float64).to(DEVICE)
+        got = module.row_reductions(x)
+        want = (x.sum(-1), x.amax(-1), x.amin(-1), x.mean(-1), torch.logsumexp(x, -1))
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+        empty = module.row_reductions(torch.empty(3, 0, dtype=torch.float64, device=DEVICE))
+        inf = torch.full((3,), float("inf"), dtype=torch.float64, device=DEVICE)
+        for g, w in zip(empty, (torch.zeros_like(inf), -inf, inf, inf * float("nan"), -inf)):
+            torch.testing.assert_close(g, w, equal_nan=True)
