@@ -842,13 +842,28 @@ compute:
 tiles:
   N: {block: BLOCK_N, sizes: [16, 64]}
 """,
+    # A per-row input inside a where, beside the row's max and min (each has a gradient).
+    "top_half.yaml": """op: top_half
+kind: reduction
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  t: {dtype: x, shape: [...]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+compute:
+  y: where(x > max(x) * 0.5, x * t, 0.0) + min(x) * t
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+""",
 }
 
 
-def test_ops_whose_one_output_is_a_value_per_row_pass_their_generated_tests(tmp_path):
-    """An op whose only output is a value per row ([...]) gets generated tests that fit it: an
-    out= of the output's own shape, strided or sharing memory with an input (where an input has
-    the output's dtype), not the row-long layouts a row-long output's tests take."""
+def test_ops_with_values_per_row_pass_their_generated_tests(tmp_path):
+    """Ops with values per row ([...]) get generated tests and an oracle that fit them: an op
+    whose only output is a value per row, an out= of that output's own shape (strided, or sharing
+    memory with an input where one has its dtype); a per-row input, read by the oracle as one
+    value for the whole row (PyTorch would line [...] up with N) and given NaN and inf in its
+    few elements."""
     import os
     import subprocess
     import sys
@@ -864,8 +879,9 @@ def test_ops_whose_one_output_is_a_value_per_row_pass_their_generated_tests(tmp_
     assert build.returncode == 0, build.stdout + build.stderr
     tests = (tmp_path / "generated" / "tests" / "test_row_rms.py").read_text()
     assert "shares memory with input" not in tests  # no input has float32 rms's dtype in every case
-    run = subprocess.run([sys.executable, "-m", "tilegen", "test", "logsumexp", "row_rms",
-                          "--pytest-args", "-q -p no:cacheprovider -k 'out_argument or bad_arguments or reference'"],
+    run = subprocess.run([sys.executable, "-m", "tilegen", "test", "logsumexp", "row_rms", "top_half", "--pytest-args",
+                          "-q -p no:cacheprovider -k 'out_argument or bad_arguments or reference or nan_and_inf "
+                          "or gradients_match_autograd'"],
                          cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert " passed" in run.stdout and " failed" not in run.stdout

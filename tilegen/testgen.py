@@ -45,7 +45,8 @@ def pytorch_lines(spec: Spec, target: str, scalars: frozenset[str] = frozenset()
     math = steps + [(t.name, expressions[t.name]) for t in outputs]
     # (The eager code's functions of scalars alone keep an int scalar's kind: the kinds say which.)
     kinds = spec.number_kinds() if target == "eager" else None
-    return matmul_columns(spec) + assignments(math, target, scalars, kinds=kinds) + rows_shaped(spec, outputs)
+    return (matmul_columns(spec) + row_values(spec) + assignments(math, target, scalars, kinds=kinds)
+            + rows_shaped(spec, outputs))
 
 
 def names_read(spec: Spec) -> dict[str, set[str]]:
@@ -71,6 +72,15 @@ def matmul_columns(spec: Spec) -> list[str]:
         return []
     parts = spec.matmul_parts()
     return [f"{t.name} = {t.name}[..., None]" for t in parts.extras if parts.matrix(t) == (parts.m,)]
+
+
+def row_values(spec: Spec) -> list[str]:
+    """Lines that give a reduction's per-row inputs ([...]) the reduced axis as a last axis of 1,
+    as the kernel reads them (one value for the whole row): PyTorch would line [...] up with N."""
+    if spec.kind != "reduction":
+        return []
+    roles = spec.row_roles()
+    return [f"{t.name} = {t.name}[..., None]" for t in spec.inputs if roles[t.name] == "row"]
 
 
 def rows_shaped(spec: Spec, outputs=None) -> list[str]:
