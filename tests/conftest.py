@@ -80,6 +80,28 @@ def built_package(root: Path, package: str, specs: dict[str, str] = None):
         sys.path.remove(str(root))
 
 
+def generated_tests_run(root: Path, specs: dict[str, str], ops, selection: str):
+    """Build `specs` (file name -> YAML text) into root/generated and run the generated tests of
+    `ops` whose names match the pytest -k expression `selection`, as `tilegen test` does (in
+    Triton's interpreter without a GPU). Returns the finished process; the build must succeed."""
+    import os
+    import subprocess
+
+    import torch
+
+    (root / "specs").mkdir(parents=True, exist_ok=True)
+    for name, text in specs.items():
+        (root / "specs" / name).write_text(text)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
+    build = subprocess.run([sys.executable, "-m", "tilegen", "build", "specs/"], cwd=root, env=env,
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stdout + build.stderr
+    return subprocess.run([sys.executable, "-m", "tilegen", "test", *ops, "--pytest-args",
+                           f"-q -p no:cacheprovider -k '{selection}'"], cwd=root, env=env, capture_output=True, text=True)
+
+
 def validated(tmp_path: Path, text: str):
     """(the Spec of the YAML `text`, or None; the error lines it got), as `tilegen check` reports
     them for specs/spec.yaml."""

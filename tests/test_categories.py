@@ -9,7 +9,7 @@ import pytest
 
 from tilegen.categories import BOOL, FLOAT, INT, CategoryError, Kind, can_hold, category_of, int_scalars_met
 from tilegen.expressions import assignments, parse_expression
-from tests.conftest import built_package, validated
+from tests.conftest import built_package, generated_tests_run, validated
 
 NAMES = {"i": Kind(INT, False), "j": Kind(INT, False), "f": Kind(FLOAT, False), "m": Kind(BOOL, False),
          "k": Kind(INT, True), "alpha": Kind(FLOAT, True)}
@@ -165,3 +165,33 @@ def test_an_int_scalar_stored_alone_into_an_int_output_must_fit_its_dtype(tmp_pa
         with pytest.raises(ValueError, match=r"pick: argument 'hi' = 4294967296 does not fit in int32, "
                                              r"the dtype of output y it is computed with"):
             package.pick(m, a, lo=0, hi=2**32)
+
+
+MIXED_KINDS = """\
+op: mixed_kinds
+kind: elementwise
+inputs:
+  i: {dtype: [int32, int64]}
+  x: {dtype: [float32, float64]}
+scalars:
+  k: {type: int, default: 3}
+outputs:
+  y: {dtype: x}
+  j: {dtype: i}
+  big: {dtype: [bool]}
+compute:
+  y: x * i + k
+  j: i * k - abs(i)
+  big: x > i
+tiles:
+  N: {block: BLOCK, sizes: [1024]}
+"""
+
+
+def test_an_op_whose_first_input_is_an_int_checks_its_float_gradients_at_their_own_tolerance(tmp_path):
+    """The generated tests run such an op in its int dtypes; the float input's gradient is
+    compared at its own dtype's tolerance, not the int's (exact), and the int outputs exactly."""
+    run = generated_tests_run(tmp_path, {"mixed_kinds.yaml": MIXED_KINDS}, ["mixed_kinds"],
+                              "gradients or reference or broadcast")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout

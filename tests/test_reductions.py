@@ -13,7 +13,7 @@ import torch
 from tilegen.derivatives import differentiate
 from tilegen.expressions import assignments, parse_expression
 from tilegen.rows import ELEMENT, ROW, UNIFORM, RowProgram, output_pass, stage_pass, whole_row_lines
-from tests.conftest import REPO, built_package, validated
+from tests.conftest import REPO, built_package, generated_tests_run, validated
 
 # Kernels run on the GPU where there is one, else in Triton's interpreter on CPU tensors.
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -864,26 +864,11 @@ def test_ops_with_values_per_row_pass_their_generated_tests(tmp_path):
     memory with an input where one has its dtype); a per-row input, read by the oracle as one
     value for the whole row (PyTorch would line [...] up with N) and given NaN and inf in its
     few elements."""
-    import os
-    import subprocess
-    import sys
-
-    (tmp_path / "specs").mkdir()
-    for name, text in ROW_VALUE_OPS.items():
-        (tmp_path / "specs" / name).write_text(text)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    if DEVICE == "cpu":
-        env["TRITON_INTERPRET"] = "1"
-    build = subprocess.run([sys.executable, "-m", "tilegen", "build", "specs/"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True)
-    assert build.returncode == 0, build.stdout + build.stderr
+    run = generated_tests_run(tmp_path, ROW_VALUE_OPS, ["logsumexp", "row_rms", "top_half"],
+                              "out_argument or bad_arguments or reference or nan_and_inf or gradients_match_autograd")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     tests = (tmp_path / "generated" / "tests" / "test_row_rms.py").read_text()
     assert "shares memory with input" not in tests  # no input has float32 rms's dtype in every case
-    run = subprocess.run([sys.executable, "-m", "tilegen", "test", "logsumexp", "row_rms", "top_half", "--pytest-args",
-                          "-q -p no:cacheprovider -k 'out_argument or bad_arguments or reference or nan_and_inf "
-                          "or gradients_match_autograd'"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert " passed" in run.stdout and " failed" not in run.stdout
 
 
