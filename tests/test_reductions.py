@@ -907,3 +907,45 @@ def test_rows_of_length_zero_give_each_reduction_its_identity(tmp_path):
         inf = torch.full((3,), float("inf"), dtype=torch.float64, device=DEVICE)
         for g, w in zip(empty, (torch.zeros_like(inf), -inf, inf, inf * float("nan"), -inf)):
             torch.testing.assert_close(g, w, equal_nan=True)
+
+
+def test_a_step_no_output_reads_is_not_computed(tmp_path):
+    spec = RMS_NORM.replace("op: rms", "op: rms_spare").replace(
+        "  r: rsqrt(mean(x * x) + eps)", "  r: rsqrt(mean(x * x) + eps)\n  spare: sum(x * 3.0)")
+    with built_package(tmp_path, "spare_ops", {"rms_spare.yaml": spec}) as package:
+        source = (tmp_path / "spare_ops" / "rms_spare.py").read_text()
+        assert "spare =" not in source and "3.0" not in source  # no pass, no sum of it
+        x = torch.randn(3, 40, dtype=torch.float64, device=DEVICE)
+        w = torch.randn(40, dtype=torch.float64, device=DEVICE)
+        y, rstd = package.rms_spare(x, w)
+        torch.testing.assert_close(y, torch.nn.functional.rms_norm(x, (40,), w, 1e-6))
+
+
+WEIGHT_ONLY = """\
+op: weight_total
+kind: reduction
+inputs:
+  w: {dtype: [float32, float64], shape: [N]}
+  x: {dtype: w, shape: [..., N]}
+outputs:
+  total: {dtype: w, shape: [...]}
+  y: {dtype: w, shape: [...]}
+compute:
+  total: sum(w * w)
+  y: sum(x)
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+"""
+
+
+def test_a_value_per_row_that_reads_only_a_weight_has_a_gradient(tmp_path):
+    """sum(w * w) is the same for every row: the backward reads nothing with rows but its
+    incoming gradient ([...]) and takes the rows' input for N alone."""
+    with built_package(tmp_path, "weight_ops", {"weight_total.yaml": WEIGHT_ONLY}) as package:
+        w = torch.randn(37, dtype=torch.float64, device=DEVICE, requires_grad=True)
+        x = torch.randn(4, 37, dtype=torch.float64, device=DEVICE)
+        total, y = package.weight_total(w, x)
+        torch.testing.assert_close(total, (w * w).sum().expand(4))
+        g = torch.randn(4, dtype=torch.float64, device=DEVICE)
+        (grad,) = torch.autograd.grad(total, w, g)
+        torch.testing.assert_close(grad, 2 * w.detach() * g.sum())

@@ -197,6 +197,11 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
     saved = [n for n in inputs if n in backward.reads] if computed else []
     outputs_read = [o for o in outputs if o in backward.reads] if computed else []
     seeds = [backward.seeds[o] for o in outputs]
+    if computed and not any(roles[n] != "row" for n in saved + outputs_read) and \
+            not any(roles[o] == "element" for o in outputs):
+        # Nothing the backward reads has the reduced axis (an output of a value per row that reads
+        # only a weight: sum(w)): it takes the first input with rows, for N alone.
+        saved.append(next(n for n in inputs if roles[n] == "element"))
     output_levels = {o: ROW if roles[o] == "row" else ELEMENT for o in outputs}
     seed_levels = {backward.seeds[o]: output_levels[o] for o in outputs}
     program = RowProgram(list(backward.steps), {**{n: levels[n] for n in saved},
@@ -259,7 +264,7 @@ def reduction_context(spec: Spec, header: str) -> dict:
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
     scalars = [s.name for s in spec.scalars]
-    program = RowProgram(list(spec.steps) + list(spec.body), spec.row_levels())
+    program = RowProgram(spec.steps_read() + list(spec.body), spec.row_levels())
     ctx = common_context(spec, header)
     outs, prelude, result = output_context(spec)
     checks = input_checks(spec, {})

@@ -186,6 +186,15 @@ class Spec:
         return {t.name: "element" if t.shape[-1:] == (axis,) and t.shape[:1] == ("...",)
                 else "column" if t.shape == (axis,) else "row" for t in self.inputs + self.outputs}
 
+    def steps_read(self) -> list:
+        """A reduction's steps its outputs read, directly or through later steps, in spec order:
+        a step nothing reads would be work (a pass over a long row) for nothing."""
+        read = set().union(*(expression.names for _, expression in self.body))
+        for name, expression in reversed(self.steps):
+            if name in read:
+                read |= set(expression.names)
+        return [(name, expression) for name, expression in self.steps if name in read]
+
     def row_levels(self) -> dict[str, int]:
         """A reduction's inputs and scalars by level (rows.py)."""
         roles = self.row_roles()
