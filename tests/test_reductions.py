@@ -83,6 +83,17 @@ def test_bad_reduction_specs_get_one_line_each(tmp_path, old, new, key, words):
         assert words in errors[0], errors[0]
 
 
+def test_a_reductions_expression_errors_list_what_its_own_section_allows(tmp_path):
+    """An error in a reduction's expression names what that section accepts (the row reductions,
+    and PyTorch's row ops in a reference), not the elementwise functions alone."""
+    _, errors = validated(tmp_path, RMS_NORM + "reference:\n  y: rms_norm(x, w)\n")
+    assert len(errors) == 1 and ": reference.y: rms_norm() takes 3 argument(s), got 2" in errors[0], errors
+    assert "rms_norm" in errors[0].split("(numbers")[1] and "sum" in errors[0].split("(numbers")[1]
+    _, errors = validated(tmp_path, RMS_NORM.replace("y: x * r * w", "y: x * r * w[0]"))
+    assert len(errors) == 1 and ": compute.y: Subscript is not allowed" in errors[0], errors
+    assert "mean" in errors[0].split("(numbers")[1], errors
+
+
 def test_reductions_are_refused_outside_reduction_kinds(tmp_path):
     text = ("op: bad\nkind: elementwise\ninputs:\n  x: {dtype: [float32]}\noutputs:\n  y: {dtype: x}\n"
             "steps:\n  s: x\ncompute:\n  y: x - sum(x)\ntiles:\n  N: {block: B, sizes: [128]}\n")

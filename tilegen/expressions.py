@@ -202,19 +202,19 @@ class _Checker:
     def check(self, node: ast.AST, depth: int, in_condition: bool) -> None:
         self.count += 1
         if self.count > MAX_NODES:
-            raise ExpressionError(f"expression has more than {MAX_NODES} nodes")
+            raise ExpressionError(f"expression has more than {MAX_NODES} nodes", self.allowed)
         if depth > MAX_DEPTH:
             raise ExpressionError("expression is nested too deeply", f"at most {MAX_DEPTH} levels")
         if isinstance(node, ast.Constant):
             value = node.value
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ExpressionError(f"literal {value!r} is not a number")
+                raise ExpressionError(f"literal {value!r} is not a number", self.allowed)
             if abs(value) > MAX_LITERAL or value != value:
                 raise ExpressionError(f"literal {value!r} is out of range", f"|x| <= {MAX_LITERAL:g}")
             return
         if isinstance(node, ast.Name):
             if node.id.startswith("_"):
-                raise ExpressionError(f"name {node.id!r} is not allowed (underscore names are reserved)")
+                raise ExpressionError(f"name {node.id!r} is not allowed (underscore names are reserved)", self.allowed)
             if node.id not in self.names:
                 known = ", ".join(sorted(self.names)) or "none"
                 self.note(ExpressionError(f"unknown name {node.id!r}", f"declared names: {known}"))
@@ -241,21 +241,21 @@ class _Checker:
                 raise ExpressionError("a comparison may only be the first argument of where(), or a bool "
                                       "output's whole expression")
             if len(node.ops) != 1 or type(node.ops[0]) not in _COMPARE:
-                raise ExpressionError("use one comparison (a > b), not a chain")
+                raise ExpressionError("use one comparison (a > b), not a chain", self.allowed)
             self.check(node.left, depth + 1, False)
             self.check(node.comparators[0], depth + 1, False)
             return
         if isinstance(node, ast.Call):
             func = node.func
             if not isinstance(func, ast.Name):
-                raise ExpressionError("only plain function calls are allowed")
+                raise ExpressionError("only plain function calls are allowed", self.allowed)
             if func.id not in self.functions:
                 self.note(ExpressionError(f"function {func.id!r} is not allowed", self.allowed))
                 for name in (n for arg in node.args for n in value_name_nodes(arg)):
                     self.check(name, depth + 1, in_condition=False)  # its arguments' names still count
                 return
             if node.keywords:
-                raise ExpressionError(f"{func.id}() takes no keyword arguments")
+                raise ExpressionError(f"{func.id}() takes no keyword arguments", self.allowed)
             spec = self.functions[func.id]
             if func.id in REDUCTIONS:
                 self.check_reduction(node, depth)
@@ -263,13 +263,13 @@ class _Checker:
             if not any(value_names(arg) for arg in node.args):
                 raise ExpressionError(f"{func.id}() of constants only", "write its value as a number")
             if len(node.args) != spec.arity:
-                raise ExpressionError(f"{func.id}() takes {spec.arity} argument(s), got {len(node.args)}")
+                raise ExpressionError(f"{func.id}() takes {spec.arity} argument(s), got {len(node.args)}", self.allowed)
             for index, arg in enumerate(node.args):
                 if isinstance(arg, ast.Starred):
-                    raise ExpressionError("starred arguments are not allowed")
+                    raise ExpressionError("starred arguments are not allowed", self.allowed)
                 self.check(arg, depth + 1, in_condition=(func.id == "where" and index == 0))
             return
-        raise ExpressionError(f"{type(node).__name__} is not allowed")
+        raise ExpressionError(f"{type(node).__name__} is not allowed", self.allowed)
 
     def check_reduction(self, node: ast.Call, depth: int) -> None:
         name = node.func.id
@@ -277,7 +277,7 @@ class _Checker:
             raise ExpressionError(f"{name}() inside {self.reducing}(): a reduction inside a reduction",
                                   "compute the inner one as a step of its own and use its name")
         if node.keywords or len(node.args) != 1 or isinstance(node.args[0], ast.Starred):
-            raise ExpressionError(f"{name}() takes 1 argument, the values along the row")
+            raise ExpressionError(f"{name}() takes 1 argument, the values along the row", self.allowed)
         self.reducing = name
         try:
             self.check(node.args[0], depth + 1, in_condition=False)
