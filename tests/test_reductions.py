@@ -854,7 +854,8 @@ tiles:
   N: {block: BLOCK_N, sizes: [16, 64]}
 """,
     # A per-row input inside a where, beside the row's max and min (each has a gradient).
-    "top_half.yaml": """op: top_half
+    "top_half.yaml": """\
+op: top_half
 kind: reduction
 inputs:
   x: {dtype: [float32, float64], shape: [..., N]}
