@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from tests.conftest import REPO, built_package
+from tests.conftest import REPO, built_package, generated_tests_run
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available(),
@@ -538,3 +538,84 @@ def test_a_formula_whose_saved_output_is_missing_is_refused_before_anything_is_a
     with pytest.raises(ValueError, match="bad: saved output 3 is not among the 1 outputs"):
         formula.attach((x,), (y,))
     assert not y.requires_grad and y.grad_fn is None
+
+
+# Outputs whose dtypes are not the inputs': a bool output first, a float32 one from half inputs.
+OWN_DTYPES = {
+    "ew_own.yaml": """
+op: ew_own
+kind: elementwise
+inputs:
+  x: {dtype: [float16, float32]}
+  y: {dtype: x}
+outputs:
+  bigger: {dtype: [bool]}
+  diff: {dtype: [float32]}
+  z: {dtype: x}
+compute:
+  bigger: x > y
+  diff: x - y
+  z: where(x > y, x, y) * 2.0
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+""",
+    "mm_own.yaml": """
+op: mm_own
+kind: matmul
+inputs:
+  a: {shape: [M, K], dtype: [float16, float32]}
+  b: {shape: [K, N], dtype: a}
+outputs:
+  c: {shape: [M, N], dtype: [float32]}
+  d: {shape: [M, N], dtype: [float32]}
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+epilogue:
+  c: acc
+  d: relu(acc)
+""",
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("through", ["node", "function"])
+def test_outputs_of_their_own_dtypes_give_the_inputs_gradients(tmp_path, node, through, dtype, monkeypatch):
+    """An int or bool output's incoming gradient sets no dtype of the backward's (it made the
+    gradients bool: wrong values), and a matmul's float32 output from half operands has its
+    gradient cast to theirs before the products (the products refused the mix)."""
+    if through == "function":
+        _use_node(monkeypatch, None)
+    with built_package(tmp_path, "own_dtype_ops", OWN_DTYPES) as package:
+        generator = torch.Generator().manual_seed(0)
+        x, y = (torch.randn(6, 40, generator=generator).to(_device(), dtype).requires_grad_() for _ in range(2))
+        bigger, diff, z = package.ew_own(x, y)
+        assert bigger.dtype == torch.bool and diff.dtype == torch.float32 and z.dtype == dtype
+        g_diff = torch.randn(6, 40, generator=generator).to(_device())
+        g_z = torch.randn(6, 40, generator=generator).to(_device(), dtype)
+        gx, gy = torch.autograd.grad((diff, z), (x, y), (g_diff, g_z))
+        up = (x > y).float()
+        torch.testing.assert_close(gx.float(), (g_diff + 2 * g_z.float() * up).to(dtype).float())
+        torch.testing.assert_close(gy.float(), (-g_diff + 2 * g_z.float() * (1 - up)).to(dtype).float())
+
+        a, b = (torch.randn(*shape, generator=generator).to(_device(), dtype).requires_grad_()
+                for shape in ((40, 24), (24, 33)))
+        c, d = package.mm_own(a, b)
+        assert c.dtype == d.dtype == torch.float32
+        seeds = [torch.randn(40, 33, generator=generator).to(_device()) for _ in range(2)]
+        got = torch.autograd.grad((c, d), (a, b), seeds)
+        exact = [t.detach().double().requires_grad_() for t in (a, b)]
+        product = exact[0] @ exact[1]
+        want = torch.autograd.grad((product, torch.relu(product)), exact, [s.double() for s in seeds])
+        for g, w in zip(got, want):
+            assert g.dtype == dtype
+            torch.testing.assert_close(g.double(), w, atol=2e-2 if dtype == torch.float16 else 1e-4, rtol=1e-2)
+
+
+def test_the_generated_opcheck_of_an_op_whose_first_output_is_bool_passes(tmp_path):
+    """opcheck's AOT autograd check sums every output into one tensor of the first one's dtype:
+    the generated test leaves that check out for such an op (its gradient tests cover it)."""
+    run = generated_tests_run(tmp_path, {"ew_own.yaml": OWN_DTYPES["ew_own.yaml"]}, ["ew_own"], "opcheck or gradients")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout

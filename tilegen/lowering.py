@@ -266,7 +266,9 @@ def _elementwise_backward(spec: Spec) -> dict:
         typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + seeds] + scalar_params(spec)),
         call_args=", ".join(saved + seeds + scalars),
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
-        like=seeds[0],
+        # Gradients are made in the dtype of the first float output's incoming gradient (an int or
+        # bool output's is of its own dtype, and carries none); autograd casts each to its input's.
+        like=next((backward.seeds[o] for o in spec.float_outputs()), seeds[0]),
         gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs), whole=True),
     )
 
@@ -353,6 +355,12 @@ def _matmul_backward(spec: Spec) -> dict:
             return backward.seeds[backward.passed[name]]
         return backward.results[backward.aliases.get(name, name)]
 
+    # The gradient at the accumulator is multiplied by the operands: it takes their dtype where the
+    # output's may differ from it (as autograd of (a @ b).float() casts its gradient back): made
+    # so by the elementwise pass, or cast where it is the incoming gradient as it is.
+    own = next(t for t in spec.outputs if t.name == outputs[0]).dtype_source != parts.a.dtype_source
+    dz = value("acc") + (f".to({a}.dtype)" if own and "acc" in backward.passed else "")
+
     saved = [x for x in inputs if (x in (a, b) and flows) or (x in extras and x in backward.reads)]
     # The elementwise pass reads the accumulator, the extras it needs (broadcast to [M, N] views)
     # and the incoming gradients, and writes the [M, N] gradients ([N] and [M] ones in float32,
@@ -367,7 +375,7 @@ def _matmul_backward(spec: Spec) -> dict:
     allocations = []
     for name in computed:
         full = name == "acc" or (extras[name] == (m, n) and (not batched or name in parts.batched))
-        dtype = f"{like}.dtype" if full else "torch.float32"
+        dtype = f"{a}.dtype" if name == "acc" and flows and own else f"{like}.dtype" if full else "torch.float32"
         allocations.append(f"{backward.results[name]} = torch.empty({shape}, dtype={dtype}, device={like}.device)")
     # Every epilogue input the pass reads, as an [M, N] view: the op's argument as given (it may be
     # any shape that broadcasts to its declared axes: a 0-d scale for [M], [N] for [M, N]).
@@ -385,13 +393,13 @@ def _matmul_backward(spec: Spec) -> dict:
             sources.append(f'("grad", {outputs.index(backward.passed[name])})')
             continue
         if name == a and flows and batched:  # summed over the batch axes a broadcast along
-            results.append(f"_OP.gradient({value('acc')}, {b}.mT, {a}.shape)")
+            results.append(f"_OP.gradient({dz}, {b}.mT, {a}.shape)")
         elif name == b and flows and batched:
-            results.append(f"_OP.gradient({a}.mT, {value('acc')}, {b}.shape)")
+            results.append(f"_OP.gradient({a}.mT, {dz}, {b}.shape)")
         elif name == a and flows:
-            results.append(f"_OP.product({value('acc')}, {b}.t())")
+            results.append(f"_OP.product({dz}, {b}.t())")
         elif name == b and flows:
-            results.append(f"_OP.product({a}.t(), {value('acc')})")
+            results.append(f"_OP.product({a}.t(), {dz})")
         elif name in extras and name not in backward.zero:
             if extras[name] == (m, n):
                 # A gradient shared with another name is copied: an op's results may not alias.

@@ -178,6 +178,12 @@ class Spec:
 
         return [t.name for t in self.inputs if category(t.dtypes[0]) == "float"]
 
+    def float_outputs(self) -> list[str]:
+        """The outputs that hold float values: those whose incoming gradients carry any."""
+        from .dtypes import category
+
+        return [t.name for t in self.outputs if category(t.dtypes[0]) == "float"]
+
     def row_roles(self) -> dict[str, str]:
         """A reduction's tensors (inputs, then outputs) by how they lie along its rows:
         "element" ([..., N]: one value per element), "column" ([N]: the same for every row) or
