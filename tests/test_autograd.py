@@ -619,3 +619,33 @@ def test_the_generated_opcheck_of_an_op_whose_first_output_is_bool_passes(tmp_pa
     run = generated_tests_run(tmp_path, {"ew_own.yaml": OWN_DTYPES["ew_own.yaml"]}, ["ew_own"], "opcheck or gradients")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert " passed" in run.stdout and " failed" not in run.stdout
+
+
+MIXED_PRECISION = """
+op: scale_mixed
+kind: elementwise
+inputs:
+  x: {dtype: [float16]}
+  w: {dtype: [float32]}
+outputs:
+  y: {dtype: x}
+compute:
+  y: x * w
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_a_float32_input_beside_a_half_one_gets_a_float32_precise_gradient(tmp_path, node):
+    """w's gradient (the half incoming gradient times the half x) is made in float32, as
+    PyTorch's autograd makes it, not rounded to half on the way."""
+    with built_package(tmp_path, "mixed_precision_ops", {"scale_mixed.yaml": MIXED_PRECISION}) as package:
+        generator = torch.Generator().manual_seed(1)
+        x = torch.randn(8, 64, generator=generator).to(_device(), torch.float16).requires_grad_()
+        w = (torch.randn(8, 64, generator=generator) / 3).to(_device()).requires_grad_()
+        y = package.scale_mixed(x, w)
+        g = torch.randn(8, 64, generator=generator).to(_device(), torch.float16)
+        gx, gw = torch.autograd.grad(y, (x, w), g)
+        assert gx.dtype == torch.float16 and gw.dtype == torch.float32
+        torch.testing.assert_close(gw, g.float() * x.detach().float(), atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(gx, (g.float() * w.detach()).half())

@@ -961,3 +961,33 @@ def test_a_value_per_row_that_reads_only_a_weight_has_a_gradient(tmp_path):
         g = torch.randn(4, dtype=torch.float64, device=DEVICE)
         (grad,) = torch.autograd.grad(total, w, g)
         torch.testing.assert_close(grad, 2 * w.detach() * g.sum())
+
+
+PER_ROW_SCALE = """\
+op: row_scaled
+kind: reduction
+inputs:
+  x: {dtype: [float16], shape: [..., N]}
+  t: {dtype: [float32], shape: [...]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+compute:
+  y: (x - mean(x)) * t
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+"""
+
+
+def test_a_float32_per_row_input_beside_half_rows_gets_a_float32_precise_gradient(tmp_path):
+    """t's gradient (the row's sum of the half incoming gradient times x less its mean) is made
+    in float32, t's dtype, not rounded to half on the way."""
+    with built_package(tmp_path, "per_row_scale_ops", {"row_scaled.yaml": PER_ROW_SCALE}) as package:
+        generator = torch.Generator().manual_seed(4)
+        x = torch.randn(6, 50, generator=generator).to(DEVICE, torch.float16).requires_grad_()
+        t = torch.rand(6, generator=generator).to(DEVICE).requires_grad_()
+        y = package.row_scaled(x, t)
+        g = torch.randn(6, 50, generator=generator).to(DEVICE, torch.float16)
+        gx, gt = torch.autograd.grad(y, (x, t), g)
+        assert gx.dtype == torch.float16 and gt.dtype == torch.float32
+        centered = x.detach().double() - x.detach().double().mean(-1, keepdim=True)
+        torch.testing.assert_close(gt.double(), (g.double() * centered).sum(-1), atol=1e-5, rtol=1e-5)

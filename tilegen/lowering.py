@@ -253,6 +253,10 @@ def _elementwise_backward(spec: Spec) -> dict:
     scalars = [s.name for s in spec.scalars]
     name = backward_op_name(spec.op)
     sources = gradient_sources(backward, inputs, outputs)
+    # The gradients' shape and device: the first float output's incoming gradient's (an int or
+    # bool output's is of its own dtype, and carries none).
+    like_output = next(iter(spec.float_outputs()), outputs[0])
+    like = backward.seeds[like_output]
     return dict(
         name=name,
         saved=saved,
@@ -266,11 +270,22 @@ def _elementwise_backward(spec: Spec) -> dict:
         typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + seeds] + scalar_params(spec)),
         call_args=", ".join(saved + seeds + scalars),
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
-        # Gradients are made in the dtype of the first float output's incoming gradient (an int or
-        # bool output's is of its own dtype, and carries none); autograd casts each to its input's.
-        like=next((backward.seeds[o] for o in spec.float_outputs()), seeds[0]),
+        like=like,
+        gradient_dtypes=[gradient_dtype(spec, like_output, like, n, saved) for n in computed],
         gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs), whole=True),
     )
+
+
+def gradient_dtype(spec: Spec, like_output: str, like: str, name: str, saved: list[str]) -> str:
+    """The dtype a backward makes input `name`'s gradient in: that of `like` (the incoming
+    gradient of output `like_output`), or, where the backward reads `name` and its dtype may
+    differ, the wider of the two: a gradient is then never rounded to a narrower dtype than its
+    input's on the way (a half x times a float32 w: w's is made in float32, as PyTorch's autograd
+    makes it); autograd casts each to its input's dtype."""
+    tensors = {t.name: t for t in spec.inputs + spec.outputs}
+    if name not in saved or tensors[name].dtype_source == tensors[like_output].dtype_source:
+        return f"{like}.dtype"
+    return f"torch.promote_types({like}.dtype, {name}.dtype)"
 
 
 def elementwise_context(spec: Spec, header: str) -> dict:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from .derivatives import differentiate
 from .naming import backward_op_name
-from .lowering import (common_context, fixed_or, gradient_sources, gradients_formula, input_checks, output_context,
-                       scalar_params, tuple_source)
+from .lowering import (common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula, input_checks,
+                       output_context, scalar_params, tuple_source)
 from .rows import ELEMENT, ROW, RowProgram, first_row_lines, output_pass, stage_pass, whole_row_lines
 from .spec import Spec
 
@@ -213,14 +213,16 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
     sources = gradient_sources(backward, inputs, outputs)
     kernel_inputs = {**{n: roles[n] for n in saved}, **{o: roles[o] for o in outputs_read},
                      **{backward.seeds[o]: roles[o] for o in outputs}}
-    # Gradients are made in the dtype of the first incoming gradient along the rows (autograd
-    # casts each to its input's dtype where that differs).
-    like = next((backward.seeds[o] for o in outputs if roles[o] == "element"), seeds[0])
+    # Gradients take the shape of the first incoming gradient along the rows, and the widest dtype
+    # of the float tensors the backward reads (gradient_dtype; autograd casts each to its input's).
+    like_output = next((o for o in outputs if roles[o] == "element"), outputs[0])
+    like = backward.seeds[like_output]
     allocations = []
     for n in computed:
         result = backward.results[n]
+        made = gradient_dtype(spec, like_output, like, n, saved)
         # A column input's gradient is summed over the rows in float32 at least.
-        dtype = f"torch.promote_types({like}.dtype, torch.float32)" if roles[n] == "column" else f"{like}.dtype"
+        dtype = f"torch.promote_types({made}, torch.float32)" if roles[n] == "column" else made
         shape = {"row": "_lead", "column": "(_n,)"}.get(roles[n], "(*_lead, _n)")
         allocations.append(f"{result} = torch.empty({shape}, dtype={dtype}, device={like}.device)")
     return dict(
