@@ -370,11 +370,14 @@ def _matmul_backward(spec: Spec) -> dict:
             return backward.seeds[backward.passed[name]]
         return backward.results[backward.aliases.get(name, name)]
 
-    # The gradient at the accumulator is multiplied by the operands: it takes their dtype where the
+    # The gradient at the accumulator is multiplied by the operands: it takes their dtype where an
     # output's may differ from it (as autograd of (a @ b).float() casts its gradient back): made
-    # so by the elementwise pass, or cast where it is the incoming gradient as it is.
-    own = next(t for t in spec.outputs if t.name == outputs[0]).dtype_source != parts.a.dtype_source
-    dz = value("acc") + (f".to({a}.dtype)" if own and "acc" in backward.passed else "")
+    # so by the elementwise pass (whose gradients are made like the first output's), or cast where
+    # it is an output's incoming gradient as it is.
+    dtype_of = {t.name: t.dtype_source for t in spec.outputs}  # (the input each output's dtype follows)
+    own = dtype_of[outputs[0]] != parts.a.dtype_source
+    passed = backward.passed.get("acc")
+    dz = value("acc") + (f".to({a}.dtype)" if passed and dtype_of[passed] != parts.a.dtype_source else "")
 
     saved = [x for x in inputs if (x in (a, b) and flows) or (x in extras and x in backward.reads)]
     # The elementwise pass reads the accumulator, the extras it needs (broadcast to [M, N] views)
