@@ -649,3 +649,29 @@ def test_a_float32_input_beside_a_half_one_gets_a_float32_precise_gradient(tmp_p
         assert gx.dtype == torch.float16 and gw.dtype == torch.float32
         torch.testing.assert_close(gw, g.float() * x.detach().float(), atol=1e-6, rtol=1e-6)
         torch.testing.assert_close(gx, (g.float() * w.detach()).half())
+
+
+STOPPED = """
+op: stopped
+kind: elementwise
+inputs:
+  x: {dtype: [float32, float64]}
+outputs:
+  z: {dtype: x}
+compute:
+  z: detach(x) * x
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_an_op_that_stops_a_gradient_passes_its_generated_gradient_tests(tmp_path):
+    """detach(x) * x has gradient x, where finite differences measure 2x: its generated tests
+    compare against autograd of the oracle (which detaches too) and leave gradcheck out; an op
+    whose oracle detaches nothing (softmax's reference) keeps it."""
+    run = generated_tests_run(tmp_path, {"stopped.yaml": STOPPED}, ["stopped"], "gradcheck or gradients")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout
+    generated = (tmp_path / "generated" / "tests" / "test_stopped.py").read_text()
+    assert "@pytest.mark.skip(reason=\"the op's math stops a gradient" in generated
+    assert "stops a gradient" not in (REPO / "generated" / "tests" / "test_softmax.py").read_text()

@@ -141,11 +141,23 @@ def _common(spec: Spec, header: str, package: str) -> dict:
         follower=followers[0].name if followers else "",
         follower_label=followers[0].public if followers else "",
         positive=_positive_domain(spec),
+        oracle_detaches=_oracle_detaches(spec),
     )
 
 
 def _positive_domain(spec: Spec) -> bool:
     return any(name in _POSITIVE_DOMAIN for _, e in spec.body for name in _called(e))
+
+
+def _oracle_detaches(spec: Spec) -> bool:
+    """Whether the oracle's math (each output's reference, else its compute, and the steps it
+    reads) stops a gradient with detach(): finite differences then measure the gradient it stops
+    where the result depends on the detached value, and gradcheck cannot hold the op to them."""
+    expressions = spec.output_expressions()
+    reads = names_read(spec)
+    steps = dict(spec.steps)
+    read = set().union(*(reads[name] for name in expressions)) if expressions else set()
+    return any("detach" in _called(e) for e in [*expressions.values(), *(steps[n] for n in read if n in steps)])
 
 
 def _called(expression) -> set[str]:
