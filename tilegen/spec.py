@@ -174,15 +174,11 @@ class Spec:
 
     def float_inputs(self) -> list[str]:
         """The inputs that hold float values: those the math upcasts, and those with gradients."""
-        from .dtypes import category
-
-        return [t.name for t in self.inputs if category(t.dtypes[0]) == "float"]
+        return _floats(self.inputs)
 
     def float_outputs(self) -> list[str]:
         """The outputs that hold float values: those whose incoming gradients carry any."""
-        from .dtypes import category
-
-        return [t.name for t in self.outputs if category(t.dtypes[0]) == "float"]
+        return _floats(self.outputs)
 
     def row_roles(self) -> dict[str, str]:
         """A reduction's tensors (inputs, then outputs) by how they lie along its rows:
@@ -192,13 +188,20 @@ class Spec:
         return {t.name: "element" if t.shape[-1:] == (axis,) and t.shape[:1] == ("...",)
                 else "column" if t.shape == (axis,) else "row" for t in self.inputs + self.outputs}
 
+    def names_read(self, outputs: dict[str, Expression]) -> dict[str, set[str]]:
+        """Each step's and each of `outputs`' (name -> expression) names, read directly or through
+        the steps it reads."""
+        reads: dict[str, set[str]] = {}
+        for name, expression in list(self.steps) + list(outputs.items()):
+            reads[name] = set().union(*({n} | reads.get(n, set()) for n in expression.names))
+        return reads
+
     def steps_read(self) -> list:
-        """A reduction's steps its outputs read, directly or through later steps, in spec order:
-        a step nothing reads would be work (a pass over a long row) for nothing."""
-        read = set().union(*(expression.names for _, expression in self.body))
-        for name, expression in reversed(self.steps):
-            if name in read:
-                read |= set(expression.names)
+        """A reduction's steps its outputs' compute reads, directly or through later steps, in spec
+        order: a step nothing reads would be work (a pass over a long row) for nothing."""
+        body = dict(self.body)
+        reads = self.names_read(body)
+        read = set().union(*(reads[name] for name in body))
         return [(name, expression) for name, expression in self.steps if name in read]
 
     def row_levels(self) -> dict[str, int]:
@@ -260,3 +263,10 @@ def broadcast_axes_of(declared: list[tuple[str, ...]]) -> tuple[str, ...] | None
         return None
     longest = max((fixed_axes(shape) for shape in declared), key=len)
     return (("...",) if any(shape[:1] == ("...",) for shape in declared) else ()) + longest
+
+
+def _floats(tensors) -> list[str]:
+    """The names of `tensors` that hold float values (by their first accepted dtype's kind)."""
+    from .dtypes import category
+
+    return [t.name for t in tensors if category(t.dtypes[0]) == "float"]

@@ -50,11 +50,9 @@ def pytorch_lines(spec: Spec, target: str, scalars: frozenset[str] = frozenset()
 
 
 def names_read(spec: Spec) -> dict[str, set[str]]:
-    """Each step's and output's names, read directly or through the steps it reads."""
-    reads: dict[str, set[str]] = {}
-    for name, expression in list(spec.steps) + list(spec.output_expressions().items()):
-        reads[name] = set().union(*({n} | reads.get(n, set()) for n in expression.names))
-    return reads
+    """Each step's and output's names (its reference's, where given), read directly or through the
+    steps it reads."""
+    return spec.names_read(spec.output_expressions())
 
 
 def _oracle(spec: Spec) -> tuple[list[str], str]:
