@@ -197,10 +197,10 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
     saved = [n for n in inputs if n in backward.reads] if computed else []
     outputs_read = [o for o in outputs if o in backward.reads] if computed else []
     seeds = [backward.seeds[o] for o in outputs]
-    if computed and not any(roles[n] != "row" for n in saved + outputs_read) and \
-            not any(roles[o] == "element" for o in outputs):
-        # Nothing the backward reads has the reduced axis (an output of a value per row that reads
-        # only a weight: sum(w)): it takes the first input with rows, for N alone.
+    if computed and not any(roles[n] == "element" for n in saved + outputs_read + outputs):
+        # Nothing the backward reads has rows along the reduced axis (outputs of a value per row
+        # that read only weights: sum(w * w)): it takes the first input with rows, whose shape
+        # gives the call N and the rows.
         saved.append(next(n for n in inputs if roles[n] == "element"))
     output_levels = {o: ROW if roles[o] == "row" else ELEMENT for o in outputs}
     seed_levels = {backward.seeds[o]: output_levels[o] for o in outputs}

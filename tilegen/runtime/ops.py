@@ -424,18 +424,15 @@ class ReductionOp(Op):
         """(the rows' leading shape, N) of a call with the tensors `named` ([(name, tensor)] in
         input order): element tensors' leading axes and row tensors' shapes broadcast as in
         PyTorch. Raises ValueError naming the argument that does not."""
-        rows, n, weight_n = [], None, None
+        rows, n = [], None
         for (name, value), role in zip(named, self.roles):
             if role == "column":
-                weight_n = int(value.shape[-1]) if weight_n is None else weight_n
                 continue
             rows.append((name, tuple(value.shape[:-1]) if role == "element" else tuple(value.shape)))
             if role == "element" and n is None:
                 n = int(value.shape[-1])
         lead = broadcast_leading(op, rows, "rows of shape", "the rows of", "shapes broadcast as in PyTorch")
-        # N from the rows, else from a weight: a backward may read only weights ([N]) and the
-        # gradients of values per row ([...]).
-        return lead, weight_n if n is None else n
+        return lead, n
 
     def run(self, inputs, outputs, scalars, lead, n, call=None, result=None):
         """Compute `outputs` (checked or allocated by the wrapper, in their own shapes) from
