@@ -125,6 +125,50 @@ def test_each_point_reports_its_times_as_it_finishes(monkeypatch):
     assert lines == ["stand_in float32 1024: tilegen 10.0 us, torch 20.0 us"]
 
 
+def test_a_copy_of_the_same_bytes_is_timed_beside_a_memory_bound_op(monkeypatch):
+    # The yardstick for a memory-bound op's bandwidth at its own size: a copy of as many bytes,
+    # timed the same way (at 2^24 elements a lone copy is itself far from the large-copy rate).
+    import triton.testing
+
+    from tilegen.bench import bench_module
+
+    module = _stand_in_module()
+    timed = []
+
+    def do_bench(fn, return_mode):
+        timed.append(fn())
+        return [0.010, 0.020, 0.008][len(timed) - 1]
+
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    rows = bench_module(module, None, ["tilegen", "torch", "copy"], lambda line: None)
+    assert [(r.provider, r.ms) for r in rows] == [("tilegen", 0.010), ("torch", 0.020), ("copy", 0.008)]
+    copied = timed[2]  # half the op's bytes read, half written
+    assert copied.dtype == torch.uint8 and copied.numel() == module.bytes_moved((1024,), torch.float32) // 2
+    assert rows[2].gbs == pytest.approx(rows[0].gbs * 0.010 / 0.008)
+    bench.attach_ratios(rows, {"copy_gbs": 4000.0})
+    assert rows[0].fraction_of_copy == pytest.approx(0.8) and rows[2].speedup_vs_torch is None
+    table = bench.format_table(rows)
+    assert table.splitlines()[0].split()[-2:] == ["of", "copy"] and table.splitlines()[1].endswith("80.0%")
+    assert "stand_in                 float32   of a copy of its bytes: worst 80% at 1024" in bench.summary_lines(rows)
+    # A matmul is bound by its products, not its bytes: no copy beside it.
+    matmul = _stand_in_module()
+    matmul.KIND = "matmul"
+    timed.clear()
+    assert [r.provider for r in bench_module(matmul, None, ["tilegen", "torch", "copy"], lambda line: None)] == [
+        "tilegen", "torch"]
+
+
+def test_the_summary_holds_memory_bound_ops_to_a_copy_from_2_24_elements():
+    rows = []
+    for shape, fraction in (("8192x128", 0.5), ("4096x4096", 0.95), ("4096x32768", 0.9)):
+        rows.append(bench.Row("softmax", "reduction", "float16", shape, "tilegen", 1.0, None, 100.0))
+        rows.append(bench.Row("softmax", "reduction", "float16", shape, "copy", fraction, None, 100.0 / fraction))
+    bench.attach_ratios(rows, {})
+    assert bench.shape_elements("2^24") == bench.shape_elements("4096x4096") == 1 << 24
+    assert ("softmax                  float16   of a copy of its bytes: worst 50% at 8192x128; from 2^24 "
+            "elements worst 90% at 4096x32768") in bench.summary_lines(rows)
+
+
 def test_no_gpu_exits_2_with_one_line(cli, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.chdir(REPO)

@@ -31,14 +31,16 @@ class Row:
     kind: str
     dtype: str
     shape: str
-    provider: str            # "tilegen", "torch", "torch.compile" or "tilegen.compile" (tilegen's op
-                             # called from a torch.compile'd function)
+    provider: str            # "tilegen", "torch", "torch.compile", "tilegen.compile" (tilegen's op
+                             # called from a torch.compile'd function) or "copy" (a copy of the same
+                             # bytes: what moving them costs at this size, with this timer)
     ms: float
     tflops: float | None
     gbs: float | None
     speedup_vs_torch: float | None = None
     fraction_of_limit: float | None = None
     speedup_vs_compile: float | None = None  # torch.compile time / this time, where it was timed
+    fraction_of_copy: float | None = None  # copy time of the same bytes / this time, where it was timed
     peak_mb: float | None = None  # a training step's peak memory above its inputs (--backward)
 
 
@@ -72,15 +74,21 @@ def fraction_of_limit(row: Row, limits: dict) -> float | None:
 
 
 def attach_ratios(rows: list[Row], limits: dict) -> None:
-    """Fill speedup (PyTorch time / this time, and torch.compile's where it was timed) and
-    fraction of the machine's limit."""
-    torch_ms = {(r.op, r.dtype, r.shape): r.ms for r in rows if r.provider == "torch"}
-    compiled_ms = {(r.op, r.dtype, r.shape): r.ms for r in rows if r.provider == "torch.compile"}
+    """Fill speedup (PyTorch time / this time, and torch.compile's where it was timed), fraction
+    of the machine's limit, and fraction of a copy of the same bytes where one was timed."""
+    def times(provider):
+        return {(r.op, r.dtype, r.shape): r.ms for r in rows if r.provider == provider}
+
+    torch_ms, compiled_ms, copy_ms = times("torch"), times("torch.compile"), times("copy")
     for row in rows:
-        base = torch_ms.get((row.op, row.dtype, row.shape))
+        key = (row.op, row.dtype, row.shape)
+        if row.provider == "copy":  # the yardstick itself: no speedup to speak of
+            row.fraction_of_limit = fraction_of_limit(row, limits)
+            continue
+        base, compiled, copy = torch_ms.get(key), compiled_ms.get(key), copy_ms.get(key)
         row.speedup_vs_torch = base / row.ms if base and row.ms else None
-        compiled = compiled_ms.get((row.op, row.dtype, row.shape))
         row.speedup_vs_compile = compiled / row.ms if compiled and row.ms else None
+        row.fraction_of_copy = copy / row.ms if copy and row.ms else None
         row.fraction_of_limit = fraction_of_limit(row, limits)
 
 
@@ -96,9 +104,11 @@ def format_table(rows: list[Row]) -> str:
     composed = any(r.provider == "tilegen.compile" for r in rows)
     autotuned = any(r.provider == "torch.compile.max-autotune" for r in rows)
     with_memory = any(r.peak_mb is not None for r in rows)
+    with_copy = any(r.provider == "copy" for r in rows)
     header = (f"{'op':<24} {'dtype':<9} {'shape':<16} {'tilegen ms':>10} {'torch ms':>9} "
               f"{'tilegen':>12} {'torch':>12} {'speedup':>8} {'of limit':>8}")
-    lines = [header + (f" {'compile ms':>10} {'vs compile':>10}" if with_compile else "")
+    lines = [header + (f" {'copy ms':>8} {'of copy':>7}" if with_copy else "")
+             + (f" {'compile ms':>10} {'vs compile':>10}" if with_compile else "")
              + (f" {'in compile ms':>13}" if composed else "")
              + (f" {'max-autotune ms':>15} {'vs it':>6}" if autotuned else "")
              + (f" {'tilegen MiB':>11} {'torch MiB':>9}" if with_memory else "")]
@@ -114,6 +124,10 @@ def format_table(rows: list[Row]) -> str:
         line = (f"{op:<24} {dtype:<9} {shape:<16} {ours.ms:>10.4f} {theirs.ms:>9.4f} "
                 f"{value(ours):>7.1f} {unit:<4} {value(theirs):>7.1f} {unit:<4} "
                 f"{ours.speedup_vs_torch or 0:>7.2f}x {100 * (ours.fraction_of_limit or 0):>7.1f}%")
+        if with_copy:
+            copy = providers.get("copy")
+            line += (f" {copy.ms:>8.4f} {100 * (ours.fraction_of_copy or 0):>6.1f}%" if copy is not None
+                     else f" {'':>8} {'':>7}")
         compiled = providers.get("torch.compile")
         if compiled is not None:
             line += f" {compiled.ms:>10.4f} {ours.speedup_vs_compile or 0:>9.2f}x"
@@ -127,6 +141,18 @@ def format_table(rows: list[Row]) -> str:
             line += f" {ours.peak_mb:>11.1f} {theirs.peak_mb:>9.1f}"
         lines.append(line)
     return "\n".join(lines)
+
+
+LARGE_ELEMENTS = 1 << 24  # where a memory-bound op should move its bytes as fast as a copy does
+
+
+def shape_elements(label: str) -> int:
+    """The elements of a shape label ("4096x32768", "2^24")."""
+    count = 1
+    for part in label.split("x"):
+        base, _, power = part.partition("^")
+        count *= int(base) ** int(power) if power else int(base)
+    return count
 
 
 def summary_lines(rows: list[Row]) -> list[str]:
@@ -145,6 +171,17 @@ def summary_lines(rows: list[Row]) -> list[str]:
         worst = min(items, key=lambda r: r.speedup_vs_torch or 0)
         out.append(f"{op:<24} {dtype:<9} geomean speedup {mean or 0:.2f}x, "
                    f"worst {worst.speedup_vs_torch or 0:.2f}x at {worst.shape}")
+        copied = [r for r in items if r.fraction_of_copy]
+        if copied:
+            worst = min(copied, key=lambda r: r.fraction_of_copy)
+            large = [r for r in copied if shape_elements(r.shape) >= LARGE_ELEMENTS]
+            line = (f"{op:<24} {dtype:<9} of a copy of its bytes: worst {100 * worst.fraction_of_copy:.0f}% "
+                    f"at {worst.shape}")
+            if large:
+                worst = min(large, key=lambda r: r.fraction_of_copy)
+                line += (f"; from 2^{LARGE_ELEMENTS.bit_length() - 1} elements worst "
+                         f"{100 * worst.fraction_of_copy:.0f}% at {worst.shape}")
+            out.append(line)
         against = [r for r in items if r.speedup_vs_compile]
         if against:
             worst = min(against, key=lambda r: r.speedup_vs_compile)
@@ -245,7 +282,10 @@ def write_readme(report: Report, out: Path, table: str, summary: list[str]) -> P
         "Speedup is PyTorch eager time / tilegen time (above 1: tilegen is faster); 'vs compile', where "
         f"present, is torch.compile time / tilegen time. Times are {TIMER_DESCRIPTIONS.get(report.timer, report.timer)}"
         + (f", each the median of {report.rounds} rounds in which the providers take turns" if report.rounds > 1 else "")
-        + ". 'of limit' is tilegen's throughput over the measured limit above.",
+        + ". 'of limit' is tilegen's throughput over the measured limit above. 'of copy', where present, "
+        "is the time of a device-to-device copy of the same bytes (half read, half written), timed the "
+        "same way, over tilegen's: the bandwidth a kernel of that size can reach, launch latency "
+        "and L2 included.",
         "",
         "## Summary", "", "```", *summary, "```", "",
         "## Host overhead (CPU microseconds per call, small inputs)", "",
@@ -457,6 +497,8 @@ def bench_module(module, shapes, providers, progress, rounds: int = 1, timer: st
                 fns["torch.compile"] = compile_for_one_shape(module.run_torch, inputs)
                 # tilegen's op composed into a compiled function: what a model under torch.compile gets.
                 fns["tilegen.compile"] = compile_for_one_shape(module.run_tilegen, inputs)
+            if "copy" in providers and module.KIND != "matmul":  # memory-bound: its bytes are its limit
+                fns["copy"] = same_bytes_copy(module.bytes_moved(shape, dtype), inputs[0].device)
             samples = {provider: [] for provider in fns}
             for _ in range(rounds):
                 for provider, fn in fns.items():
@@ -473,6 +515,16 @@ def bench_module(module, shapes, providers, progress, rounds: int = 1, timer: st
             del inputs
         torch.cuda.empty_cache()
     return rows
+
+
+def same_bytes_copy(nbytes: int, device):
+    """A provider that copies nbytes / 2 bytes into another buffer: a memory-bound op's bytes
+    moved by the simplest kernel there is, the yardstick for its bandwidth at this size."""
+    import torch
+
+    source = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    return lambda _inputs: target.copy_(source)
 
 
 def make_row(module, dtype_label, shape, provider, ms, flops, nbytes) -> Row:
@@ -507,7 +559,7 @@ def run(ops: list[str], package: str, out: Path, shapes_text: str | None, compil
     matmul_dtypes = sorted({dtype_name(d) for m in modules for d in module_dtypes(m, dtypes) if m.KIND == "matmul"})
     report = Report(environment(), measure_limits(matmul_dtypes or ["float16"]), command=command, rounds=rounds,
                     timer=timer)
-    providers = ["tilegen", "torch"] + (["torch.compile"] if compile_too else [])
+    providers = ["tilegen", "torch", "copy"] + (["torch.compile"] if compile_too else [])
     total = sum(len(module_dtypes(m, dtypes)) * len(parse_shapes(shapes_text, m.KIND, getattr(m, "BATCHED", False)) or m.SHAPES) for m in modules)
     done = [0]
 
