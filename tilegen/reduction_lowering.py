@@ -53,8 +53,8 @@ def _load(name: str, role: str) -> str:
 
 
 def _load_ahead(name: str) -> str:
-    """The load of a whole-row input's next row block (rows `_ahead`), kept in its own dtype until
-    its step takes it (row_kernel's prefetch)."""
+    """The load of an input's next row block (rows `_ahead`), kept in its own dtype until its step
+    takes it (row_kernel's prefetch, the column phase's)."""
     return f"_p_{name} = tl.load({_address(name, 'element', '_ahead')}, mask=(_ahead < n_rows) & (cols < row_length))"
 
 
@@ -151,12 +151,17 @@ def column_phase(program: RowProgram, inputs: dict[str, str], outputs: dict[str,
     step = output_pass(program, sums, prefix="_k")
     # .cg: the row values other programs stored are read from L2, never a stale L1 line.
     loaded = [f"{v} = tl.load({_row_value(k)}, mask=row_mask, cache_modifier=\".cg\")" for k, v in enumerate(values)]
+    elements = [n for n in step.loads if along[n] == "element"]
     return dict(
         value_count=len(values),
         column_loads=[_load(n, along[n]) for n in step.loads if along[n] == "column"],
         row_loads=[_load(n, "row") for n in program.inputs_read(program.output_values(sums), sums, level=ROW)]
         + loaded,
-        element_loads=[_load(n, along[n]) for n in step.loads if along[n] == "element"],
+        # One program a multiprocessor runs the phase, so nothing else hides a step's load latency:
+        # each step takes the loads the step before issued (rows `_ahead`, in their own dtype) and
+        # issues the next step's before its own math.
+        prefetch=[_load_ahead(n) for n in elements],
+        take=[f"{n} = _p_{n}.to(compute)" for n in elements],
         lines=list(step.body),
         # Each lane keeps its own running sum; the lanes of a column are added up once, at the end.
         sums_before=[f"_c_{n} = tl.zeros([COL_ROWS, COLS], compute)" for n in sums],
