@@ -793,12 +793,31 @@ def test_the_column_phase_spreads_the_columns_over_every_multiprocessor():
     for warps in (4, 8, 16, 32):
         for n in (8193, 16384, 32768, 65536, 1 << 20):
             cols, rows = column_sums_tile(n, 132, warps)
-            assert cols in (32, 64, 128) and cols * rows == 32 * 32 * warps  # 32 elements a thread
+            assert cols in (32, 64, 128) and cols * rows % (32 * warps) == 0
             assert rows & (rows - 1) == 0  # a tl.arange length
             assert -(-n // cols) >= 132 or cols == 32  # a strip for every multiprocessor where columns allow
     assert column_sums_tile(32768, 132, 16) == (128, 128)
     assert column_sums_tile(16384, 132, 16) == (64, 256)
     assert column_sums_tile(1 << 20, 132, 4) == (128, 32)
+
+
+def test_the_column_phase_takes_as_many_elements_a_thread_as_its_registers_hold():
+    # Each step holds, a thread and an element, each sum's float32 lane, each input's value in
+    # float32 and its next step's in its own dtype: rms_norm's one sum from two half inputs fits
+    # 32 elements in 128 registers (16 warps, one program a multiprocessor); layer_norm's two sums
+    # spilled there (bench/results/h200/reductions/column_prefetch/) and take 16, as float32 does.
+    from tilegen.runtime.configs import column_sums_tile
+
+    def elements(warps, **kwargs):
+        cols, rows = column_sums_tile(32768, 132, warps, **kwargs)
+        return cols * rows // (32 * warps)
+
+    assert elements(16, sums=1, reads=2, itemsize=2) == 32  # rms_norm, half
+    assert elements(16, sums=2, reads=2, itemsize=2) == 16  # layer_norm, half
+    assert elements(16, sums=2, reads=2, itemsize=4) == 16  # layer_norm, float32
+    assert elements(16, sums=2, reads=2, itemsize=8, compute_size=8) == 8  # float64 math: the fewest
+    assert elements(8, sums=2, reads=2, itemsize=4) == 32  # 8 warps: twice the registers a thread
+    assert column_sums_tile(32768, 132, 16, sums=2, reads=2, itemsize=2) == (128, 64)
 
 
 def test_a_backward_space_tries_several_looped_rows_a_step_and_a_table_may_choose_them():

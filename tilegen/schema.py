@@ -14,8 +14,8 @@ The rule that tells calls apart (which calls may repeat a learned launch) lives 
 # whenever a generated module built for the old one would not work with the new one, or a module
 # built for the new one with the old (6: rt.Gradients takes `whole`; 7: rt.ReductionOp takes
 # `row_values`, and a backward kernel that sums columns takes COLS and COL_ROWS; 8: a reduction's
-# finish calls tilegen.runtime.sync.finish_share).
-RUNTIME_VERSION = 8
+# finish calls tilegen.runtime.sync.finish_share; 9: rt.ReductionOp takes `column_reads`).
+RUNTIME_VERSION = 9
 
 # Each kind's config fields, block fields first, under their canonical (table file) names.
 BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",), "reduction": ("BLOCK",)}

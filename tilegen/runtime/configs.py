@@ -218,7 +218,7 @@ MAX_LOOPED_TILE = 16384
 # with the grid at one program a multiprocessor, layer_norm float16 344 against 363, rms_norm 300
 # against 305, add_rms_norm 493 against 471 (its table holds its own).
 MAX_BACKWARD_LOOP_BLOCK = 4096
-# A long row's column phase loads this many elements of each input a thread a step
+# A long row's column phase loads at most this many elements of each input a thread a step
 # (column_sums_tile).
 COLUMN_ELEMENTS_PER_THREAD = 32
 # A looped row goes UNROLL blocks a loop trip, a tl.static_range each, so that a trip's loads
@@ -248,18 +248,26 @@ def reduction_warps(elements):
     return max(1, min(16, elements // 512))
 
 
-def column_sums_tile(n, sms, warps):
+def column_sums_tile(n, sms, warps, sums=1, reads=2, itemsize=2, compute_size=4):
     """(columns a strip, rows a step) of a backward's column phase over long rows, where each
-    program sums whole strips of columns down every row: the widest strip of 32 to 128 columns
-    that still gives every multiprocessor a strip, and COLUMN_ELEMENTS_PER_THREAD elements of
-    each input a thread a step. Each step waits on its loads (nothing pipelines the loop down the
-    rows), so a step's tile is as large as the registers allow: on the H200 at 4096x32768 with 16
-    warps (bench/results/h200/reductions/column_kernel/tiles/), 128x128 against the 64x64 before:
-    the backward of layer_norm half 523 against 578 us, float32 1039 against 1063, rms_norm 475
-    against 483, add_rms_norm 526 against 569."""
+    program (one a multiprocessor) sums whole strips of columns down every row, `sums` column
+    sums from `reads` inputs of `itemsize` bytes, in math of `compute_size` bytes: the widest strip
+    of 32 to 128 columns that still gives every multiprocessor a strip, and as many elements of
+    each input a thread a step, up to COLUMN_ELEMENTS_PER_THREAD, as its registers hold. Each step
+    issues the next step's loads before its own math, so a thread holds, per element, each sum's
+    lane, each input's value in the math's dtype and its next one in its own.
+
+    On the H200 at 4096x32768 with 16 warps (128 registers a thread; bench/results/h200/reductions/
+    column_prefetch/): rms_norm half (one sum: 32 elements fit) 430 us of backward against 478
+    before the loads went a step ahead; layer_norm (two sums: 16 elements) float32 1001 against
+    1036, half 532 against 523 (at 32 elements, with the loads ahead, it spilled: 621 and 1222)."""
     cols = next((c for c in (128, 64) if cdiv(n, c) >= sms), 32)
-    elements = COLUMN_ELEMENTS_PER_THREAD * 32 * warps
-    return cols, max(1, elements // cols)
+    registers = min(255, 65536 // (32 * warps))
+    per_element = (sums * compute_size + reads * (compute_size + itemsize)) / 4
+    elements = COLUMN_ELEMENTS_PER_THREAD
+    while elements > 8 and elements * per_element > registers:
+        elements //= 2
+    return cols, max(1, elements * 32 * warps // cols)
 
 
 class ReductionSpace:

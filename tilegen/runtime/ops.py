@@ -414,10 +414,11 @@ class ReductionOp(Op):
     SUM_PROGRAMS_PER_SM = 2
 
     def __init__(self, name, kernel, configs, *, roles, block="BLOCK", compute=tl.float32, listed=True,
-                 row_values=0):
+                 row_values=0, column_reads=0):
         super().__init__(name, configs, kernel, listed)
         self.kernel = Kernel(kernel)
         self.row_values = row_values  # a backward's: the values a long row leaves for its column sums
+        self.column_reads = column_reads  # and the inputs along the rows its column phase reads
         self.roles, self.block, self.compute = tuple(roles), block, compute
 
     def shape(self, op, named):
@@ -519,7 +520,8 @@ class ReductionOp(Op):
             room = self.row_values * rows if looped else len(sums) * blocks * n
             head = split_k_workspace(views[0].device, max(1, room), 2, fresh=traced,
                                      dtype=torch.float64 if math_64 else torch.float32)
-            cols, col_rows = column_sums_tile(n, sms, config["num_warps"])
+            cols, col_rows = column_sums_tile(n, sms, config["num_warps"], len(sums), self.column_reads,
+                                              views[0].element_size(), 8 if math_64 else 4)
             constexprs.update({"SHARED_FINISH": shared, "COLS": cols, "COL_ROWS": col_rows})
             if looped:
                 constexprs["INDEX_64"] = needs_int64(*views, extra=max(block * per_program, cols * col_rows))
