@@ -613,6 +613,29 @@ def test_outputs_of_their_own_dtypes_give_the_inputs_gradients(tmp_path, node, t
             torch.testing.assert_close(g.double(), w, atol=2e-2 if dtype == torch.float16 else 1e-4, rtol=1e-2)
 
 
+def test_a_repeat_backward_call_keys_on_the_operands_dtype_its_gradient_takes(tmp_path):
+    """mm_own's float32 outputs come from half or float32 operands, and the gradient at the
+    accumulator takes the operands' dtype: its pass's incoming tensors are float32 either way, so
+    the compiled call path, which tells calls apart by their arguments, must see A too. Without
+    it, on a GPU, a float32 call after a half one got a half gradient (the products refused it)."""
+    with built_package(tmp_path, "own_key_ops", {"mm_own.yaml": OWN_DTYPES["mm_own.yaml"]}) as package:
+        source = (tmp_path / "own_key_ops" / "mm_own.py").read_text()
+        assert "_EPILOGUE_BACKWARD.fast(d, _g_c, _g_d, a)" in source
+        generator = torch.Generator().manual_seed(0)
+        for dtype in (torch.float16, torch.float32, torch.float16, torch.float32):
+            a, b = (torch.randn(*shape, generator=generator).to(_device(), dtype).requires_grad_()
+                    for shape in ((40, 24), (24, 33)))
+            c, d = package.mm_own(a, b)
+            seeds = [torch.randn(40, 33, generator=generator).to(_device()) for _ in range(2)]
+            got = torch.autograd.grad((c, d), (a, b), seeds)
+            exact = [t.detach().double().requires_grad_() for t in (a, b)]
+            product = exact[0] @ exact[1]
+            want = torch.autograd.grad((product, torch.relu(product)), exact, [s.double() for s in seeds])
+            for g, w in zip(got, want):
+                assert g.dtype == dtype
+                torch.testing.assert_close(g.double(), w, atol=2e-2 if dtype == torch.float16 else 1e-4, rtol=1e-2)
+
+
 def test_the_generated_opcheck_of_an_op_whose_first_output_is_bool_passes(tmp_path):
     """opcheck's AOT autograd check sums every output into one tensor of the first one's dtype:
     the generated test leaves that check out for such an op (its gradient tests cover it)."""

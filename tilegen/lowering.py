@@ -391,9 +391,14 @@ def _matmul_backward(spec: Spec) -> dict:
     # sums each over the axes its input was broadcast along.
     shape = f"{like}.shape" if batched else f"({m}, {n})"
     allocations = []
+    # The compiled call path tells calls apart by their arguments: where a gradient takes A's
+    # dtype, which none of the pass's tensors has, A is one of them (a repeat call of fp32
+    # outputs from fp16 operands would take a learned fp32 operands' call's gradient dtype).
+    keyed = []
     for name in computed:
         full = name == "acc" or (extras[name] == (m, n) and (not batched or name in parts.batched))
         dtype = f"{a}.dtype" if name == "acc" and flows and own else f"{like}.dtype" if full else "torch.float32"
+        keyed += [a] if dtype == f"{a}.dtype" else []
         allocations.append(f"{backward.results[name]} = torch.empty({shape}, dtype={dtype}, device={like}.device)")
     # Every epilogue input the pass reads, as an [M, N] view: the op's argument as given (it may be
     # any shape that broadcasts to its declared axes: a 0-d scale for [M], [N] for [M, N]).
@@ -443,7 +448,7 @@ def _matmul_backward(spec: Spec) -> dict:
         kernel_results=kernel_results,
         pointer_params=", ".join(f"{x}_ptr" for x in kernel_inputs + kernel_results),
         math_args=", ".join(kernel_inputs + scalars),
-        call_args=", ".join(kernel_inputs + scalars),
+        call_args=", ".join(kernel_inputs + keyed + scalars),
         math_lines=backward.lines("triton"),
         typed_params=", ".join([f"{x}: torch.Tensor" for x in saved] + ["acc: torch.Tensor | None"]
                                + [f"{x}: torch.Tensor" for x in outputs_read + seeds] + scalar_params(spec)),
