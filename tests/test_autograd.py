@@ -674,6 +674,36 @@ def test_a_float32_input_beside_a_half_one_gets_a_float32_precise_gradient(tmp_p
         torch.testing.assert_close(gx, (g.float() * w.detach()).half())
 
 
+def _dtype_sources_outside_the_key(source: str) -> list[str]:
+    """In each function of a generated module that asks the compiled call path first, the
+    tensors whose dtype a fresh tensor takes but which the call path's key leaves out."""
+    problems = []
+    for function in re.split(r"\n(?=def |@)", source):
+        asked = re.search(r"\.fast\(([^)]*)\)", function)
+        if asked is None:
+            continue
+        keyed = {name.strip() for name in asked.group(1).split(",")}
+        for name in re.findall(r"torch\.empty\([^\n]*dtype=(?:torch\.promote_types\()?(\w+)\.dtype", function):
+            if name not in keyed:
+                problems.append(f"{function.splitlines()[0][:60]}: {name}")
+    return problems
+
+
+def test_every_fresh_tensor_takes_its_dtype_from_a_tensor_the_call_path_keys_on(tmp_path):
+    """The compiled call path serves a repeat call with the outputs it learned, in their dtypes:
+    a wrapper that made one like a tensor the call did not pass would hand a later call of
+    another such dtype the first call's (mm_own's gradient at the accumulator took A's dtype,
+    and A was not passed: a float32 call after a half one got half gradients on the GPU)."""
+    for path in sorted((REPO / "generated").glob("*.py")):
+        assert _dtype_sources_outside_the_key(path.read_text()) == [], path.name
+    with built_package(tmp_path, "keyed_ops", {**OWN_DTYPES, "scale_mixed.yaml": MIXED_PRECISION}):
+        for name in ("ew_own", "mm_own", "scale_mixed"):
+            assert _dtype_sources_outside_the_key((tmp_path / "keyed_ops" / f"{name}.py").read_text()) == [], name
+    # (It finds what it is for: the dZ pass as it was.)
+    before = "_computed = _EPILOGUE_BACKWARD.fast(d, _g_c, _g_d)\n    _d_acc = torch.empty((M, N), dtype=a.dtype, device=d.device)"
+    assert _dtype_sources_outside_the_key("def _mm_backward():\n    " + before) == ["def _mm_backward():: a"]
+
+
 STOPPED = """
 op: stopped
 kind: elementwise
