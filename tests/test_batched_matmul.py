@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tilegen.runtime.batch import batch_shape, batch_stride, folded, matrices
-from tests.conftest import built_package
+from tests.conftest import built_package, generated_tests_run
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -215,3 +215,33 @@ def test_a_batch_loads_through_3d_descriptors_a_matrix_a_box(launches, a_major, 
         args, constexprs = launches[-1]
         assert constexprs["USE_TMA_STORE"] and constexprs["BATCHED"]
         assert [len(arg.shape) for arg in args if isinstance(arg, TensorDescriptor)] == [3, 3, 3]
+
+
+SHARED_WEIGHT = """
+op: bmm_resid
+kind: matmul
+inputs:
+  a: {shape: [..., M, K], dtype: [float16, float32]}
+  w: {shape: [K, N], dtype: a}
+  r: {shape: [..., M, N], dtype: a}
+scalars:
+  alpha: {type: float, default: 0.5}
+outputs:
+  c: {shape: [..., M, N], dtype: a}
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+epilogue:
+  c: acc + r * alpha
+"""
+
+
+def test_the_generated_tests_of_a_batch_times_one_shared_matrix_pass(tmp_path):
+    # B declared [K, N] (one weight for every matrix of A): its generated tests gave B batch axes
+    # (29 failed: the op refuses a 3-D B, as it should) and expected a batch-axes error where the
+    # op says B must be 2-D. Its batched launches now step through an A whose batch does not fold.
+    run = generated_tests_run(tmp_path, {"bmm_resid.yaml": SHARED_WEIGHT}, ["bmm_resid"],
+                              "bad_arguments or batched or empty_batch or folds or opcheck")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout

@@ -236,6 +236,7 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
                      index=[i.name for i in spec.inputs].index(t.name),
                      batched=t.name in parts.batched) for t in extras],
         batched=parts.is_batched,
+        b_batched=b.name in parts.batched,  # (else B is one matrix, [K, N], for every batch)
         batched_shapes_literal=_shape_literal(batched_shapes),
         batched_extras=any(t.name in parts.batched for t in extras),
         shapes_literal=_shape_literal(dict.fromkeys(shapes)),
