@@ -420,7 +420,7 @@ def _bmm_bias_silu_backward_products(a: torch.Tensor, b: torch.Tensor, bias: tor
     eager backward frees the kept one before the products allocate theirs (rt.Gradients)."""
     _d_acc, = _computed
     # Sums over broadcast axes first: their reduction's workspace is gone before dA and dB exist.
-    _bias_summed = _d_acc.sum(-2).to(_g_c.dtype)
+    _bias_summed = _d_acc.sum(-2)
     return (
         _OP.gradient(_d_acc, b.mT, a.shape),
         _OP.gradient(a.mT, _d_acc, b.shape),

@@ -392,7 +392,7 @@ def _matmul_bias_gelu_backward_products(a: torch.Tensor, b: torch.Tensor, bias: 
     eager backward frees the kept one before the products allocate theirs (rt.Gradients)."""
     _d_acc, = _computed
     # Sums over broadcast axes first: their reduction's workspace is gone before dA and dB exist.
-    _bias_summed = _d_acc.sum(-2).to(_g_c.dtype)
+    _bias_summed = _d_acc.sum(-2)
     return (
         _OP.product(_d_acc, b.t()),
         _OP.product(a.t(), _d_acc),

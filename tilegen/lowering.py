@@ -428,9 +428,11 @@ def _matmul_backward(spec: Spec) -> dict:
                 # A gradient shared with another name is copied: an op's results may not alias.
                 results.append(value(name) + (".clone()" if name in backward.aliases else ""))
             else:
-                # (Batched, autograd then sums the batch axes.)
+                # In the terms' dtype (float32 where the pass made them so), as a reduction's column
+                # sums are: autograd sums it further where the argument was smaller than its axes
+                # (a 0-d scale for [M]; a batch), then casts it to the argument's dtype once.
                 axis = -2 if extras[name] == (n,) else -1
-                sums.append(f"_{name}_summed = {value(name)}.sum({axis}).to({like}.dtype)")
+                sums.append(f"_{name}_summed = {value(name)}.sum({axis})")
                 results.append(f"_{name}_summed")
         else:
             sources.append("None")
