@@ -728,3 +728,34 @@ def test_an_op_that_stops_a_gradient_passes_its_generated_gradient_tests(tmp_pat
     generated = (tmp_path / "generated" / "tests" / "test_stopped.py").read_text()
     assert "@pytest.mark.skip(reason=\"the op's math stops a gradient" in generated
     assert "stops a gradient" not in (REPO / "generated" / "tests" / "test_softmax.py").read_text()
+
+
+KINKED_EPILOGUE = """
+op: mm_kinks
+kind: matmul
+inputs:
+  a: {shape: [M, K], dtype: [float16, float32]}
+  b: {shape: [K, N], dtype: a}
+  bias: {shape: [N], dtype: a}
+outputs:
+  c: {shape: [M, N], dtype: a}
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+epilogue:
+  c: maximum(acc + bias, 0.0) - minimum(acc, bias)
+"""
+
+
+def test_a_kinked_epilogues_gradients_are_checked_where_its_backward_decides_them(tmp_path):
+    """The backward decides maximum's and minimum's branches on the accumulator it kept in half
+    precision (as eager's backward does on its half product): a few elements a call lie within
+    that rounding of a kink, and there the exact float64 oracle took the other branch (2.3% of
+    dA's elements off by the whole incoming gradient). The generated gradient tests check against
+    the oracle with the accumulator rounded as kept, in value only."""
+    run = generated_tests_run(tmp_path, {"mm_kinks.yaml": KINKED_EPILOGUE}, ["mm_kinks"], "gradients_match")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout
+    generated = (tmp_path / "generated" / "tests" / "test_mm_kinks.py").read_text()
+    assert "reference(*args, kept=inputs[0].dtype, **scalars)" in generated

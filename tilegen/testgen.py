@@ -125,6 +125,7 @@ def _common(spec: Spec, header: str, package: str) -> dict:
         output_dtype_exprs=_dtype_exprs(spec, spec.outputs),
         # Scalars arrive as the wrapper takes them: keywords named as in the spec.
         reference_params=", ".join([t.name for t in spec.inputs] + (["**scalars"] if scalars else [])),
+        reference_params_kept=", ".join([t.name for t in spec.inputs] + ["kept=None"] + (["**scalars"] if scalars else [])),
         reference_lines=lines,
         reference_result=result,
         single_output=len(spec.outputs) == 1,
