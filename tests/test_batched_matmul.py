@@ -277,3 +277,34 @@ def test_a_row_scale_given_as_one_value_gets_its_gradient_to_its_terms_tolerance
                               "broadcast_to_their_axes")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert " passed" in run.stdout and " failed" not in run.stdout
+
+
+ROW_SCALE_PER_MATRIX = """
+op: bmm_scale_rows
+kind: matmul
+inputs:
+  a: {shape: [..., M, K], dtype: [float16, float32]}
+  b: {shape: [..., K, N], dtype: a}
+  s: {shape: [M], dtype: a}
+  t: {shape: [..., M, N], dtype: a}
+outputs:
+  c: {shape: [..., M, N], dtype: a}
+  d: {shape: [..., M, N], dtype: a}
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+epilogue:
+  c: acc * s
+  d: where(acc * s > t, acc, t)
+"""
+
+
+def test_the_generated_tests_of_a_batch_with_one_row_scale_for_every_matrix_pass(tmp_path):
+    # s [M], the same for every matrix: a batch of A cannot fold into M (its rows would need s three
+    # times over), where the generated test expected a fold; and d reads s only in its condition,
+    # which the terms' tolerance of s's gradient (given as one value) did not allow for.
+    run = generated_tests_run(tmp_path, {"bmm_scale_rows.yaml": ROW_SCALE_PER_MATRIX}, ["bmm_scale_rows"],
+                              "broadcast_to_their_axes or folds_into")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout

@@ -238,6 +238,9 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
                      batched=t.name in parts.batched) for t in extras],
         batched=parts.is_batched,
         b_batched=b.name in parts.batched,  # (else B is one matrix, [K, N], for every batch)
+        # A batch of A folds into M where every epilogue input along M has the batch axes too.
+        folds=not [t for t in extras if m in parts.matrix(t) and t.name not in parts.batched],
+        unfolding=", ".join(t.public for t in extras if m in parts.matrix(t) and t.name not in parts.batched),
         batched_shapes_literal=_shape_literal(batched_shapes),
         batched_extras=any(t.name in parts.batched for t in extras),
         shapes_literal=_shape_literal(dict.fromkeys(shapes)),
