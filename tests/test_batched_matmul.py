@@ -237,11 +237,28 @@ epilogue:
 """
 
 
-def test_the_generated_tests_of_a_batch_times_one_shared_matrix_pass(tmp_path):
-    # B declared [K, N] (one weight for every matrix of A): its generated tests gave B batch axes
-    # (29 failed: the op refuses a 3-D B, as it should) and expected a batch-axes error where the
-    # op says B must be 2-D. Its batched launches now step through an A whose batch does not fold.
-    run = generated_tests_run(tmp_path, {"bmm_resid.yaml": SHARED_WEIGHT}, ["bmm_resid"],
+SHARED_LEFT = """
+op: left_bmm
+kind: matmul
+inputs:
+  a: {shape: [M, K], dtype: [float16, float32]}
+  b: {shape: [..., K, N], dtype: a}
+outputs:
+  c: {shape: [..., M, N], dtype: a}
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+"""
+
+
+@pytest.mark.parametrize("op, text", [("bmm_resid", SHARED_WEIGHT), ("left_bmm", SHARED_LEFT)], ids=["b_shared", "a_shared"])
+def test_the_generated_tests_of_a_batch_times_one_shared_matrix_pass(tmp_path, op, text):
+    # B declared [K, N] (one weight for every matrix of A), or A declared [M, K]: their generated
+    # tests gave the shared operand batch axes (29 and 26 failed: the op refuses a 3-D one, as it
+    # should) and expected a batch-axes error where the op says it must be 2-D. Each now batches
+    # the other operand alone, and its batched launches step through a batch that does not fold.
+    run = generated_tests_run(tmp_path, {f"{op}.yaml": text}, [op],
                               "bad_arguments or batched or empty_batch or folds or opcheck")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert " passed" in run.stdout and " failed" not in run.stdout

@@ -209,6 +209,32 @@ def _elementwise_shapes(spec: Spec) -> dict:
     )
 
 
+def batch_layouts(a_batched: bool, b_batched: bool, along_m_batched: bool) -> dict:
+    """The batch axes a batched matmul's generated tests give each operand (arguments of their
+    make_batched), by which operands the spec gives batch axes: an operand declared without them
+    is one matrix for every batch and gets none. A batch of A folds into M where B and every
+    epilogue input along M are the same for every matrix of it or batched with it
+    (`along_m_batched`: no epilogue input along M lacks the batch axes)."""
+    if not a_batched:
+        return dict(batches="((), (3,)), ((), (2, 3)), ((), (1,)), ((), (2, 1))",
+                    shared_note=" (a is one [M, K] matrix for every batch)", two="(), (2,)",
+                    spec_shape="(), shape[:1]", folds=False, unfolded="(), (3,)", across="",
+                    unfolded_note="A batch of b alone (a is one matrix), which never folds into M",
+                    four="(), (4,)", moved=1, two_three="(), (2, 3)", batched_operands=[1],
+                    empty="((), (0,)), ((), (0, 2))")
+    if not b_batched:
+        return dict(batches="((3,), ()), ((2, 3), ()), ((1,), ()), ((2, 1), ())",
+                    shared_note=" (b is one [K, N] matrix for every batch)", two="(2,), ()",
+                    spec_shape="shape[:1], ()", folds=along_m_batched, unfolded="(3,), ()", across=", across=True",
+                    unfolded_note="A batch of a held across its rows, which does not fold into M",
+                    four="(4,), ()", moved=0, two_three="(2, 3), ()", batched_operands=[0],
+                    empty="((0,), ()), ((0, 2), ())")
+    return dict(batches="((3,), (3,)), ((3,), ()), ((), (3,)), ((2, 1), (1, 3)), ((2, 3), (3,)), ((1,), (4,))",
+                shared_note="", two="(2,), (2,)", spec_shape="shape[:1], shape[:1]", folds=along_m_batched,
+                unfolded="(3,), (3,)", across="", unfolded_note="A batch of b too", four="(4,), (4,)", moved=0,
+                two_three="(2, 3), (2, 3)", batched_operands=[0, 1], empty="((0,), (0,)), ((0,), ()), ((2,), (0, 1))")
+
+
 def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
     ctx = _common(spec, header, package)
     parts = spec.matmul_parts()
@@ -237,10 +263,10 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
                      index=[i.name for i in spec.inputs].index(t.name),
                      batched=t.name in parts.batched) for t in extras],
         batched=parts.is_batched,
-        b_batched=b.name in parts.batched,  # (else B is one matrix, [K, N], for every batch)
-        # A batch of A folds into M where every epilogue input along M has the batch axes too.
-        folds=not [t for t in extras if m in parts.matrix(t) and t.name not in parts.batched],
-        unfolding=", ".join(t.public for t in extras if m in parts.matrix(t) and t.name not in parts.batched),
+        a_batched=a.name in parts.batched,
+        b_batched=b.name in parts.batched,
+        layouts=batch_layouts(a.name in parts.batched, b.name in parts.batched,
+                              not [t for t in extras if m in parts.matrix(t) and t.name not in parts.batched]),
         batched_shapes_literal=_shape_literal(batched_shapes),
         batched_extras=any(t.name in parts.batched for t in extras),
         shapes_literal=_shape_literal(dict.fromkeys(shapes)),
