@@ -102,6 +102,14 @@ def generated_tests_run(root: Path, specs: dict[str, str], ops, selection: str):
                            f"-q -p no:cacheprovider -k '{selection}'"], cwd=root, env=env, capture_output=True, text=True)
 
 
+def assert_generated_tests_pass(root: Path, specs: dict[str, str], ops, selection: str):
+    """generated_tests_run, which must pass (and run something)."""
+    run = generated_tests_run(root, specs, ops, selection)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout
+    return run
+
+
 def validated(tmp_path: Path, text: str):
     """(the Spec of the YAML `text`, or None; the error lines it got), as `tilegen check` reports
     them for specs/spec.yaml."""

@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from tests.conftest import REPO, built_package, generated_tests_run
+from tests.conftest import REPO, assert_generated_tests_pass, built_package
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available(),
@@ -599,18 +599,24 @@ def test_outputs_of_their_own_dtypes_give_the_inputs_gradients(tmp_path, node, t
         torch.testing.assert_close(gx.float(), (g_diff + 2 * g_z.float() * up).to(dtype).float())
         torch.testing.assert_close(gy.float(), (-g_diff + 2 * g_z.float() * (1 - up)).to(dtype).float())
 
-        a, b = (torch.randn(*shape, generator=generator).to(_device(), dtype).requires_grad_()
-                for shape in ((40, 24), (24, 33)))
-        c, d = package.mm_own(a, b)
-        assert c.dtype == d.dtype == torch.float32
-        seeds = [torch.randn(40, 33, generator=generator).to(_device()) for _ in range(2)]
-        got = torch.autograd.grad((c, d), (a, b), seeds)
-        exact = [t.detach().double().requires_grad_() for t in (a, b)]
-        product = exact[0] @ exact[1]
-        want = torch.autograd.grad((product, torch.relu(product)), exact, [s.double() for s in seeds])
-        for g, w in zip(got, want):
-            assert g.dtype == dtype
-            torch.testing.assert_close(g.double(), w, atol=2e-2 if dtype == torch.float16 else 1e-4, rtol=1e-2)
+        _mm_own_gradients_match(package, dtype, generator)
+
+
+def _mm_own_gradients_match(package, dtype, generator):
+    """mm_own's float32 outputs (acc, relu(acc)) from `dtype` operands: its inputs' gradients, in
+    their dtype, against autograd of the product in float64."""
+    a, b = (torch.randn(*shape, generator=generator).to(_device(), dtype).requires_grad_()
+            for shape in ((40, 24), (24, 33)))
+    c, d = package.mm_own(a, b)
+    assert c.dtype == d.dtype == torch.float32
+    seeds = [torch.randn(40, 33, generator=generator).to(_device()) for _ in range(2)]
+    got = torch.autograd.grad((c, d), (a, b), seeds)
+    exact = [t.detach().double().requires_grad_() for t in (a, b)]
+    product = exact[0] @ exact[1]
+    want = torch.autograd.grad((product, torch.relu(product)), exact, [s.double() for s in seeds])
+    for g, w in zip(got, want):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g.double(), w, atol=2e-2 if dtype == torch.float16 else 1e-4, rtol=1e-2)
 
 
 def test_a_repeat_backward_call_keys_on_the_operands_dtype_its_gradient_takes(tmp_path):
@@ -623,25 +629,13 @@ def test_a_repeat_backward_call_keys_on_the_operands_dtype_its_gradient_takes(tm
         assert "_EPILOGUE_BACKWARD.fast(d, _g_c, _g_d, a)" in source
         generator = torch.Generator().manual_seed(0)
         for dtype in (torch.float16, torch.float32, torch.float16, torch.float32):
-            a, b = (torch.randn(*shape, generator=generator).to(_device(), dtype).requires_grad_()
-                    for shape in ((40, 24), (24, 33)))
-            c, d = package.mm_own(a, b)
-            seeds = [torch.randn(40, 33, generator=generator).to(_device()) for _ in range(2)]
-            got = torch.autograd.grad((c, d), (a, b), seeds)
-            exact = [t.detach().double().requires_grad_() for t in (a, b)]
-            product = exact[0] @ exact[1]
-            want = torch.autograd.grad((product, torch.relu(product)), exact, [s.double() for s in seeds])
-            for g, w in zip(got, want):
-                assert g.dtype == dtype
-                torch.testing.assert_close(g.double(), w, atol=2e-2 if dtype == torch.float16 else 1e-4, rtol=1e-2)
+            _mm_own_gradients_match(package, dtype, generator)
 
 
 def test_the_generated_opcheck_of_an_op_whose_first_output_is_bool_passes(tmp_path):
     """opcheck's AOT autograd check sums every output into one tensor of the first one's dtype:
     the generated test leaves that check out for such an op (its gradient tests cover it)."""
-    run = generated_tests_run(tmp_path, {"ew_own.yaml": OWN_DTYPES["ew_own.yaml"]}, ["ew_own"], "opcheck or gradients")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert " passed" in run.stdout and " failed" not in run.stdout
+    assert_generated_tests_pass(tmp_path, {"ew_own.yaml": OWN_DTYPES["ew_own.yaml"]}, ["ew_own"], "opcheck or gradients")
 
 
 MIXED_PRECISION = """
@@ -722,9 +716,7 @@ def test_an_op_that_stops_a_gradient_passes_its_generated_gradient_tests(tmp_pat
     """detach(x) * x has gradient x, where finite differences measure 2x: its generated tests
     compare against autograd of the oracle (which detaches too) and leave gradcheck out; an op
     whose oracle detaches nothing (softmax's reference) keeps it."""
-    run = generated_tests_run(tmp_path, {"stopped.yaml": STOPPED}, ["stopped"], "gradcheck or gradients")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert " passed" in run.stdout and " failed" not in run.stdout
+    assert_generated_tests_pass(tmp_path, {"stopped.yaml": STOPPED}, ["stopped"], "gradcheck or gradients")
     generated = (tmp_path / "generated" / "tests" / "test_stopped.py").read_text()
     assert "@pytest.mark.skip(reason=\"the op's math stops a gradient" in generated
     assert "stops a gradient" not in (REPO / "generated" / "tests" / "test_softmax.py").read_text()
@@ -754,8 +746,6 @@ def test_a_kinked_epilogues_gradients_are_checked_where_its_backward_decides_the
     that rounding of a kink, and there the exact float64 oracle took the other branch (2.3% of
     dA's elements off by the whole incoming gradient). The generated gradient tests check against
     the oracle with the accumulator rounded as kept, in value only."""
-    run = generated_tests_run(tmp_path, {"mm_kinks.yaml": KINKED_EPILOGUE}, ["mm_kinks"], "gradients_match")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert " passed" in run.stdout and " failed" not in run.stdout
+    assert_generated_tests_pass(tmp_path, {"mm_kinks.yaml": KINKED_EPILOGUE}, ["mm_kinks"], "gradients_match")
     generated = (tmp_path / "generated" / "tests" / "test_mm_kinks.py").read_text()
     assert "reference(*args, kept=inputs[0].dtype, **scalars)" in generated

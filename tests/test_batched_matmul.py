@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tilegen.runtime.batch import batch_shape, batch_stride, folded, matrices
-from tests.conftest import built_package, generated_tests_run
+from tests.conftest import assert_generated_tests_pass, built_package
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -258,10 +258,8 @@ def test_the_generated_tests_of_a_batch_times_one_shared_matrix_pass(tmp_path, o
     # tests gave the shared operand batch axes (29 and 26 failed: the op refuses a 3-D one, as it
     # should) and expected a batch-axes error where the op says it must be 2-D. Each now batches
     # the other operand alone, and its batched launches step through a batch that does not fold.
-    run = generated_tests_run(tmp_path, {f"{op}.yaml": text}, [op],
-                              "bad_arguments or batched or empty_batch or folds or opcheck")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert " passed" in run.stdout and " failed" not in run.stdout
+    assert_generated_tests_pass(tmp_path, {f"{op}.yaml": text}, [op],
+                                "bad_arguments or batched or empty_batch or folds or opcheck")
 
 
 SCALED_ROWS = """
@@ -290,10 +288,8 @@ def test_a_row_scale_given_as_one_value_gets_its_gradient_to_its_terms_tolerance
     # to about 1e-3 of the terms' norm (0.038 here, eager's 0.001 to 0.044 over eight seeds) while the
     # sum came to -3.67: the generated test held it to 1e-3 of -3.67 and failed a correct op. It
     # is now held to 1e-3 of the terms' norm; the terms in float32 are summed in float32 too.
-    run = generated_tests_run(tmp_path, {"mm_scale_bias.yaml": SCALED_ROWS}, ["mm_scale_bias"],
-                              "broadcast_to_their_axes")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert " passed" in run.stdout and " failed" not in run.stdout
+    assert_generated_tests_pass(tmp_path, {"mm_scale_bias.yaml": SCALED_ROWS}, ["mm_scale_bias"],
+                                "broadcast_to_their_axes")
 
 
 ROW_SCALE_PER_MATRIX = """
@@ -321,7 +317,5 @@ def test_the_generated_tests_of_a_batch_with_one_row_scale_for_every_matrix_pass
     # s [M], the same for every matrix: a batch of A cannot fold into M (its rows would need s three
     # times over), where the generated test expected a fold; and d reads s only in its condition,
     # which the terms' tolerance of s's gradient (given as one value) did not allow for.
-    run = generated_tests_run(tmp_path, {"bmm_scale_rows.yaml": ROW_SCALE_PER_MATRIX}, ["bmm_scale_rows"],
-                              "broadcast_to_their_axes or folds_into")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert " passed" in run.stdout and " failed" not in run.stdout
+    assert_generated_tests_pass(tmp_path, {"bmm_scale_rows.yaml": ROW_SCALE_PER_MATRIX}, ["bmm_scale_rows"],
+                                "broadcast_to_their_axes or folds_into")
