@@ -30,7 +30,7 @@ TEMPLATE_NAMES = frozenset({
     "offs_m", "offs_n", "pid_m", "pid_n", "tilegen",
     "rows", "cols", "row_mask", "row_block", "start", "n_rows", "row_length", "scale",
     "batch", "launch_tile", "tiles_per_matrix",
-    "first", "chunk", "others", "step", "sum_cols", "group", "block", "workspace_ptr", "strip",
+    "first", "chunk", "others", "step", "sum_cols", "group", "block", "workspace_ptr", "strip", "kept",
 }) | KERNEL_HELPERS
 # Python builtins the generated package calls.
 BUILTIN_NAMES = frozenset({"dict", "enumerate", "float", "int", "isinstance", "len", "list", "max", "min", "range",
