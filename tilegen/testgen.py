@@ -125,7 +125,6 @@ def _common(spec: Spec, header: str, package: str) -> dict:
         output_dtype_exprs=_dtype_exprs(spec, spec.outputs),
         # Scalars arrive as the wrapper takes them: keywords named as in the spec.
         reference_params=", ".join([t.name for t in spec.inputs] + (["**scalars"] if scalars else [])),
-        reference_params_kept=", ".join([t.name for t in spec.inputs] + ["kept=None"] + (["**scalars"] if scalars else [])),
         reference_lines=lines,
         reference_result=result,
         single_output=len(spec.outputs) == 1,
@@ -215,24 +214,24 @@ def batch_layouts(a_batched: bool, b_batched: bool, along_m_batched: bool) -> di
     is one matrix for every batch and gets none. A batch of A folds into M where B and every
     epilogue input along M are the same for every matrix of it or batched with it
     (`along_m_batched`: no epilogue input along M lacks the batch axes)."""
-    if not a_batched:
-        return dict(batches="((), (3,)), ((), (2, 3)), ((), (1,)), ((), (2, 1))",
-                    shared_note=" (a is one [M, K] matrix for every batch)", two="(), (2,)",
-                    spec_shape="(), shape[:1]", folds=False, unfolded="(), (3,)", across="",
-                    unfolded_note="A batch of b alone (a is one matrix), which never folds into M",
-                    four="(), (4,)", moved=1, two_three="(), (2, 3)", batched_operands=[1],
-                    empty="((), (0,)), ((), (0, 2))")
-    if not b_batched:
-        return dict(batches="((3,), ()), ((2, 3), ()), ((1,), ()), ((2, 1), ())",
-                    shared_note=" (b is one [K, N] matrix for every batch)", two="(2,), ()",
-                    spec_shape="shape[:1], ()", folds=along_m_batched, unfolded="(3,), ()", across=", across=True",
-                    unfolded_note="A batch of a held across its rows, which does not fold into M",
-                    four="(4,), ()", moved=0, two_three="(2, 3), ()", batched_operands=[0],
-                    empty="((0,), ()), ((0, 2), ())")
-    return dict(batches="((3,), (3,)), ((3,), ()), ((), (3,)), ((2, 1), (1, 3)), ((2, 3), (3,)), ((1,), (4,))",
-                shared_note="", two="(2,), (2,)", spec_shape="shape[:1], shape[:1]", folds=along_m_batched,
-                unfolded="(3,), (3,)", across="", unfolded_note="A batch of b too", four="(4,), (4,)", moved=0,
-                two_three="(2, 3), (2, 3)", batched_operands=[0, 1], empty="((0,), (0,)), ((0,), ()), ((2,), (0, 1))")
+    def pair(batch: str) -> str:  # (a's batch axes, b's): `batch` for each batched operand
+        return f"{batch if a_batched else '()'}, {batch if b_batched else '()'}"
+
+    if a_batched and b_batched:  # batch axes that broadcast against each other too
+        batches = "((3,), (3,)), ((3,), ()), ((), (3,)), ((2, 1), (1, 3)), ((2, 3), (3,)), ((1,), (4,))"
+        empty, shared_note = "((0,), (0,)), ((0,), ()), ((2,), (0, 1))", ""
+        unfolded_note = "A batch of b too"
+    else:
+        batches = ", ".join(f"({pair(batch)})" for batch in ("(3,)", "(2, 3)", "(1,)", "(2, 1)"))
+        empty = f"({pair('(0,)')}), ({pair('(0, 2)')})"
+        shared_note = " (b is one [K, N] matrix for every batch)" if a_batched else " (a is one [M, K] matrix for every batch)"
+        unfolded_note = ("A batch of a held across its rows, which does not fold into M" if a_batched
+                         else "A batch of b alone (a is one matrix), which never folds into M")
+    return dict(batches=batches, shared_note=shared_note, two=pair("(2,)"), spec_shape=pair("shape[:1]"),
+                folds=a_batched and along_m_batched, unfolded=pair("(3,)"),
+                across=", across=True" if a_batched and not b_batched else "", unfolded_note=unfolded_note,
+                four=pair("(4,)"), moved=0 if a_batched else 1, two_three=pair("(2, 3)"),
+                batched_operands=[i for i, batched in enumerate((a_batched, b_batched)) if batched], empty=empty)
 
 
 def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
@@ -256,6 +255,9 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
     never_axes = [dict(axis=axis, bad=fit(64, 64, 64)[i] + 1, index=i) for i, axis in enumerate((m, n, k))
                   if never[axis]]
     ctx.update(
+        # The oracle's `kept`: the accumulator's dtype as the backward keeps it (kept_reference).
+        reference_params_kept=", ".join([t.name for t in spec.inputs] + ["kept=None"]
+                                        + (["**scalars"] if spec.scalars else [])),
         a=a.name, b=b.name, m=m, n=n, k=k,
         bm=spec.tile(m).block, bn=spec.tile(n).block,
         a_label=a.public, b_label=b.public,
