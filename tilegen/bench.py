@@ -320,11 +320,10 @@ def measure_limits(dtypes: list[str]) -> dict:
     import torch
     from triton.testing import do_bench
 
-    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    copy_ms = do_bench(lambda: dst.copy_(src), return_mode="median")
+    copy = same_bytes_copy(2 * COPY_BYTES, "cuda")  # (its buffers freed when it goes)
+    copy_ms = do_bench(lambda: copy(None), return_mode="median")
     limits = {"copy_gbs": 2 * COPY_BYTES / (copy_ms * 1e-3) / 1e9, "matmul_tflops": {}}
-    del src, dst
+    del copy
     for name in dtypes:
         dtype = getattr(torch, name)
         if dtype.itemsize == 1:  # fp8: PyTorch multiplies it through torch._scaled_mm (B column-major),
