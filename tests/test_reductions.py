@@ -566,6 +566,66 @@ def test_a_looped_rows_blocks_a_trip_follow_the_config_or_the_rule():
     assert {c["UNROLL"] for c in fixed.candidates(FACTS, key, explore=True) if c["BLOCK_N"] == 1024} == {2}
 
 
+def test_tuning_tries_whole_rows_a_few_programs_a_multiprocessor():
+    from tilegen.runtime import ReductionSpace
+
+    space = ReductionSpace("BLOCK_N", [1024, 8192], [])
+    key = (4096, 4096, 2)
+    # The heuristic's candidates launch a program a row block; tuning also tries 1, 2 and 4
+    # programs a multiprocessor for each whole-row tile, as many warps as one holds (64) at most.
+    assert all("PER_SM" not in c for c in space.candidates(FACTS, key))
+    explored = space.candidates(FACTS, key, explore=True)
+    for rows, warps in {(c["ROWS"], c["num_warps"]) for c in explored if c["BLOCK_N"] == 4096}:
+        counts = {c.get("PER_SM", 0) for c in explored if (c["BLOCK_N"], c["ROWS"], c["num_warps"]) == (4096, rows, warps)}
+        assert counts == {0} | {p for p in (1, 2, 4) if p * warps <= 64}, (rows, warps)
+    assert {c.get("PER_SM", 0) for c in explored if c["BLOCK_N"] < 4096} == {0}  # a looped row: a program a row
+    assert space.heuristic(explored, FACTS, key).get("PER_SM", 0) == 0
+    fixed = ReductionSpace("BLOCK_N", [1024], [4], rows=[2], per_sm=[2])  # a spec's configs.fixed
+    assert {c.get("PER_SM") for c in fixed.candidates(FACTS, (1024, 4096, 2))} == {2}
+
+
+@pytest.mark.parametrize("length, config", [
+    (64, dict(BLOCK_N=64, ROWS=2, num_warps=1, UNROLL=0, PER_SM=1)),
+    (300, dict(BLOCK_N=512, ROWS=1, num_warps=4, UNROLL=0, PER_SM=2)),
+    (3000, dict(BLOCK_N=4096, ROWS=1, num_warps=4, UNROLL=0, PER_SM=4)),
+    (3000, dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0, PER_SM=2)),
+], ids=["two_rows_a_block", "a_row_a_block", "four_programs_a_multiprocessor", "looped_rows_ignore_it"])
+def test_a_forward_of_a_few_programs_a_multiprocessor_loads_each_row_block_a_trip_ahead(monkeypatch, length, config):
+    # PER_SM: the grid is a few programs a multiprocessor, each taking row blocks a grid apart
+    # and issuing the next block's loads before this block's math. Three multiprocessors here:
+    # 23 rows leave programs with several blocks, the last partial, and loads ahead past the last
+    # row. Every op's forward, and the backward of those whose backward sums no columns.
+    from generated import add_rms_norm, layer_norm, log_softmax, rms_norm, softmax
+    import tilegen.runtime.ops as ops
+
+    monkeypatch.setattr(ops, "device_facts", lambda device: (3, 1 << 30, ""))
+    gen = torch.Generator().manual_seed(12)
+    x = (torch.randn(23, length, generator=gen, dtype=torch.float64) * 3).to(DEVICE)
+    w = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
+    b = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
+    r = torch.randn(23, length, generator=gen, dtype=torch.float64).to(DEVICE)
+    g = torch.randn(23, length, generator=gen, dtype=torch.float64).to(DEVICE)
+    f = torch.nn.functional
+    cases = [(layer_norm, (x, w, b), 0, lambda x, w, b: f.layer_norm(x, (length,), w, b, eps=1e-5)),
+             (rms_norm, (x, w), 0, lambda x, w: f.rms_norm(x, (length,), w, eps=1e-6)),
+             (add_rms_norm, (x, r, w), 1, lambda x, r, w: f.rms_norm(x + r, (length,), w, eps=1e-6)),
+             (softmax, (x,), None, lambda x: torch.softmax(x, -1)),
+             (log_softmax, (x,), None, lambda x: torch.log_softmax(x, -1))]
+    for op, args, output, reference in cases:
+        module = importlib.import_module(f"generated.{op.__name__}")
+        got = [t.clone().requires_grad_() for t in args]
+        want = [t.clone().requires_grad_() for t in args]
+        with module._OP.configs.forcing(config), module._BACKWARD.configs.forcing(config):
+            result = op(*got)
+            (result if output is None else result[output]).backward(g)
+        expected = reference(*want)
+        expected.backward(g)
+        torch.testing.assert_close(result if output is None else result[output], expected,
+                                   msg=lambda m: f"{op.__name__}: {m}")
+        for index, (mine, theirs) in enumerate(zip(got, want)):
+            torch.testing.assert_close(mine.grad, theirs.grad, msg=lambda m: f"{op.__name__} input {index}: {m}")
+
+
 @pytest.mark.parametrize("length, unroll", [(9 * 1024 + 100, 0), (16 * 1024, 0), (3 * 1024 + 1, 0), (9 * 1024 + 100, 2),
                                             (3 * 1024 + 1, 1)],
                          ids=["two_trips_partial", "two_whole_trips", "one_trip", "five_trips_of_two", "a_block_a_trip"])

@@ -70,14 +70,18 @@ def test_table_is_filtered_to_each_specs_tile_sizes(sources):
     assert render_table({}) == "{}"
 
 
-def test_a_reductions_entries_carry_their_blocks_a_trip(sources):
-    # An entry tune wrote with UNROLL keeps it; one written before the field reads 0 (the rule's).
+def test_a_reductions_entries_carry_their_blocks_a_trip_and_programs_a_multiprocessor(sources):
+    # An entry tune wrote with UNROLL or PER_SM keeps them; one written before the fields reads 0
+    # (the rule's blocks a trip; a program a row block).
     own = {"GPU": {"32768x4096x2": dict(BLOCK=8192, ROWS=1, num_warps=16, UNROLL=2),
+                   "4096x4096x2": dict(BLOCK=4096, ROWS=1, num_warps=16, UNROLL=0, PER_SM=2),
                    "4096x32768x2": dict(BLOCK=1024, ROWS=1, num_warps=4)}}
     entries = table_for_spec(sources["rms_norm"], {}, own)["GPU"]
-    assert entries[(32768, 4096, 2)] == dict(BLOCK_N=8192, ROWS=1, num_warps=16, UNROLL=2)
-    assert entries[(4096, 32768, 2)] == dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0)
-    assert "(32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=16, UNROLL=2)," in render_table({"GPU": entries})
+    assert entries[(32768, 4096, 2)] == dict(BLOCK_N=8192, ROWS=1, num_warps=16, UNROLL=2, PER_SM=0)
+    assert entries[(4096, 4096, 2)] == dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=0, PER_SM=2)
+    assert entries[(4096, 32768, 2)] == dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0, PER_SM=0)
+    assert "(32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=16, UNROLL=2, PER_SM=0)," in render_table(
+        {"GPU": entries})
 
 
 def test_an_ops_own_table_comes_before_its_kinds(sources):
@@ -112,7 +116,7 @@ def test_a_backward_kernel_reads_its_own_table_ahead_of_its_ops(sources, monkeyp
     monkeypatch.setattr(lowering, "load_table", lambda name, scope="kind": tables.get((name, scope), {}))
     spec = sources["rms_norm"]
     alone = table_for_spec(spec, {}, backward)["GPU"]
-    assert alone[(4096, 32768, 4)] == dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=4)
+    assert alone[(4096, 32768, 4)] == dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=4, PER_SM=0)
     assert alone[(512, 32768, 4)]["BLOCK_N"] == 2048
     context = reduction_context(spec, "")
     assert context["backward_table"] == render_table({"GPU": alone})

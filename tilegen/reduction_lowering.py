@@ -118,11 +118,11 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         # A row held whole: weights ([N]) are loaded once per program, before its rows.
         column_loads=[_load(n, along[n]) for n in whole_reads if along[n] == "column"],
         whole_loads=[_load(n, along[n]) for n in whole_reads if along[n] == "element"],
-        # Where the column sums keep the grid to one program a multiprocessor (their grid-wide
-        # finish), nothing else hides a row block's load latency: each trip takes the loads the
-        # trip before issued, and issues the next block's before its own math.
+        # Where the grid is a few programs a multiprocessor (PER_SM, or the column sums' grid-wide
+        # finish), nothing else hides a row block's load latency: under AHEAD each trip takes the
+        # loads the trip before issued, and issues the next block's before its own math.
         prefetch=dict(loads=[_load_ahead(n) for n in whole_elements],
-                      take=[f"{n} = _p_{n}.to(compute)" for n in whole_elements]) if sums and whole_elements else None,
+                      take=[f"{n} = _p_{n}.to(compute)" for n in whole_elements]) if whole_elements else None,
         whole_lines=whole_row_lines(program),
         element_stores=[_store(n, outputs[n]) for n in elements],
         row_stores=[_store(n, "row") for n in rows_out],
@@ -181,8 +181,9 @@ def _space(spec: Spec, backward: bool = False) -> str:
     rows = [fixed["ROWS"]] if "ROWS" in fixed else []
     longest = ", backward=True" if backward else ""
     unroll = f", unroll={[fixed['UNROLL']]}" if "UNROLL" in fixed else ""
+    per_sm = f", per_sm={[fixed['PER_SM']]}" if "PER_SM" in fixed else ""
     return (f"rt.ReductionSpace({tile.block!r}, {fixed_or(spec, tile.block, tile.sizes)}, "
-            f"{fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows}{longest}{unroll})")
+            f"{fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows}{longest}{unroll}{per_sm})")
 
 
 def _backward(spec: Spec, roles: dict[str, str]) -> dict:

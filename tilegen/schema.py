@@ -14,24 +14,29 @@ The rule that tells calls apart (which calls may repeat a learned launch) lives 
 # whenever a generated module built for the old one would not work with the new one, or a module
 # built for the new one with the old (6: rt.Gradients takes `whole`; 7: rt.ReductionOp takes
 # `row_values`, and a backward kernel that sums columns takes COLS and COL_ROWS; 8: a reduction's
-# finish calls tilegen.runtime.sync.finish_share; 9: rt.ReductionOp takes `column_reads`).
-RUNTIME_VERSION = 9
+# finish calls tilegen.runtime.sync.finish_share; 9: rt.ReductionOp takes `column_reads`; 10: a
+# reduction kernel takes AHEAD, its whole rows' loads issued a step ahead).
+RUNTIME_VERSION = 10
 
 # Each kind's config fields, block fields first, under their canonical (table file) names.
 BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",), "reduction": ("BLOCK",)}
 CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stages", "TMA", "PERSISTENT",
                             "FLATTEN", "TMA_STORE"),
-                 "elementwise": ("BLOCK", "num_warps"), "reduction": ("BLOCK", "ROWS", "num_warps", "UNROLL")}
+                 "elementwise": ("BLOCK", "num_warps"), "reduction": ("BLOCK", "ROWS", "num_warps", "UNROLL", "PER_SM")}
 # Fields that say how a tile is computed, not which: an entry applies to an op whose candidates
 # hold its other fields, whatever these say.
-SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA", "PERSISTENT", "FLATTEN", "TMA_STORE", "UNROLL")
+SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA", "PERSISTENT", "FLATTEN", "TMA_STORE", "UNROLL", "PER_SM")
 # On/off fields of a config (1: on), named by themselves where a config is shown.
 FLAG_FIELDS = ("TMA", "PERSISTENT", "FLATTEN", "TMA_STORE")
 # Fields that entries written before the field existed leave out, with the value they meant.
-FIELD_DEFAULTS = {"SPLIT_K": 1, "TMA": 0, "PERSISTENT": 0, "FLATTEN": 0, "TMA_STORE": 0, "UNROLL": 0}
+FIELD_DEFAULTS = {"SPLIT_K": 1, "TMA": 0, "PERSISTENT": 0, "FLATTEN": 0, "TMA_STORE": 0, "UNROLL": 0, "PER_SM": 0}
 # A reduction's UNROLL (blocks a loop trip along a row) where a config names it; 0 leaves it to
 # the launch (tilegen.runtime.configs.row_unroll).
 UNROLL_SIZES = (1, 2, 4, 8)
+# A reduction's PER_SM where a config names it: programs a multiprocessor, each taking row blocks
+# a grid apart with the next block's loads issued during this one's math (rows held whole); 0, the
+# default, launches a program a row block.
+PER_SM_COUNTS = (1, 2, 4)
 
 
 def rename_blocks(config, source, target):

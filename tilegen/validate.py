@@ -17,7 +17,7 @@ from .dtypes import (ACCUMULATE_DTYPES, DTYPES, ELEMENTWISE_DTYPES, FLOAT_DTYPES
 from .errors import ErrorLog
 from .expressions import Expression, ExpressionError, parse_expression
 from .rows import ELEMENT, LEVEL_NAMES, ROW, UNIFORM, level_of
-from .schema import UNROLL_SIZES
+from .schema import PER_SM_COUNTS, UNROLL_SIZES
 from .naming import KERNEL_HELPERS, RESERVED, identifiers
 from .shape_rules import ShapeRules, matmul_axes
 from .spec import ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec
@@ -49,7 +49,8 @@ RESERVED_OP_NAMES = RESERVED | KERNEL_HELPERS | {"generated", "support", "route"
 RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "MATH_64", "NUM_SMS", "DOT_PRECISION", "EPILOGUE",
                                   "SAVE_ACC", "SPLIT_K", "USE_TMA", "USE_TMA_STORE", "TRANS_A", "TRANS_B", "PEEL_K",
                                   "PERSISTENT", "FLATTEN", "BATCHED", "EVEN",
-                                  "ROWS", "ONE_TILE", "UNROLL", "SHARED_FINISH", "COLS", "COL_ROWS"})
+                                  "ROWS", "ONE_TILE", "UNROLL", "AHEAD", "PER_SM", "SHARED_FINISH", "COLS",
+                                  "COL_ROWS"})
 RESERVED_BLOCK_PREFIXES = ("EVEN_", "MASK_", "HAS_", "OUT_", "IN_")
 RESERVED_BLOCK_SUFFIXES = ("_FACTOR",)  # a size's or a stride's known factor (M_FACTOR, STRIDE_A_0_FACTOR)
 MAX_SIZES = 8
@@ -558,9 +559,14 @@ class _Validator(ShapeRules):
                     self.error(key, f"{_show(value)} is not allowed",
                                "blocks a loop trip: 1, 2, 4 or 8, or 0 for the row's blocks up to 8")
                     continue
+            elif name == "PER_SM" and self.kind == "reduction":
+                if type(value) is not int or value not in (0,) + PER_SM_COUNTS:
+                    self.error(key, f"{_show(value)} is not allowed",
+                               "programs a multiprocessor: 1, 2 or 4, or 0 for a program a row block")
+                    continue
             else:
                 self.unknown_key(key, name, list(sizes) + ["num_warps", "num_stages"]
-                                 + (["ROWS", "UNROLL"] if self.kind == "reduction" else []))
+                                 + (["ROWS", "UNROLL", "PER_SM"] if self.kind == "reduction" else []))
                 continue
             out[name] = value
         for block in sizes:

@@ -12,7 +12,7 @@ import torch
 import triton
 
 from .device import INTERPRET, cdiv, table_gpu
-from ..schema import UNROLL_SIZES, tile_of
+from ..schema import PER_SM_COUNTS, UNROLL_SIZES, tile_of
 
 # Doublings (summed over the key's sizes) past which a table entry is no better a guess than the
 # heuristic.
@@ -280,11 +280,16 @@ class ReductionSpace:
     the H200, bench/probes/reduction_configs.txt: layer_norm's whole row spills, 408 us in half
     precision against 173 looping in 8192-element blocks; softmax in float32 runs whole in 342 us
     against 394): the heuristic holds rows whole where a tile can, and the ops' own tables, from
-    `tilegen tune`, say where looping wins."""
+    `tilegen tune`, say where looping wins.
 
-    def __init__(self, block, blocks, warps, rows=(), backward=False, unroll=()):
+    Rows held whole launch a program a row block, or (PER_SM, which tuning tries) a few programs a
+    multiprocessor, each taking row blocks a grid apart and issuing the next block's loads before
+    this block's math: where registers leave room for a single program a multiprocessor, nothing
+    else hides a block's load latency behind another's math."""
+
+    def __init__(self, block, blocks, warps, rows=(), backward=False, unroll=(), per_sm=()):
         self.block, self.blocks, self.warps, self.rows = block, list(blocks), list(warps), list(rows)
-        self.unroll = list(unroll)
+        self.unroll, self.per_sm = list(unroll), list(per_sm)
         self.max_tile = MAX_BACKWARD_ROW_TILE if backward else MAX_ROW_TILE
         self.backward = backward
         self.names = (block,)
@@ -317,6 +322,12 @@ class ReductionSpace:
         ruled = row_unroll(0, n, block, warps, rows)
         return [0] + [u for u in UNROLL_SIZES if u != ruled and u == row_unroll(u, n, block, warps, rows)]
 
+    def _per_sm_options(self, warps, explore):
+        # (no more warps resident than a multiprocessor holds: 64)
+        if self.per_sm:
+            return self.per_sm
+        return [0] + [p for p in PER_SM_COUNTS if p * warps <= 64] if explore else [0]
+
     def _looped_rows_options(self, block, explore):
         # A backward that sums columns (a weight's gradient) reads and writes its workspace row's
         # block on every block of a looped row: a few rows a step share that traffic. Tuning
@@ -332,7 +343,9 @@ class ReductionSpace:
         if whole <= self.max_tile:
             for rows in self._rows_options(whole, count, explore):
                 for w in self._warp_options(rows * whole, explore):
-                    out.append({self.block: whole, "ROWS": rows, "num_warps": w, "UNROLL": 0})
+                    for p in self._per_sm_options(w, explore):
+                        out.append({self.block: whole, "ROWS": rows, "num_warps": w, "UNROLL": 0,
+                                    **({"PER_SM": p} if p else {})})
         for b in self.blocks:
             if b < n:
                 for rows in self._looped_rows_options(b, explore):

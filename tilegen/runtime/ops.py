@@ -504,6 +504,11 @@ class ReductionOp(Op):
         head = ()
         math_64 = self.compute == tl.float64 or any(v.dtype == torch.float64 for v in views)
         constexprs = {"INDEX_64": needs_int64(*views, extra=block * per_program), "MATH_64": math_64}
+        # Rows held whole load each block a trip ahead where the grid is a few programs a
+        # multiprocessor, each taking many blocks: PER_SM asks for it, and so do the column sums.
+        per_sm = 0 if looped else config.get("PER_SM", 0)
+        if per_sm:
+            blocks = min(blocks, per_sm * device_facts(views[0].device)[0])
         if sums:
             # On a GPU at most one program a multiprocessor, all resident at once, so that all can
             # wait for each other and then share the finish. Elsewhere (the interpreter runs
@@ -527,6 +532,7 @@ class ReductionOp(Op):
                 constexprs["INDEX_64"] = needs_int64(*views, extra=max(block * per_program, cols * col_rows))
         strides = [int(s) for view in views for s in view.stride()]
         constexprs.update({self.block: block, "ROWS": per_program, "ONE_TILE": not looped,
+                           "AHEAD": not looped and bool(per_sm or sums),
                            "UNROLL": row_unroll(config.get("UNROLL", 0), n, block, config["num_warps"], per_program)})
         varying = len(head) + len(views) + len(scalars)
         return self.kernel.launch((blocks,), (*head, *pointers, *scalars, rows, n, *strides), varying, constexprs,
