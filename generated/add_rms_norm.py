@@ -306,7 +306,7 @@ def _add_rms_norm_backward_kernel(
 
 _BACKWARD = rt.ReductionOp(
     "add_rms_norm_backward", _add_rms_norm_backward_kernel,
-    rt.ConfigChooser("auto", rt.ReductionSpace('BLOCK_N', [1024, 2048, 4096, 8192], [], [], backward=True), _BACKWARD_TABLE, key_mask=(True, True, True)),
+    rt.ConfigChooser("auto", rt.ReductionSpace('BLOCK_N', [1024, 2048, 4096, 8192], [], [], backward=True, per_sm=[0]), _BACKWARD_TABLE, key_mask=(True, True, True)),
     roles=('column', 'element', 'element', 'element', 'element', 'column_sum',), block="BLOCK_N", compute=tl.float32, listed=False,
     row_values=1, column_reads=2,
 )

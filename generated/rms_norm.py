@@ -297,7 +297,7 @@ def _rms_norm_backward_kernel(
 
 _BACKWARD = rt.ReductionOp(
     "rms_norm_backward", _rms_norm_backward_kernel,
-    rt.ConfigChooser("auto", rt.ReductionSpace('BLOCK_N', [1024, 2048, 4096, 8192], [], [], backward=True), _BACKWARD_TABLE, key_mask=(True, True, True)),
+    rt.ConfigChooser("auto", rt.ReductionSpace('BLOCK_N', [1024, 2048, 4096, 8192], [], [], backward=True, per_sm=[0]), _BACKWARD_TABLE, key_mask=(True, True, True)),
     roles=('element', 'column', 'element', 'row', 'element', 'column_sum',), block="BLOCK_N", compute=tl.float32, listed=False,
     row_values=1, column_reads=2,
 )

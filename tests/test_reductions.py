@@ -584,6 +584,21 @@ def test_tuning_tries_whole_rows_a_few_programs_a_multiprocessor():
     assert {c.get("PER_SM") for c in fixed.candidates(FACTS, (1024, 4096, 2))} == {2}
 
 
+def test_a_spec_that_fixes_programs_a_multiprocessor_passes_its_generated_tests(tmp_path):
+    # configs.fixed.PER_SM reaches the forward's launch (rows held whole up to 1024, a row a block,
+    # looped past it); the backward, which sums the weight's gradient over the rows, keeps its
+    # program a multiprocessor.
+    spec = RMS_NORM.replace("op: rms", "op: rms_resident") + """\
+configs:
+  mode: fixed
+  fixed: {BLOCK_N: 1024, ROWS: 1, num_warps: 4, PER_SM: 2}
+"""
+    assert_generated_tests_pass(tmp_path, {"rms_resident.yaml": spec}, ["rms_resident"],
+                                "reference or candidate or gradients_match or longer_than_a_tile")
+    module = (tmp_path / "generated" / "rms_resident.py").read_text()
+    assert "per_sm=[2])" in module and "backward=True, per_sm=[0])" in module
+
+
 @pytest.mark.parametrize("length, config", [
     (64, dict(BLOCK_N=64, ROWS=2, num_warps=1, UNROLL=0, PER_SM=1)),
     (300, dict(BLOCK_N=512, ROWS=1, num_warps=4, UNROLL=0, PER_SM=2)),

@@ -175,9 +175,11 @@ def _floats(spec: Spec) -> list[str]:
     return [s.name for s in spec.scalars if s.type == "float"]
 
 
-def _space(spec: Spec, backward: bool = False) -> str:
+def _space(spec: Spec, backward: bool = False, sums_columns: bool = False) -> str:
     tile = spec.tiles[0]
     fixed = dict(spec.configs.fixed)
+    if sums_columns:  # its grid is a program a multiprocessor already (the column sums' finish)
+        fixed["PER_SM"] = 0
     rows = [fixed["ROWS"]] if "ROWS" in fixed else []
     longest = ", backward=True" if backward else ""
     unroll = f", unroll={[fixed['UNROLL']]}" if "UNROLL" in fixed else ""
@@ -282,20 +284,21 @@ def reduction_context(spec: Spec, header: str) -> dict:
     for out in outs:
         out["shape"] = "_lead" if roles[out["name"]] == "row" else "(*_lead, _n)"
     tile = spec.tiles[0]
+    backward = _backward(spec, roles)
     ctx.update(
         kernel=row_kernel(spec.op, program, {n: roles[n] for n in inputs}, {n: roles[n] for n in outputs},
                           scalars, tile.block, _floats(spec)),
         block=tile.block,
         roles=tuple_source(repr(roles[n]) for n in inputs + outputs),
         space=_space(spec),
-        backward_space=_space(spec, backward=True),
         compute_floor=spec.compute or "float32",
         checks=checks + prelude,
         outputs=outs,
         input_names=inputs,
         output_names=outputs,
         result=result,
-        backward=_backward(spec, roles),
+        backward=backward,
+        backward_space=_space(spec, backward=True, sums_columns="column_sum" in backward["roles"]),
     )
     return ctx
 
