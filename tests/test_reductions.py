@@ -607,38 +607,9 @@ configs:
 ], ids=["two_rows_a_block", "a_row_a_block", "four_programs_a_multiprocessor", "looped_rows_ignore_it"])
 def test_a_forward_of_a_few_programs_a_multiprocessor_loads_each_row_block_a_trip_ahead(monkeypatch, length, config):
     # PER_SM: the grid is a few programs a multiprocessor, each taking row blocks a grid apart
-    # and issuing the next block's loads before this block's math. Three multiprocessors here:
-    # 23 rows leave programs with several blocks, the last partial, and loads ahead past the last
-    # row. Every op's forward, and the backward of those whose backward sums no columns.
-    from generated import add_rms_norm, layer_norm, log_softmax, rms_norm, softmax
-    import tilegen.runtime.ops as ops
-
-    monkeypatch.setattr(ops, "device_facts", lambda device: (3, 1 << 30, ""))
-    gen = torch.Generator().manual_seed(12)
-    x = (torch.randn(23, length, generator=gen, dtype=torch.float64) * 3).to(DEVICE)
-    w = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
-    b = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
-    r = torch.randn(23, length, generator=gen, dtype=torch.float64).to(DEVICE)
-    g = torch.randn(23, length, generator=gen, dtype=torch.float64).to(DEVICE)
-    f = torch.nn.functional
-    cases = [(layer_norm, (x, w, b), 0, lambda x, w, b: f.layer_norm(x, (length,), w, b, eps=1e-5)),
-             (rms_norm, (x, w), 0, lambda x, w: f.rms_norm(x, (length,), w, eps=1e-6)),
-             (add_rms_norm, (x, r, w), 1, lambda x, r, w: f.rms_norm(x + r, (length,), w, eps=1e-6)),
-             (softmax, (x,), None, lambda x: torch.softmax(x, -1)),
-             (log_softmax, (x,), None, lambda x: torch.log_softmax(x, -1))]
-    for op, args, output, reference in cases:
-        module = importlib.import_module(f"generated.{op.__name__}")
-        got = [t.clone().requires_grad_() for t in args]
-        want = [t.clone().requires_grad_() for t in args]
-        with module._OP.configs.forcing(config), module._BACKWARD.configs.forcing(config):
-            result = op(*got)
-            (result if output is None else result[output]).backward(g)
-        expected = reference(*want)
-        expected.backward(g)
-        torch.testing.assert_close(result if output is None else result[output], expected,
-                                   msg=lambda m: f"{op.__name__}: {m}")
-        for index, (mine, theirs) in enumerate(zip(got, want)):
-            torch.testing.assert_close(mine.grad, theirs.grad, msg=lambda m: f"{op.__name__} input {index}: {m}")
+    # and issuing the next block's loads before this block's math: every op's forward, and the
+    # backward of those whose backward sums no columns (the others' grid is theirs already).
+    _every_row_op_on_three_multiprocessors(monkeypatch, length, config, seed=12, forward=True)
 
 
 @pytest.mark.parametrize("length, unroll", [(9 * 1024 + 100, 0), (16 * 1024, 0), (3 * 1024 + 1, 0), (9 * 1024 + 100, 2),
@@ -783,11 +754,19 @@ def test_a_backward_takes_several_rows_a_step(monkeypatch, length, config):
     # multiprocessors here: 23 rows in steps of 2 or 4 leave programs with several steps, the
     # last partial, and loads ahead past the last row. softmax's and log_softmax's backward (sums
     # online, no column sums) and add_rms_norm's (two outputs) take the same steps.
+    _every_row_op_on_three_multiprocessors(monkeypatch, length, config, seed=11)
+
+
+def _every_row_op_on_three_multiprocessors(monkeypatch, length, config, seed, forward=False):
+    """Each reduction op of generated/ over 23 rows of `length` on three multiprocessors, where a
+    grid of a program or a few a multiprocessor leaves programs with several row blocks, the last
+    partial, and loads ahead past the last row: `config` forced on its backward kernel (and its
+    forward's, with `forward`); outputs and gradients against PyTorch's."""
     from generated import add_rms_norm, layer_norm, log_softmax, rms_norm, softmax
     import tilegen.runtime.ops as ops
 
     monkeypatch.setattr(ops, "device_facts", lambda device: (3, 1 << 30, ""))
-    gen = torch.Generator().manual_seed(11)
+    gen = torch.Generator().manual_seed(seed)
     x = (torch.randn(23, length, generator=gen, dtype=torch.float64) * 3).to(DEVICE)
     w = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
     b = torch.randn(length, generator=gen, dtype=torch.float64).to(DEVICE)
@@ -801,13 +780,17 @@ def test_a_backward_takes_several_rows_a_step(monkeypatch, length, config):
              (softmax, (x,), None, lambda x: torch.softmax(x, -1)),
              (log_softmax, (x,), None, lambda x: torch.log_softmax(x, -1))]
     for op, args, output, reference in cases:
-        backward = importlib.import_module(f"generated.{op.__name__}")._BACKWARD
+        module = importlib.import_module(f"generated.{op.__name__}")
         got = [t.clone().requires_grad_() for t in args]
         want = [t.clone().requires_grad_() for t in args]
-        with backward.configs.forcing(config):
+        with module._BACKWARD.configs.forcing(config), \
+                (module._OP.configs.forcing(config) if forward else contextlib.nullcontext()):
             result = op(*got)
-            (result if output is None else result[output]).backward(g)
-        reference(*want).backward(g)
+            result = result if output is None else result[output]
+            result.backward(g)
+        expected = reference(*want)
+        expected.backward(g)
+        torch.testing.assert_close(result, expected, msg=lambda m: f"{op.__name__}: {m}")
         for index, (mine, theirs) in enumerate(zip(got, want)):
             torch.testing.assert_close(mine.grad, theirs.grad, msg=lambda m: f"{op.__name__} input {index}: {m}")
 
