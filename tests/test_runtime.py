@@ -659,6 +659,28 @@ def test_broadcast_shape_follows_pytorch_and_names_what_does_not_broadcast():
                                "of 'a', 'b', broadcast together; shapes broadcast as in PyTorch)")
 
 
+@pytest.mark.parametrize("shape, block", [((5, 256), 64), ((3, 4, 128), 64), ((5, 200), 64), ((7, 96), 64),
+                                          ((4, 64), 256)],
+                         ids=["tiles_in_one_run", "runs_of_three_axes", "runs_across_tiles",
+                              "tail_tile", "tile_longer_than_a_run"])
+def test_the_strided_kernel_indexes_every_tile_right_in_one_run_of_the_last_axis_or_across_runs(shape, block):
+    # A row [N] broadcast over x, and x laid out transposed: where N is a multiple of the tile, a
+    # tile's indices along the leading axes are divided out once (IN_ONE_RUN); elsewhere, each
+    # element's. Against eager math.
+    from generated import scaled_silu_mul
+    from generated.scaled_silu_mul import _OP
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(shape, generator=gen, dtype=torch.float32).to(device)
+    row = torch.randn(shape[-1], generator=gen, dtype=torch.float32).to(device)
+    axes = tuple(reversed(range(len(shape))))
+    transposed = torch.randn(tuple(reversed(shape)), generator=gen, dtype=torch.float32).to(device).permute(axes)
+    with _OP.configs.forcing({"BLOCK": block, "num_warps": 4}):
+        for a, b in ((x, row), (x, transposed), (transposed, row)):
+            torch.testing.assert_close(scaled_silu_mul(a, b), torch.nn.functional.silu(a.double()).mul(b.double()).float())
+
+
 def test_declared_axes_are_checked_by_rank_and_size_naming_both_arguments():
     x, bias = torch.empty(4, 8, 16), torch.empty(16)
     rt.check_axes("bias_gelu", [("x", x, ("...", "N")), ("bias", bias, ("N",))])
