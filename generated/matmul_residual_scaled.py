@@ -337,7 +337,6 @@ def _matmul_residual_scaled_backward_strided_kernel(
     EVEN: tl.constexpr,
     INDEX_64: tl.constexpr,
     MATH_64: tl.constexpr,
-    IN_ONE_RUN: tl.constexpr,  # size_3 % BLOCK == 0: a tile lies in one run of the last axis
 ):
     # Any layout (transposed, sliced, expanded): each tensor is addressed through its own strides.
     pid = tl.program_id(0)
@@ -348,15 +347,8 @@ def _matmul_residual_scaled_backward_strided_kernel(
         mask = None
     else:
         mask = offsets < numel
-    if IN_ONE_RUN:
-        # The tile's indices along the other axes are one each, divided out once for the tile,
-        # and its last-axis indices run on by one: loads along a unit stride are vectorized.
-        start = pid * BLOCK
-        i_3 = start % size_3 + tl.arange(0, BLOCK)
-        rest = start // size_3
-    else:
-        i_3 = offsets % size_3
-        rest = offsets // size_3
+    i_3 = offsets % size_3
+    rest = offsets // size_3
     i_2 = rest % size_2
     rest = rest // size_2
     i_1 = rest % size_1

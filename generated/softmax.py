@@ -15,8 +15,10 @@ _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,)
 # Measured best configs per GPU and (row length bucket, row count bucket, element size), from `tilegen tune`.
 _TABLE = {
     'NVIDIA H200': {
-        (32768, 512, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0),
-        (32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0),
+        (128, 131072, 4): dict(BLOCK_N=128, ROWS=8, num_warps=2, UNROLL=0, PER_SM=0),
+        (128, 1048576, 4): dict(BLOCK_N=128, ROWS=8, num_warps=2, UNROLL=0, PER_SM=0),
+        (32768, 512, 2): dict(BLOCK_N=32768, ROWS=1, num_warps=16, UNROLL=0, PER_SM=1),
+        (32768, 4096, 2): dict(BLOCK_N=32768, ROWS=1, num_warps=16, UNROLL=0, PER_SM=1),
         (32768, 4096, 4): dict(BLOCK_N=32768, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0),
     },
 }

@@ -664,9 +664,9 @@ def test_broadcast_shape_follows_pytorch_and_names_what_does_not_broadcast():
                          ids=["tiles_in_one_run", "runs_of_three_axes", "runs_across_tiles",
                               "tail_tile", "tile_longer_than_a_run"])
 def test_the_strided_kernel_indexes_every_tile_right_in_one_run_of_the_last_axis_or_across_runs(shape, block):
-    # A row [N] broadcast over x, and x laid out transposed: where N is a multiple of the tile, a
-    # tile's indices along the leading axes are divided out once (IN_ONE_RUN); elsewhere, each
-    # element's. Against eager math.
+    # A row [N] broadcast over x, and x laid out transposed, with tiles that fall within one run
+    # of the last axis, straddle two, end in a tail, or are longer than a run: each element's
+    # indices divided out of its flat offset. Against eager math.
     from generated import scaled_silu_mul
     from generated.scaled_silu_mul import _OP
 

@@ -130,9 +130,6 @@ class ElementwiseOp(Op):
         sizes, strides = layout
         sizes = pad_after_first(sizes, MAX_STRIDED_RANK, 1)
         flat_strides = [s for per_tensor in strides for s in pad_after_first(per_tensor, MAX_STRIDED_RANK, 0)]
-        # Where the last axis holds whole tiles (a bias [N] over rows of N, N a multiple of the
-        # tile), each tile divides its position out once, not each element.
-        constexprs["IN_ONE_RUN"] = sizes[-1] % block == 0
         args = (*tensors, *scalars, numel, *sizes[1:], *flat_strides)
         return self.strided_kernel.launch(grid, args, varying, constexprs, config["num_warps"])
 
