@@ -394,7 +394,9 @@ class ReductionOp(Op):
     """An op over rows: each program reduces blocks of ROWS rows of the reduced axis (length N),
     loading a row that fits its tile once (ONE_TILE: the config's block holds N) and passing over
     a longer one in block-sized steps, UNROLL blocks a loop trip (configs.row_unroll): the
-    trip's blocks are a tl.static_range, so their loads are issued together.
+    trip's blocks are a tl.static_range, so their loads are issued together. Rows held whole go
+    to a program a row block, or to the config's PER_SM programs a multiprocessor, each issuing
+    its next block's loads before this block's math (AHEAD).
 
     `roles` gives each tensor (inputs, then outputs) its lie along the rows: "element" ([..., N]),
     "column" ([N], the same for every row), "row" ([...], one value per row), or, for a
