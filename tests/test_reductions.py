@@ -463,6 +463,32 @@ def test_variants_written_in_yaml_compute_and_differentiate_as_pytorch(variants)
                 torch.testing.assert_close(g, e.to(dtype))
 
 
+def test_a_value_per_row_is_read_in_its_own_row_blocks_step_where_loads_go_a_step_ahead(variants, monkeypatch):
+    # A per-row input (a temperature) is loaded in the step that reads its rows, while the rows'
+    # elements come from the loads the step before issued (PER_SM; three multiprocessors: programs
+    # of several row blocks, the last partial).
+    import importlib
+
+    import tilegen.runtime.ops as ops
+
+    monkeypatch.setattr(ops, "device_facts", lambda device: (3, 1 << 30, ""))
+    module = importlib.import_module(f"{variants.__name__}.tempered_softmax")
+    generator = torch.Generator().manual_seed(4)
+    x = torch.randn(23, 40, dtype=torch.float64, generator=generator).to(DEVICE).requires_grad_()
+    t = (torch.rand(23, dtype=torch.float64, generator=generator) + 0.5).to(DEVICE).requires_grad_()
+    config = dict(BLOCK_N=64, ROWS=2, num_warps=1, UNROLL=0, PER_SM=1)
+    with module._OP.configs.forcing(config), module._BACKWARD.configs.forcing(config):
+        y, lse = variants.tempered_softmax(x, t)
+        got = torch.autograd.grad((y * y).sum() + lse.sum(), (x, t))
+    scaled = x / t[:, None]
+    want_y, want_lse = torch.softmax(scaled, -1), torch.logsumexp(scaled, -1)
+    want = torch.autograd.grad((want_y * want_y).sum() + want_lse.sum(), (x, t))
+    torch.testing.assert_close(y, want_y)
+    torch.testing.assert_close(lse, want_lse)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
 @pytest.mark.parametrize("looped", [False, True], ids=["whole_rows", "looped_rows"])
 def test_a_detached_max_gives_the_same_gradients_with_fewer_reductions(variants, looped):
     import importlib
