@@ -508,9 +508,10 @@ class ReductionOp(Op):
         constexprs = {"INDEX_64": needs_int64(*views, extra=block * per_program), "MATH_64": math_64}
         # Rows held whole load each block a trip ahead where the grid is a few programs a
         # multiprocessor, each taking many blocks: PER_SM asks for it, and so do the column sums.
+        sms = device_facts(views[0].device)[0]
         per_sm = 0 if looped else config.get("PER_SM", 0)
         if per_sm:
-            blocks = min(blocks, per_sm * device_facts(views[0].device)[0])
+            blocks = min(blocks, per_sm * sms)
         if sums:
             # On a GPU at most one program a multiprocessor, all resident at once, so that all can
             # wait for each other and then share the finish. Elsewhere (the interpreter runs
@@ -521,7 +522,6 @@ class ReductionOp(Op):
             # (adding each block's column sums into a workspace row as the output pass went cost
             # more than the row's other work: bench/results/h200/reductions/column_kernel).
             shared = grid_wait_allowed(views[0].device)
-            sms = device_facts(views[0].device)[0]
             blocks = min(blocks, sms if shared else self.SUM_PROGRAMS_PER_SM * sms)
             traced = library.traced(views)
             room = self.row_values * rows if looped else len(sums) * blocks * n
