@@ -19,6 +19,8 @@ _TABLE = {
     'NVIDIA H200': {
         (1024, 16384, 2): dict(BLOCK_N=1024, ROWS=4, num_warps=2, UNROLL=0, PER_SM=0),
         (1024, 16384, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=1, UNROLL=0, PER_SM=0),
+        (1024, 131072, 2): dict(BLOCK_N=1024, ROWS=2, num_warps=2, UNROLL=0, PER_SM=0),
+        (1024, 131072, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=2, UNROLL=0, PER_SM=0),
         (4096, 4096, 2): dict(BLOCK_N=4096, ROWS=2, num_warps=8, UNROLL=0, PER_SM=4),
         (4096, 4096, 4): dict(BLOCK_N=4096, ROWS=1, num_warps=4, UNROLL=0, PER_SM=0),
         (4096, 32768, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0, PER_SM=0),
