@@ -124,6 +124,25 @@ def test_every_independent_spec_error_once_and_no_follow_on_errors(cli, project)
     assert _lines(result)[-1] == "tilegen: 4 errors"
 
 
+def test_an_output_refused_by_its_declaration_is_not_reported_again_by_its_compute_entry(cli, project):
+    (project / "bad").mkdir()
+    for name, declaration in (("out", "{dtype: x}"), ("z", "[x]"), ("v", "{shape: [N]}")):
+        (project / "bad" / "bad.yaml").write_text(
+            "op: bad\nkind: elementwise\ndoc: bad.\ninputs:\n  x: {dtype: [float32]}\noutputs:\n"
+            f"  {name}: {declaration}\ncompute:\n  {name}: x + 1\ntiles:\n  N: {{block: BLOCK, sizes: [1024]}}\n")
+        result = cli("check", "bad/")
+        assert result.exit_code == 2
+        errors = _lines(result)[:-1]
+        assert errors[0].startswith(f"bad/bad.yaml:7: outputs.{name}: "), errors
+        # (the shape's own error beside the missing dtype: outputs declare shapes only when inputs do)
+        assert len(errors) == 1 + (name == "v") and "compute" not in str(errors), errors
+    # An entry for an output never declared is still one.
+    (project / "bad" / "bad.yaml").write_text(
+        "op: bad\nkind: elementwise\ndoc: bad.\ninputs:\n  x: {dtype: [float32]}\noutputs:\n  y: {dtype: x}\n"
+        "compute:\n  y: x + 1\n  w: x\ntiles:\n  N: {block: BLOCK, sizes: [1024]}\n")
+    assert _lines(cli("check", "bad/"))[:-1] == ["bad/bad.yaml:10: compute.w: 'w' is not an output (outputs: y)"]
+
+
 def test_deeply_nested_expressions_build_small(cli, project):
     """relu nested 9 deep once built for minutes into megabytes; shared temporaries keep it small."""
     nested = "a"

@@ -78,6 +78,8 @@ class _Validator(ShapeRules):
         self.kind: str | None = None
         self.named_axes: set = set()
         self.broken_steps: set = set()
+        # Outputs declared with errors of their own: their `compute` entries are not reported again.
+        self.broken_outputs: set = set()
         self.step_levels: dict | None = None
         self.dtypes: dict = {}  # each tensor's accepted dtypes, once resolved
 
@@ -252,12 +254,15 @@ class _Validator(ShapeRules):
         out = {}
         for name, entry in entries.items():
             key = f"{section}.{name}"
+            if section == "outputs":
+                self.broken_outputs.add(name)  # until it is whole, below
             if not self.value_name(key, name, taken):
                 continue
             taken[name] = section[:-1]
             entry = self.mapping(key, entry, ("dtype", "shape"), required=("dtype",))
             if entry is None:
                 continue
+            self.broken_outputs.discard(name)
             shape = None
             if "shape" in entry:
                 shape = self.axes(f"{key}.shape", entry["shape"], leading=kind in KINDS)
@@ -337,6 +342,9 @@ class _Validator(ShapeRules):
             section, value = raw[name]
             key = f"{section}.{name}.dtype"
             result = None
+            if value is None:  # no dtype key: reported as missing with the tensor's other keys
+                resolved[name] = None
+                return None
             if isinstance(value, str) and value in DTYPES:
                 value = [value]
             if isinstance(value, list):
@@ -732,7 +740,8 @@ class _Validator(ShapeRules):
         for name, source in entries.items():
             key = f"{section}.{name}"
             if name not in outputs:
-                self.error(key, f"{_show(name)} is not an output", f"outputs: {_listing(outputs) or 'none'}")
+                if name not in self.broken_outputs:
+                    self.error(key, f"{_show(name)} is not an output", f"outputs: {_listing(outputs) or 'none'}")
                 continue
             yield key, name, source
         if required:
