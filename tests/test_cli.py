@@ -136,6 +136,15 @@ def test_an_output_refused_by_its_declaration_is_not_reported_again_by_its_compu
         assert errors[0].startswith(f"bad/bad.yaml:7: outputs.{name}: "), errors
         # (the shape's own error beside the missing dtype: outputs declare shapes only when inputs do)
         assert len(errors) == 1 + (name == "v") and "compute" not in str(errors), errors
+    # An input or scalar refused by its name is not reported again where an expression reads it.
+    for section, declaration in (("inputs", "{dtype: x}"), ("scalars", "{type: float}")):
+        (project / "bad" / "bad.yaml").write_text(
+            f"op: bad\nkind: elementwise\ndoc: bad.\ninputs:\n  x: {{dtype: [float32]}}\n"
+            + (f"  Big: {declaration}\n" if section == "inputs" else f"scalars:\n  Big: {declaration}\n")
+            + "outputs:\n  y: {dtype: x}\ncompute:\n  y: x + Big + nope\ntiles:\n  N: {block: BLOCK, sizes: [1024]}\n")
+        errors = _lines(cli("check", "bad/"))[:-1]
+        assert [e.split(": ", 2)[1] for e in errors] == [f"{section}.Big", "compute.y"], errors
+        assert "'Big' is not a valid name" in errors[0] and "unknown name 'nope'" in errors[1], errors
     # An entry for an output never declared is still one.
     (project / "bad" / "bad.yaml").write_text(
         "op: bad\nkind: elementwise\ndoc: bad.\ninputs:\n  x: {dtype: [float32]}\noutputs:\n  y: {dtype: x}\n"

@@ -66,3 +66,15 @@ def test_mutated_example_specs(tmp_path, data):
     section = data.draw(st.sampled_from(sorted(source)))
     source[section] = data.draw(_values)
     _load(tmp_path, yaml.safe_dump(source).encode())
+
+
+def test_yaml_1_1_boolean_words_are_names_and_true_false_stay_booleans(tmp_path):
+    """`on`, `off`, `yes` and `no` are YAML 1.1 booleans; a spec reads them as the names they are."""
+    text = (SPECS / "add.yaml").read_text()
+    for word in ("off", "on", "yes", "no"):
+        spec, errors = _load(tmp_path, text.replace("op: add", f"op: add_{word}").replace("b:", f"{word}:")
+                             .replace("a + b", f"a + {word}").encode())
+        assert spec is not None, errors.lines()
+        assert [t.name for t in spec.inputs] == ["a", word]
+    spec, errors = _load(tmp_path, text.replace("op: add", "op: true").encode())
+    assert spec is None and "got bool" in errors.lines()[0]  # a boolean where a name belongs, still refused

@@ -94,11 +94,13 @@ class ExpressionError(ValueError):
     """A rejected expression; `allowed` says what the language accepts. `others` holds further
     independent problems of the same expression (each unknown name or function once)."""
 
-    def __init__(self, message: str, allowed: str = _ALLOWED, others: tuple["ExpressionError", ...] = ()):
+    def __init__(self, message: str, allowed: str = _ALLOWED, others: tuple["ExpressionError", ...] = (),
+                 unknown_name: str | None = None):
         super().__init__(message)
         self.message = message
         self.allowed = allowed
         self.others = others
+        self.unknown_name = unknown_name  # the name, where the problem is a name not declared
 
     def all(self) -> list["ExpressionError"]:
         return [self, *self.others]
@@ -179,7 +181,7 @@ def parse_expression(source: object, names: set[str], reductions: bool = False, 
         raise ExpressionError(exc.message, exc.allowed, tuple(checker.problems)) from None
     if checker.problems:
         first, *others = checker.problems
-        raise ExpressionError(first.message, first.allowed, tuple(others))
+        raise ExpressionError(first.message, first.allowed, tuple(others), first.unknown_name)
     return Expression(text, tree, tuple(sorted(checker.used)))
 
 
@@ -217,7 +219,7 @@ class _Checker:
                 raise ExpressionError(f"name {node.id!r} is not allowed (underscore names are reserved)", self.allowed)
             if node.id not in self.names:
                 known = ", ".join(sorted(self.names)) or "none"
-                self.note(ExpressionError(f"unknown name {node.id!r}", f"declared names: {known}"))
+                self.note(ExpressionError(f"unknown name {node.id!r}", f"declared names: {known}", unknown_name=node.id))
                 return
             self.used.add(node.id)
             return

@@ -78,8 +78,9 @@ class _Validator(ShapeRules):
         self.kind: str | None = None
         self.named_axes: set = set()
         self.broken_steps: set = set()
-        # Outputs declared with errors of their own: their `compute` entries are not reported again.
-        self.broken_outputs: set = set()
+        # Names declared with errors of their own (a reserved name, an output that is no mapping):
+        # an expression that reads one, or a `compute` entry for one, is not reported again.
+        self.refused_names: set = set()
         self.step_levels: dict | None = None
         self.dtypes: dict = {}  # each tensor's accepted dtypes, once resolved
 
@@ -148,6 +149,7 @@ class _Validator(ShapeRules):
         return tuple(out)
 
     def value_name(self, key: str, name, taken: dict[str, str]) -> bool:
+        self.refused_names.add(name)  # until it passes, below
         if not isinstance(name, str) or not VALUE_NAME.match(name):
             self.error(key, f"{_show(name)} is not a valid name", f"must match {VALUE_NAME.pattern}")
             return False
@@ -162,6 +164,7 @@ class _Validator(ShapeRules):
         if name in taken:
             self.error(key, f"name {name!r} is already used by {taken[name]}")
             return False
+        self.refused_names.discard(name)
         return True
 
     # ---- sections ---------------------------------------------------------------------------
@@ -254,15 +257,13 @@ class _Validator(ShapeRules):
         out = {}
         for name, entry in entries.items():
             key = f"{section}.{name}"
-            if section == "outputs":
-                self.broken_outputs.add(name)  # until it is whole, below
             if not self.value_name(key, name, taken):
                 continue
             taken[name] = section[:-1]
             entry = self.mapping(key, entry, ("dtype", "shape"), required=("dtype",))
             if entry is None:
+                self.refused_names.add(name)
                 continue
-            self.broken_outputs.discard(name)
             shape = None
             if "shape" in entry:
                 shape = self.axes(f"{key}.shape", entry["shape"], leading=kind in KINDS)
@@ -731,7 +732,8 @@ class _Validator(ShapeRules):
             return parse_expression(source, names, **language)
         except ExpressionError as exc:
             for problem in exc.all():
-                self.error(key, problem.message, problem.allowed)
+                if problem.unknown_name is None or problem.unknown_name not in self.refused_names:
+                    self.error(key, problem.message, problem.allowed)
             return None
 
     def output_entries(self, section: str, entries: dict, outputs: dict, required: bool):
@@ -740,7 +742,7 @@ class _Validator(ShapeRules):
         for name, source in entries.items():
             key = f"{section}.{name}"
             if name not in outputs:
-                if name not in self.broken_outputs:
+                if name not in self.refused_names:
                     self.error(key, f"{_show(name)} is not an output", f"outputs: {_listing(outputs) or 'none'}")
                 continue
             yield key, name, source

@@ -8,6 +8,7 @@ the safe schema, and record `key.path -> line` for error messages.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import re
 from pathlib import Path
 
 import yaml
@@ -103,7 +104,10 @@ class _Builder:
 
 
 class _NoAliasLoader(yaml.SafeLoader):
-    """Rejects anchors and aliases: a spec never needs them and they can explode in size."""
+    """Rejects anchors and aliases: a spec never needs them and they can explode in size.
+
+    Booleans are YAML 1.2's, `true` and `false` alone: under YAML 1.1's rules an input named `on`,
+    `off`, `yes` or `no` would be read as a boolean."""
 
     def compose_node(self, parent, index):  # noqa: D401 - PyYAML hook
         if self.check_event(yaml.AliasEvent):
@@ -115,6 +119,16 @@ class _NoAliasLoader(yaml.SafeLoader):
             raise _Invalid(event.start_mark.line + 1, "", "YAML anchors are not allowed",
                            "write each value out")
         return super().compose_node(parent, index)
+
+
+# YAML 1.2's booleans: the safe loader's resolvers with the bool pattern narrowed to true / false.
+_NoAliasLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+for _first in "tTfF":
+    _NoAliasLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(
+        0, ("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")))
 
 
 def load_document(path: Path, errors: ErrorLog, display: str | None = None) -> Document | None:
