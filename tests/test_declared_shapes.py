@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from tests.conftest import built_package
+from tests.conftest import REPO, built_package, generated_tests_run
 
 SPEC = """
 op: row_scale
@@ -60,3 +60,78 @@ def test_an_op_with_declared_shapes_computes_checks_and_differentiates(spec_and_
     with pytest.raises(ValueError, match=r"row_scale: argument 'x' has shape \(2, 7, 33\), but the spec declares "
                                          r"\[M, N\] \(2-D\)"):
         package.row_scale(x.detach().expand(2, 7, 33), w.detach())
+
+
+# A per-row scale [M, 1] and a per-column bias [N] beside x [..., M, N], as PyTorch broadcasts them.
+SIZE_ONE_SPEC = """
+op: row_gate
+kind: elementwise
+inputs:
+  x: {dtype: [float32, float64], shape: [..., M, N]}
+  s: {dtype: x, shape: [M, 1]}
+  bias: {dtype: x, shape: [N]}
+outputs:
+  y: {dtype: x}
+compute:
+  y: tanh(x * s) + bias
+tiles:
+  N: {block: BLOCK, sizes: [128]}
+"""
+
+
+def test_an_axis_of_size_1_broadcasts_as_in_pytorch(tmp_path):
+    from tilegen.build import load_specs
+
+    with built_package(tmp_path, "ones_ops", {"row_gate.yaml": SIZE_ONE_SPEC}) as package:
+        spec = load_specs([tmp_path / "specs"], tmp_path)[0].spec
+        assert spec.broadcast_axes() == ("...", "M", "N")
+        assert [eval(e, {"shape": (2, 6, 9)}) for e in spec.input_shape_exprs()] == [(2, 6, 9), (6, 1), (9,)]
+        if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available():
+            pytest.skip("the op's call needs a CUDA GPU, or TRITON_INTERPRET=1")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        x = torch.randn(3, 7, 33, dtype=torch.float64, device=device, requires_grad=True)
+        s = torch.randn(7, 1, dtype=torch.float64, device=device, requires_grad=True)
+        bias = torch.randn(33, dtype=torch.float64, device=device, requires_grad=True)
+        got = package.row_gate(x, s, bias)
+        want = torch.tanh(x * s) + bias
+        torch.testing.assert_close(got, want)
+        for g, e in zip(torch.autograd.grad(got.sum(), (x, s, bias)), torch.autograd.grad(want.sum(), (x, s, bias))):
+            assert g.shape == e.shape
+            torch.testing.assert_close(g, e)
+        with pytest.raises(ValueError, match=r"row_gate: argument 's' has size 33 on dim -1, but the spec declares "
+                                             r"\[M, 1\] \(size 1 there\)"):
+            package.row_gate(x.detach(), s.detach().expand(7, 33), bias.detach())
+        with pytest.raises(ValueError, match="row_gate: argument 's' has size 6 on axis M, but 'x' has 7"):
+            package.row_gate(x.detach(), s.detach()[:6], bias.detach())
+
+
+def test_the_ops_generated_tests_pass_with_an_axis_of_size_1(tmp_path):
+    result = generated_tests_run(tmp_path, {"row_gate.yaml": SIZE_ONE_SPEC}, ["row_gate"],
+                                 "matches_reference or bad_arguments or gradient")
+    assert result.returncode == 0, result.stdout[-3000:]
+
+
+@pytest.mark.parametrize("shapes, message", [
+    ("x: {dtype: [float32], shape: [M, N]}\n  s: {dtype: x, shape: [N, 1]}",
+     "inputs.s.shape: axes ['N', '1'] do not line up with ['M', 'N']"),
+    ("x: {dtype: [float32], shape: [M, N]}\n  s: {dtype: x, shape: [M, true]}",
+     "inputs.s.shape.1: True is not an axis symbol"),
+])
+def test_a_misplaced_axis_of_size_1_is_a_spec_error(tmp_path, cli, monkeypatch, shapes, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "bad.yaml").write_text(
+        "op: bad\nkind: elementwise\ndoc: bad.\ninputs:\n  " + shapes + "\noutputs:\n  y: {dtype: x}\n"
+        "compute:\n  y: x * s\ntiles:\n  N: {block: BLOCK, sizes: [128]}\n")
+    result = cli("check", "specs")
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_an_axis_of_size_1_is_for_elementwise_shapes(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "specs").mkdir()
+    text = (REPO / "specs" / "rms_norm.yaml").read_text().replace("w: {dtype: x, shape: [N]}", "w: {dtype: x, shape: [1, N]}")
+    (tmp_path / "specs" / "rms_norm.yaml").write_text(text)
+    result = cli("check", "specs")
+    assert result.exit_code == 2 and "inputs.w.shape.0: 1 is not an axis symbol" in result.output, result.output
+    assert "axis of size 1" not in result.output

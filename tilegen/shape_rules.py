@@ -8,7 +8,7 @@ data, resolved dtypes and tiled axes from it.
 from __future__ import annotations
 
 from .dtypes import FLOAT32_PRECISIONS, FP8_DTYPES, FP8_PRECISIONS, PRECISIONS
-from .spec import broadcast_axes_of, fixed_axes
+from .spec import SIZE_ONE, broadcast_axes_of, fixed_axes
 
 
 class ShapeRules:
@@ -122,7 +122,8 @@ class ShapeRules:
         full = broadcast_axes_of(list(declared.values()))
         for name, shape in declared.items():
             axes = fixed_axes(shape)
-            if full[len(full) - len(axes):] != axes:
+            lined_up = full[len(full) - len(axes):]
+            if any(axis not in (SIZE_ONE, there) for axis, there in zip(axes, lined_up)):
                 self.error(f"inputs.{name}.shape", f"axes {list(shape)} do not line up with {list(full)} "
                            f"from the last (shapes broadcast as in PyTorch)",
                            f"the last axes of {list(full)}, e.g. {list(full[-1:])}")

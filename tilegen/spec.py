@@ -116,7 +116,13 @@ class Spec:
         or its last axes where the input declares fewer."""
         exprs = []
         for tensor in self.inputs:
-            if tensor.shape is None or tensor.shape[:1] == ("...",):
+            if tensor.shape is not None and SIZE_ONE in tensor.shape:
+                fixed = fixed_axes(tensor.shape)
+                lead = f"tuple({shape}[:len({shape}) - {len(fixed)}]) + " if fixed != tensor.shape else ""
+                sizes = ["1" if axis == SIZE_ONE else f"{shape}[len({shape}) - {len(fixed) - i}]"
+                         for i, axis in enumerate(fixed)]
+                exprs.append(f"{lead}({', '.join(sizes)},)")
+            elif tensor.shape is None or tensor.shape[:1] == ("...",):
                 exprs.append(f"tuple({shape})")
             else:
                 exprs.append(f"tuple({shape}[len({shape}) - {len(tensor.shape)}:])")
@@ -251,18 +257,28 @@ class MatmulParts:
         return fixed_axes(tensor.shape)
 
 
+# An elementwise shape's axis of size 1 (`1` in the spec: `scale: {shape: [M, 1]}`), which
+# broadcasts against any size as PyTorch's do.
+SIZE_ONE = "1"
+
+
 def fixed_axes(shape: tuple[str, ...]) -> tuple[str, ...]:
     """The named axes of a declared shape, without a leading "..."."""
     return shape[1:] if shape[:1] == ("...",) else shape
 
 
 def broadcast_axes_of(declared: list[tuple[str, ...]]) -> tuple[str, ...] | None:
-    """The broadcast shape of declared shapes: the longest one's axes, "..." first where any has
-    it (None where none is declared)."""
+    """The broadcast shape of declared shapes, lined up from the last axis: at each place the named
+    axis there (1 where every shape has 1 or none), "..." first where any has it (None where none
+    is declared)."""
     if not declared:
         return None
-    longest = max((fixed_axes(shape) for shape in declared), key=len)
-    return (("...",) if any(shape[:1] == ("...",) for shape in declared) else ()) + longest
+    fixed = [fixed_axes(shape) for shape in declared]
+    axes = []
+    for place in range(max(len(axes) for axes in fixed), 0, -1):
+        named = [shape[-place] for shape in fixed if len(shape) >= place and shape[-place] != SIZE_ONE]
+        axes.append(named[0] if named else SIZE_ONE)
+    return (("...",) if any(shape[:1] == ("...",) for shape in declared) else ()) + tuple(axes)
 
 
 def _floats(tensors) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .dtypes import DTYPES
 from .expressions import assignments
-from .spec import Spec
+from .spec import SIZE_ONE, Spec
 
 # Functions whose inputs the tests keep positive, so the oracle is not mostly NaN.
 _POSITIVE_DOMAIN = ("log", "sqrt", "rsqrt")
@@ -202,7 +202,11 @@ def _elementwise_shapes(spec: Spec) -> dict:
     return dict(
         input_shape_exprs=spec.input_shape_exprs(),
         declared=any(t.shape is not None for t in spec.inputs),
-        declared_second=len(spec.inputs) > 1 and spec.inputs[1].shape is not None,
+        # The call checks tried on the second input: a last axis cut to 3 is refused by the declared
+        # axis's size, or else by broadcasting (an axis of size 1 stays 1: neither).
+        declared_second=len(spec.inputs) > 1 and spec.inputs[1].shape is not None
+        and spec.inputs[1].shape[-1] != SIZE_ONE,
+        undeclared_second=len(spec.inputs) > 1 and spec.inputs[1].shape is None,
         # An input with the output's shape (out= may not share its memory).
         whole_input=whole[0] if whole else 0,
     )

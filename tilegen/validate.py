@@ -20,7 +20,7 @@ from .rows import ELEMENT, LEVEL_NAMES, ROW, UNIFORM, level_of
 from .schema import PER_SM_COUNTS, UNROLL_SIZES
 from .naming import KERNEL_HELPERS, RESERVED, identifiers
 from .shape_rules import ShapeRules, matmul_axes
-from .spec import ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec
+from .spec import SIZE_ONE, ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec
 from .yaml_source import Document
 
 KINDS = ("elementwise", "matmul", "reduction")
@@ -288,12 +288,17 @@ class _Validator(ShapeRules):
                 self.error(f"{key}.{index}", "'...' (any leading axes) may only come as the first item",
                            "[..., N], [M, N] or [N]")
                 return None
+            if axis == 1 and not isinstance(axis, bool) and self.kind == "elementwise":
+                axes.append(SIZE_ONE)  # an axis of size 1, broadcast as PyTorch broadcasts
+                continue
             if not isinstance(axis, str) or not AXIS_NAME.match(axis):
+                ones = "; 1 (an axis of size 1) in elementwise shapes" if self.kind == "elementwise" else ""
                 self.error(f"{key}.{index}", f"{_show(axis)} is not an axis symbol",
-                           f"uppercase, must match {AXIS_NAME.pattern}")
+                           f"uppercase, must match {AXIS_NAME.pattern}{ones}")
                 return None
             axes.append(axis)
-        if len(set(axes)) != len(axes):
+        named = [axis for axis in axes if axis != SIZE_ONE]
+        if len(set(named)) != len(named):
             self.error(key, f"axis repeated in {axes}")
             return None
         return tuple(axes)
