@@ -21,3 +21,6 @@ echo "bench: $? ($(tail -1 "$out/bench.log"))"
 timeout 120 python3 -m tilegen bench softmax log_softmax layer_norm --shapes 131072x1024,16384x1024 --backward \
     --out "$out/training" > "$out/training.log" 2>&1
 echo "training: $? ($(tail -1 "$out/training.log"))"
+# Elementwise shapes with an axis of size 1 ([M, 1] beside [..., M, N]), compiled (the strided kernel).
+timeout 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_declared_shapes.py > "$out/declared_shapes_tests.log" 2>&1
+echo "declared shapes tests: $? ($(tail -1 "$out/declared_shapes_tests.log"))"
