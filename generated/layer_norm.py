@@ -17,8 +17,8 @@ _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,)
 # Measured best configs per GPU and (row length bucket, row count bucket, element size), from `tilegen tune`.
 _TABLE = {
     'NVIDIA H200': {
-        (1024, 16384, 2): dict(BLOCK_N=1024, ROWS=4, num_warps=2, UNROLL=0, PER_SM=0),
-        (1024, 16384, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=1, UNROLL=0, PER_SM=0),
+        (1024, 16384, 2): dict(BLOCK_N=1024, ROWS=2, num_warps=2, UNROLL=0, PER_SM=0),
+        (1024, 16384, 4): dict(BLOCK_N=1024, ROWS=4, num_warps=8, UNROLL=0, PER_SM=0),
         (1024, 131072, 2): dict(BLOCK_N=1024, ROWS=2, num_warps=2, UNROLL=0, PER_SM=0),
         (1024, 131072, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=2, UNROLL=0, PER_SM=0),
         (4096, 4096, 2): dict(BLOCK_N=4096, ROWS=2, num_warps=8, UNROLL=0, PER_SM=4),
@@ -35,6 +35,8 @@ _TABLE = {
 # stand for it (it holds more of each row live).
 _BACKWARD_TABLE = {
     'NVIDIA H200': {
+        (1024, 16384, 2): dict(BLOCK_N=1024, ROWS=8, num_warps=8, UNROLL=0, PER_SM=0),
+        (1024, 131072, 2): dict(BLOCK_N=1024, ROWS=4, num_warps=4, UNROLL=0, PER_SM=0),
         (32768, 4096, 2): dict(BLOCK_N=4096, ROWS=2, num_warps=16, UNROLL=0, PER_SM=0),
     },
 }

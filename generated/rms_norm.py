@@ -26,6 +26,7 @@ _TABLE = {
 # stand for it (it holds more of each row live).
 _BACKWARD_TABLE = {
     'NVIDIA H200': {
+        (1024, 131072, 2): dict(BLOCK_N=1024, ROWS=4, num_warps=4, UNROLL=0, PER_SM=0),
         (32768, 4096, 2): dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=0, PER_SM=0),
         (32768, 4096, 4): dict(BLOCK_N=4096, ROWS=4, num_warps=16, UNROLL=1, PER_SM=0),
     },
