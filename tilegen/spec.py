@@ -274,11 +274,11 @@ def broadcast_axes_of(declared: list[tuple[str, ...]]) -> tuple[str, ...] | None
     if not declared:
         return None
     fixed = [fixed_axes(shape) for shape in declared]
-    axes = []
-    for place in range(max(len(axes) for axes in fixed), 0, -1):
+    broadcast = []
+    for place in range(max(map(len, fixed)), 0, -1):  # from the first axis of the longest to the last
         named = [shape[-place] for shape in fixed if len(shape) >= place and shape[-place] != SIZE_ONE]
-        axes.append(named[0] if named else SIZE_ONE)
-    return (("...",) if any(shape[:1] == ("...",) for shape in declared) else ()) + tuple(axes)
+        broadcast.append(named[0] if named else SIZE_ONE)
+    return (("...",) if any(shape[:1] == ("...",) for shape in declared) else ()) + tuple(broadcast)
 
 
 def _floats(tensors) -> list[str]:

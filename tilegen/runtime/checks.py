@@ -105,7 +105,7 @@ def check_axes(op, declared):
             raise ValueError(f"{op}: argument '{name}' has shape {tuple(value.shape)}, but the spec declares "
                              f"{shown} ({'at least ' if len(fixed) < len(axes) else ''}{len(fixed)}-D)")
         for place, (axis, size) in enumerate(zip(fixed, value.shape[value.dim() - len(fixed):])):
-            if axis == "1":  # an axis of size 1 (it broadcasts against the others)
+            if axis == "1":  # an axis of size 1 (tilegen.spec.SIZE_ONE: it broadcasts against the others)
                 if size != 1:
                     raise ValueError(f"{op}: argument '{name}' has size {size} on dim {place - len(fixed)}, but "
                                      f"the spec declares [{', '.join(axes)}] (size 1 there)")
