@@ -135,3 +135,42 @@ def test_an_axis_of_size_1_is_for_elementwise_shapes(tmp_path, cli, monkeypatch)
     result = cli("check", "specs")
     assert result.exit_code == 2 and "inputs.w.shape.0: 1 is not an axis symbol" in result.output, result.output
     assert "axis of size 1" not in result.output
+
+
+# The axis of size 1 on the first input ([M, 1] + [1, N]: an outer sum), and an input of one element
+# beside rows no other input names.
+OUTER_SPECS = {
+    "outer_add.yaml": """
+op: outer_add
+kind: elementwise
+inputs:
+  u: {dtype: [float32], shape: [M, 1]}
+  v: {dtype: u, shape: [1, N]}
+  w: {dtype: u, shape: [M, N]}
+outputs:
+  y: {dtype: u, shape: [M, N]}
+compute:
+  y: (u + v) * w
+tiles:
+  N: {block: BLOCK, sizes: [128]}
+""",
+    "ones_only.yaml": """
+op: ones_only
+kind: elementwise
+inputs:
+  k: {dtype: [float32], shape: [1]}
+  x: {dtype: k, shape: [..., N]}
+outputs:
+  y: {dtype: k}
+compute:
+  y: x * k + k
+tiles:
+  N: {block: BLOCK, sizes: [128]}
+""",
+}
+
+
+def test_the_generated_tests_pass_for_outer_sums_and_one_element_inputs(tmp_path):
+    result = generated_tests_run(tmp_path, OUTER_SPECS, ["outer_add", "ones_only"],
+                                 "matches_reference or bad_arguments or gradient")
+    assert result.returncode == 0, result.stdout[-3000:]

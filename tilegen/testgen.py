@@ -203,9 +203,11 @@ def _elementwise_shapes(spec: Spec) -> dict:
         input_shape_exprs=spec.input_shape_exprs(),
         declared=any(t.shape is not None for t in spec.inputs),
         # The call checks tried on the second input: a last axis cut to 3 is refused by the declared
-        # axis's size, or else by broadcasting (an axis of size 1 stays 1: neither).
+        # axis's size where another input names that axis too, or else by broadcasting (an axis of
+        # size 1 stays 1: neither).
         declared_second=len(spec.inputs) > 1 and spec.inputs[1].shape is not None
-        and spec.inputs[1].shape[-1] != SIZE_ONE,
+        and spec.inputs[1].shape[-1] != SIZE_ONE
+        and any(t.shape and spec.inputs[1].shape[-1] in t.shape for t in spec.inputs if t is not spec.inputs[1]),
         undeclared_second=len(spec.inputs) > 1 and spec.inputs[1].shape is None,
         # An input with the output's shape (out= may not share its memory).
         whole_input=whole[0] if whole else 0,
