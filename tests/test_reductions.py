@@ -1092,3 +1092,49 @@ def test_a_float32_per_row_input_beside_half_rows_gets_a_float32_precise_gradien
         assert gx.dtype == torch.float16 and gt.dtype == torch.float32
         centered = x.detach().double() - x.detach().double().mean(-1, keepdim=True)
         torch.testing.assert_close(gt.double(), (g.double() * centered).sum(-1), atol=1e-5, rtol=1e-5)
+
+
+# Outputs that depend on no input's value, beside ones that do: a row's share of elements above a
+# per-row threshold (a count of comparisons), a float flag.
+CONSTANT_OUTPUT_OPS = {
+    "above.yaml": """
+op: above
+kind: reduction
+doc: the share of each row above its threshold, and a weighted sum.
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  t: {dtype: x, shape: [...]}
+  w: {dtype: x, shape: [N]}
+outputs:
+  frac: {dtype: [float32], shape: [...]}
+  s: {dtype: x, shape: [...]}
+steps:
+  f: mean(where(x > t, 1.0, 0.0))
+compute:
+  frac: f
+  s: sum(x * w) * t
+tiles:
+  N: {block: BLOCK_N, sizes: [128]}
+""",
+    "flag_mul.yaml": """
+op: flag_mul
+kind: elementwise
+doc: y = a * b and a float flag where a > b.
+inputs:
+  a: {dtype: [float32, float64]}
+  b: {dtype: a}
+outputs:
+  y: {dtype: a}
+  flag: {dtype: a}
+compute:
+  y: a * b
+  flag: where(a > b, 1.0, 0.0)
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+""",
+}
+
+
+def test_gradients_are_compared_where_an_output_depends_on_no_input(tmp_path):
+    """The oracle's output of a count has no autograd graph: it adds nothing to the gradients."""
+    assert_generated_tests_pass(tmp_path, CONSTANT_OUTPUT_OPS, ["above", "flag_mul"], "gradient")
