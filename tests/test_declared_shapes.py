@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from tests.conftest import REPO, built_package, generated_tests_run
+from tests.conftest import REPO, built_package, generated_tests_run, validated
 
 SPEC = """
 op: row_scale
@@ -173,4 +173,40 @@ tiles:
 def test_the_generated_tests_pass_for_outer_sums_and_one_element_inputs(tmp_path):
     result = generated_tests_run(tmp_path, OUTER_SPECS, ["outer_add", "ones_only"],
                                  "matches_reference or bad_arguments or gradient")
+    assert result.returncode == 0, result.stdout[-3000:]
+
+
+def _pair_spec(first, second, op="pair"):
+    return (f"op: {op}\nkind: elementwise\ndoc: d.\ninputs:\n  x: {{dtype: [float32], shape: {first}}}\n"
+            f"  y: {{dtype: x, shape: {second}}}\noutputs:\n  z: {{dtype: x}}\ncompute:\n  z: x * y + x\n"
+            "tiles:\n  N: {block: BLOCK, sizes: [128]}\n")
+
+
+@pytest.mark.parametrize("first, second, broadcast, fitted", [
+    ("[M, 1]", "[M, 1]", ("M", "1"), {(65536,): (65536, 1), (127, 65): (8255, 1), (0,): (0, 1)}),
+    ("[1, 1]", "[N]", ("1", "N"), {(65536,): (1, 65536), (127, 65): (1, 8255), (3, 5, 7): (1, 105)}),
+    ("[..., 1]", "[1]", ("...", "1"), {(65536,): (65536, 1), (127, 65): (8255, 1), (3, 5, 7): (105, 1)}),
+    ("[..., 1]", "[1, N]", ("...", "1", "N"), {(127, 65): (1, 8255), (3, 5, 7): (3, 1, 35)}),
+])
+def test_test_shapes_keep_their_elements_on_the_named_axes(tmp_path, first, second, broadcast, fitted):
+    """An output axis of size 1 (every input has 1 there) takes size 1 in test and benchmark shapes;
+    its elements move to the last named axis, or to the leading ones."""
+    spec, problems = validated(tmp_path, _pair_spec(first, second))
+    assert spec is not None, problems
+    assert spec.broadcast_axes() == broadcast
+    assert {shape: spec.fit_rank(shape) for shape in fitted} == fitted
+
+
+def test_shapes_of_ones_alone_are_a_spec_error(tmp_path):
+    spec, problems = validated(tmp_path, _pair_spec("[1]", "[1, 1]"))
+    assert spec is None and problems == [
+        "specs/spec.yaml:5: inputs.x.shape: every declared axis is 1 (['1', '1']): the op would compute one element "
+        "(name an axis, or lead with ... (any leading axes))"], problems
+
+
+def test_the_generated_tests_pass_where_the_output_has_an_axis_of_size_1(tmp_path):
+    specs = {"col_pair.yaml": _pair_spec("[M, 1]", "[M, 1]", "col_pair"),
+             "lead_pair.yaml": _pair_spec("[..., 1]", "[1, N]", "lead_pair"),
+             "row_pair.yaml": _pair_spec("[1, 1]", "[N]", "row_pair")}
+    result = generated_tests_run(tmp_path, specs, ["col_pair", "lead_pair", "row_pair"], "not cuda_graph")
     assert result.returncode == 0, result.stdout[-3000:]

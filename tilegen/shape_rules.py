@@ -120,6 +120,10 @@ class ShapeRules:
                                "declare the inputs' shapes too, or omit it")
             return
         full = broadcast_axes_of(list(declared.values()))
+        if set(full) == {SIZE_ONE}:
+            self.error(f"inputs.{next(iter(declared))}.shape", f"every declared axis is 1 ({list(full)}): "
+                       "the op would compute one element", "name an axis, or lead with ... (any leading axes)")
+            return
         for name, shape in declared.items():
             axes = fixed_axes(shape)
             lined_up = full[len(full) - len(axes):]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .expressions import Expression
@@ -96,12 +97,14 @@ class Spec:
 
     def fit_rank(self, shape) -> tuple[int, ...]:
         """`shape` made a valid output shape for the declared axes: ones prepended up to their
-        rank, and, without "...", leading sizes merged down to it (the element count is kept)."""
+        rank, without "..." leading sizes merged down to it, and the size at an axis of size 1
+        moved onto the last named axis (or the leading ones): the element count is kept."""
         shape = tuple(shape)
         axes = self.broadcast_axes()
         if axes is None:
             return shape
-        rank = len(fixed_axes(axes))
+        fixed = fixed_axes(axes)
+        rank = len(fixed)
         if len(shape) < rank:
             shape = (1,) * (rank - len(shape)) + shape
         if axes[:1] != ("...",) and len(shape) > rank:
@@ -109,6 +112,17 @@ class Spec:
             for size in shape[:len(shape) - rank + 1]:
                 merged *= size
             shape = (merged,) + shape[len(shape) - rank + 1:]
+        if SIZE_ONE in fixed:
+            sizes, lead, moved = list(shape), len(shape) - rank, 1
+            for place, axis in enumerate(fixed):
+                if axis == SIZE_ONE:
+                    moved, sizes[lead + place] = moved * sizes[lead + place], 1
+            named = [lead + place for place, axis in enumerate(fixed) if axis != SIZE_ONE]
+            if named:
+                sizes[named[-1]] *= moved
+            else:  # only leading axes can hold it ("...": the validator refuses shapes of ones alone)
+                sizes = [math.prod(sizes[:lead]) * moved] + sizes[lead:]
+            shape = tuple(sizes)
         return shape
 
     def input_shape_exprs(self, shape: str = "shape") -> list[str]:

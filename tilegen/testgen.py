@@ -186,6 +186,11 @@ def elementwise_test_context(spec: Spec, header: str, package: str) -> dict:
         ctx.update(layout_shape=fit((37, 129)), nan_shape=fit((257,)), out_shape=fit((100, 3)),
                    scalar_shape=fit((1000,)), config_shape=fit((3001,)), config_numel=3001, bad_shape=fit((8,)),
                    never_mask=None, tiny_shape=fit((3, 5)), broadcast_rows=4, broadcast_last=33)
+    # Six strided dims (the output's shape as the spec's axes let it be), made by permuting a
+    # contiguous tensor of these sizes: (8, 6, 4, 7, 5, 3) from (3, 4, 5, 6, 7, 8).
+    high = fit((8, 6, 4, 7, 5, 3))
+    ctx["high_rank_shape"] = high
+    ctx["high_rank_physical"] = (high[5], high[2], high[4], high[1], high[3], high[0]) if len(high) == 6 else None
     out_shape = ctx["out_shape"]
     # The same shape with its last two axes swapped in memory (an out= written through strides).
     ctx["out_shape_t"] = out_shape[:-2] + (out_shape[-1], out_shape[-2]) if len(out_shape) > 1 else None
@@ -209,8 +214,8 @@ def _elementwise_shapes(spec: Spec) -> dict:
         and spec.inputs[1].shape[-1] != SIZE_ONE
         and any(t.shape and spec.inputs[1].shape[-1] in t.shape for t in spec.inputs if t is not spec.inputs[1]),
         undeclared_second=len(spec.inputs) > 1 and spec.inputs[1].shape is None,
-        # An input with the output's shape (out= may not share its memory).
-        whole_input=whole[0] if whole else 0,
+        # An input with the output's shape (out= may not share its memory), where one has it.
+        whole_input=whole[0] if whole else None,
     )
 
 
