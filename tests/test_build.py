@@ -510,6 +510,10 @@ def test_every_identifier_the_templates_use_is_reserved_from_specs(tmp_path):
                       for identifier in _identifiers(function) - names - derived - {spec.op, function.name}
                       if re.fullmatch(r"[a-z][a-z0-9_]*", identifier) and identifier not in RESERVED}
         assert not unreserved, f"{spec.op}: names the templates use beside values: {sorted(unreserved)}"
+        for where in ("tests", "benchmark"):  # what an op of that name would be shadowed by there
+            shadowing = {name for name in _module_level(sources[where]) - {spec.op}
+                         if re.fullmatch(r"[a-z][a-z0-9_]*", name) and not name.startswith("test")}
+            assert shadowing <= RESERVED_OP_NAMES, f"{where} of {spec.op} define {sorted(shadowing - RESERVED_OP_NAMES)}"
         for identifier in _module_level(sources["op module"]):
             bare = identifier[1:]
             if identifier.startswith("_") and re.fullmatch(r"[a-z][a-z0-9_]*", bare) and not bare.startswith(spec.op):

@@ -32,6 +32,15 @@ TEMPLATE_NAMES = frozenset({
     "batch", "launch_tile", "tiles_per_matrix",
     "first", "chunk", "others", "step", "sum_cols", "group", "block", "workspace_ptr", "strip", "kept",
 }) | KERNEL_HELPERS
+# What the generated tests and benchmark of an op define at their top level beside the op they
+# import by its name (tests/test_build.py checks every rendered module against this): an op of one
+# of these names would be shadowed there.
+TEST_MODULE_NAMES = frozenset({
+    "across_rows", "broadcast_inputs", "bytes_moved", "check", "flops", "gradient_sample", "input_dtypes",
+    "input_shapes", "input_specs", "kept_reference", "library_sample", "make_batched", "make_inputs",
+    "output_dtypes", "output_shapes", "output_specs", "pytestmark", "reference", "run_tilegen", "run_torch", "s",
+    "tolerance_key",
+})
 # Python builtins the generated package calls.
 BUILTIN_NAMES = frozenset({"dict", "enumerate", "float", "int", "isinstance", "len", "list", "max", "min", "range",
                            "set", "str", "sum", "tuple", "type", "zip", "any", "all", "abs", "bool"})

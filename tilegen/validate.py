@@ -18,7 +18,7 @@ from .errors import ErrorLog
 from .expressions import Expression, ExpressionError, parse_expression
 from .rows import ELEMENT, LEVEL_NAMES, ROW, UNIFORM, level_of
 from .schema import PER_SM_COUNTS, UNROLL_SIZES
-from .naming import KERNEL_HELPERS, RESERVED, identifiers
+from .naming import KERNEL_HELPERS, RESERVED, TEST_MODULE_NAMES, identifiers
 from .shape_rules import ShapeRules, matmul_axes
 from .spec import SIZE_ONE, ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec
 from .yaml_source import Document
@@ -42,8 +42,10 @@ BLOCK_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,30}$")
 # accumulator in epilogues, `out` the wrapper's keyword for output tensors. Any other name works:
 # generated code renames values that collide with its own identifiers (naming.py).
 LANGUAGE_NAMES = frozenset({"acc", "out"})
-# An op name is a module and the public function in it: it may not shadow what the module uses.
-RESERVED_OP_NAMES = RESERVED | KERNEL_HELPERS | {"generated", "support", "route", "is_compiling"}
+# An op name is a module and the public function in it: it may not shadow what the module uses,
+# nor what its tests and benchmark define beside it (nor start with "test": pytest would collect
+# the op its tests import as a test).
+RESERVED_OP_NAMES = RESERVED | KERNEL_HELPERS | TEST_MODULE_NAMES | {"generated", "support", "route", "is_compiling"}
 # The constexprs generated kernels take beside a spec's blocks, which a block may not be named
 # (tests/test_build.py checks every kernel the specs render against these).
 RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "MATH_64", "NUM_SMS", "DOT_PRECISION", "EPILOGUE",
@@ -226,8 +228,13 @@ class _Validator(ShapeRules):
         op = self.string("op", self.data["op"], OP_NAME, "op name")
         if op is None:
             return None
+        if op.startswith("test"):
+            self.error("op", f"{op!r} starts with 'test': pytest would collect the op as a test where its "
+                       "generated tests import it", "a name that does not start with 'test'")
+            return None
         if keyword.iskeyword(op) or keyword.issoftkeyword(op) or op.startswith("_") or op in RESERVED_OP_NAMES:
-            self.error("op", f"{op!r} is reserved: the op's generated module uses it",
+            where = "tests define" if op in TEST_MODULE_NAMES else "module uses"
+            self.error("op", f"{op!r} is reserved: the op's generated {where} it",
                        "a name that is not a Python keyword or builtin, nor one tilegen's modules use")
             return None
         return op
