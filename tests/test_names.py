@@ -33,17 +33,19 @@ def test_plain_names_are_kept():
 @pytest.mark.parametrize("names", [
     ["rest", "i_0", "len"], ["a", "a_ptr"], ["a_ptr", "a"], ["x", "stride_x_0"], ["x_out", "x"],
     ["rest", "rest_", "rest__ptr"], ["torch", "torch_", "torch__"],
+    ["workspace", "count", "partial", "saved"],  # whose pointers the kernels' own parameters are named
 ])
 def test_identifiers_never_collide(names):
     ident = identifiers(names, op="op")
     values = list(ident.values())
     assert len(set(values)) == len(values)
+    derived = {value: {f"{value}_{s}" for s in ("ptr", "ptrs", "offsets", "out", "view")} |
+               {f"stride_{value}_{d}" for d in [*range(4), "batch"]} for value in values}
     for value in values:
         assert value not in RESERVED and value != "op"
+        assert not derived[value] & RESERVED, (value, derived[value] & RESERVED)
         for other in values:
-            derived = {f"{other}_{s}" for s in ("ptr", "ptrs", "offsets", "out")} | \
-                {f"stride_{other}_{d}" for d in range(4)}
-            assert value not in derived
+            assert value not in derived[other]
 
 
 def test_the_op_name_is_never_a_value_identifier():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -1138,3 +1139,10 @@ tiles:
 def test_gradients_are_compared_where_an_output_depends_on_no_input(tmp_path):
     """The oracle's output of a count has no autograd graph: it adds nothing to the gradients."""
     assert_generated_tests_pass(tmp_path, CONSTANT_OUTPUT_OPS, ["above", "flag_mul"], "gradient")
+
+
+def test_a_weight_named_after_the_kernels_workspace_builds_and_computes(tmp_path):
+    """`workspace` is a value name like any other: its pointer is not the kernel's workspace_ptr."""
+    text = (REPO / "specs" / "rms_norm.yaml").read_text().replace("op: rms_norm", "op: rms_workspace")
+    text = re.sub(r"\bw\b", "workspace", text)
+    assert_generated_tests_pass(tmp_path, {"rms_workspace.yaml": text}, ["rms_workspace"], "matches_reference or gradients_match")

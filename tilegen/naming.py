@@ -76,9 +76,14 @@ def _base(identifier: str) -> str | None:
     return (derived["base"] or derived["strided"]) if derived else None
 
 
+# The values whose derived forms generated code uses for its own (`workspace_ptr`: a value named
+# `workspace` would get a pointer of that name).
+_RESERVED_BASES = frozenset(filter(None, map(_base, RESERVED)))
+
+
 def _clashes(candidate: str, taken: set[str]) -> bool:
-    return (candidate in RESERVED or candidate in taken or _base(candidate) in taken
-            or any(_base(other) == candidate for other in taken))
+    return (candidate in RESERVED or candidate in _RESERVED_BASES or candidate in taken
+            or _base(candidate) in taken or any(_base(other) == candidate for other in taken))
 
 
 def identifiers(names: list[str], op: str = "") -> dict[str, str]:
