@@ -46,7 +46,7 @@ def pytorch_lines(spec: Spec, target: str, scalars: frozenset[str] = frozenset()
     # (The eager code's functions of scalars alone keep an int scalar's kind: the kinds say which.)
     kinds = spec.number_kinds() if target == "eager" else None
     return (matmul_columns(spec) + row_values(spec) + assignments(math, target, scalars, kinds=kinds)
-            + rows_shaped(spec, outputs))
+            + rows_shaped(spec, outputs) + matmul_shaped(spec, expressions, outputs))
 
 
 def names_read(spec: Spec) -> dict[str, set[str]]:
@@ -103,6 +103,15 @@ def rows_shaped(spec: Spec, outputs=None) -> list[str]:
     return lines
 
 
+def matmul_shaped(spec: Spec, expressions: dict, outputs) -> list[str]:
+    """Lines that give a matmul's outputs that read no accumulator (`r * 2` beside `acc + r`) the
+    output's shape, as the kernel writes them: PyTorch's result has their inputs' shape (a 0-d scale's)."""
+    if spec.kind != "matmul":
+        return []
+    return [f"{t.name} = {t.name}.expand(torch.broadcast_shapes({t.name}.shape, acc.shape))"
+            for t in outputs if "acc" not in expressions[t.name].names]
+
+
 def _scalar_test_value(scalar) -> str:
     if scalar.type == "int":
         return repr((scalar.default or 0) + 3)
@@ -118,6 +127,9 @@ def _common(spec: Spec, header: str, package: str) -> dict:
     return dict(
         header=header, package=package, op=spec.op,
         dtypes_literal=", ".join(DTYPES[d].torch for d in spec.inputs[0].dtypes),
+        # Math in float64 beside bfloat16 tensors, which Triton's interpreter converts wrongly (the
+        # op refuses it there): the spec asks for float64 math, or a tensor is float64 alone.
+        wide_math=spec.compute == "float64" or any(t.dtypes == ("float64",) for t in spec.inputs + spec.outputs),
         first_dtype=DTYPES[spec.inputs[0].dtypes[0]].torch,
         input_names=[t.name for t in spec.inputs],
         input_labels=[t.public for t in spec.inputs],

@@ -183,6 +183,17 @@ def fp8_dots(device=None) -> bool:
     return not INTERPRET and torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (8, 9)
 
 
+def float64_math(op, spec_float64, tensors):
+    """Whether an op's math runs in float64: its spec asks for it (`spec_float64`), or a tensor is
+    float64. Triton's interpreter converts float64 to bfloat16 wrongly (garbage, not a rounding):
+    such a launch is refused there."""
+    wide = spec_float64 or any(t.dtype == torch.float64 for t in tensors)
+    if wide and INTERPRET and any(t.dtype == torch.bfloat16 for t in tensors):
+        raise TypeError(f"{op}: bfloat16 tensors with float64 math, which Triton's interpreter converts to "
+                        "bfloat16 wrongly (TRITON_INTERPRET=1); run it on a GPU, or in float16 or float32")
+    return wide
+
+
 def check_interpretable(op, name, value, matmul=False):
     """Refuse what the machine cannot compute right: Triton's interpreter's bfloat16 dot returns
     garbage and it has no fp8 dot; fp8 tensor cores start at compute capability 8.9."""

@@ -13,7 +13,7 @@ from triton.runtime.errors import OutOfResources
 from . import library
 from .batch import batch_shape, folded, matrices
 from .callpath import CallPath
-from .checks import broadcast_leading
+from .checks import broadcast_leading, float64_math
 from .configs import ConfigChooser, column_sums_tile, lighter_forms, row_unroll
 from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
@@ -114,15 +114,11 @@ class ElementwiseOp(Op):
         config = self.configs.choose(key, device_facts(outputs[0].device), None if traced else launch)
         self._learn(call, launch(config), result)
 
-    def _math_64(self, tensors):
-        # The math runs in the spec's precision at least, and in float64 when a tensor is float64.
-        return self.compute == tl.float64 or any(t.dtype == torch.float64 for t in tensors)
-
     def _launch(self, tensors, scalars, numel, layout, config):
         block = config[self.block]
         even = {"always": False, "never": True}.get(self.mask, numel % block == 0)
         constexprs = {self.block: block, "EVEN": even, "INDEX_64": needs_int64(*tensors, extra=block),
-                      "MATH_64": self._math_64(tensors)}
+                      "MATH_64": float64_math(self.name, self.compute == tl.float64, tensors)}
         grid = (cdiv(numel, block),)
         varying = len(tensors) + len(scalars)
         if layout is None:
@@ -504,7 +500,7 @@ class ReductionOp(Op):
         blocks = cdiv(rows, per_program)
         looped = block < n
         head = ()
-        math_64 = self.compute == tl.float64 or any(v.dtype == torch.float64 for v in views)
+        math_64 = float64_math(self.name, self.compute == tl.float64, views)
         constexprs = {"INDEX_64": needs_int64(*views, extra=block * per_program), "MATH_64": math_64}
         # Rows held whole load each block a trip ahead where the grid is a few programs a
         # multiprocessor, each taking many blocks: PER_SM asks for it, and so do the column sums.

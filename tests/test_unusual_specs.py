@@ -1,0 +1,83 @@
+"""Specs at the edges of what the language says, built and run through their generated tests (in
+Triton's interpreter without a GPU): a matmul output that reads no accumulator, float64 math
+asked for beside bfloat16 tensors."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from tests.conftest import assert_generated_tests_pass, built_package
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+needs_backend = pytest.mark.skipif(not INTERPRET and not torch.cuda.is_available(),
+                                   reason="needs a CUDA GPU, or TRITON_INTERPRET=1")
+
+# `d` reads no accumulator: given a 0-d `r`, PyTorch's r * 2 is 0-d where the op writes [M, N].
+NO_ACC = """
+op: mm_no_acc
+kind: matmul
+doc: c = acc + r, and d = r * 2 beside it.
+inputs:
+  a: {dtype: [float32], shape: [M, K]}
+  b: {dtype: a, shape: [K, N]}
+  r: {dtype: a, shape: [M, N]}
+outputs:
+  c: {dtype: a, shape: [M, N]}
+  d: {dtype: a, shape: [M, N]}
+epilogue:
+  c: acc + r
+  d: r * 2
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+"""
+
+WIDE = """
+op: wide_exp
+kind: elementwise
+doc: y = exp(a) - exp(b), in float64 whatever the inputs.
+inputs:
+  a: {dtype: [bfloat16, float32]}
+  b: {dtype: a}
+outputs:
+  y: {dtype: a}
+dtypes:
+  compute: float64
+compute:
+  y: exp(a) - exp(b) + 1e-7 * a
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_a_matmul_output_that_reads_no_accumulator_has_the_output_shape_in_the_oracle(tmp_path):
+    assert_generated_tests_pass(tmp_path, {"mm_no_acc.yaml": NO_ACC}, ["mm_no_acc"],
+                                "epilogue_inputs_broadcast or matches_reference")
+
+
+@needs_backend
+def test_float64_math_beside_bfloat16_is_right_on_a_gpu_and_refused_by_the_interpreter(tmp_path):
+    """Triton's interpreter converts float64 to bfloat16 wrongly (garbage): the op refuses there,
+    and its generated tests skip bfloat16 there; float32 runs everywhere."""
+    with built_package(tmp_path, "wide_ops", {"wide_exp.yaml": WIDE}) as package:
+        device = "cpu" if INTERPRET else "cuda"
+        a, b = (torch.randn(300, device=device, dtype=torch.bfloat16) for _ in range(2))
+        if INTERPRET:
+            with pytest.raises(TypeError, match="wide_exp: bfloat16 tensors with float64 math, which Triton's "
+                                                "interpreter converts to bfloat16 wrongly"):
+                package.wide_exp(a, b)
+        else:
+            want = (a.double().exp() - b.double().exp() + 1e-7 * a.double()).to(torch.bfloat16)
+            torch.testing.assert_close(package.wide_exp(a, b), want, rtol=1e-2, atol=1e-2)
+        x, y = a.float(), b.float()
+        torch.testing.assert_close(package.wide_exp(x, y), (x.double().exp() - y.double().exp() + 1e-7 * x.double()).float())
+
+
+def test_the_generated_tests_of_float64_math_beside_bfloat16_pass(tmp_path):
+    run = assert_generated_tests_pass(tmp_path, {"wide_exp.yaml": WIDE}, ["wide_exp"], "matches_reference")
+    if INTERPRET or not torch.cuda.is_available():
+        assert "converts float64 math to bfloat16 wrongly" in run.stdout or " skipped" in run.stdout
