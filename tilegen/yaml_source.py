@@ -7,8 +7,8 @@ the safe schema, and record `key.path -> line` for error messages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
