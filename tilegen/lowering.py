@@ -79,6 +79,8 @@ def _signature(spec: Spec) -> str:
     keyword_only = []
     for scalar in spec.scalars:
         keyword_only.append(scalar.public if scalar.default is None else f"{scalar.public}={scalar.default!r}")
+    if spec.reduced_axis_keyword():
+        keyword_only.append(f"{spec.reduced_axis_keyword()}=-1")
     keyword_only.append("out=None")
     return ", ".join(parts + ["*"] + keyword_only)
 
@@ -94,6 +96,9 @@ def _arg_docs(spec: Spec) -> list[str]:
     for scalar in spec.scalars:
         default = "required" if scalar.default is None else f"default {scalar.default!r}"
         lines.append(f"    {scalar.public}: {scalar.type} scalar, {default}.")
+    if spec.reduced_axis_keyword():
+        lines.append(f"    {spec.reduced_axis_keyword()}: the axis of the rows to reduce, default -1 (the last); the "
+                     "inputs along the rows have it, a per-row input or output has the rows' shape without it.")
     names = ", ".join(t.public for t in spec.outputs)
     if len(spec.outputs) == 1:
         lines.append(f"    out: optional tensor to write {names} into.")

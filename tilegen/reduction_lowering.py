@@ -299,6 +299,18 @@ def reduction_context(spec: Spec, header: str) -> dict:
         result=result,
         backward=backward,
         backward_space=_space(spec, backward=True, sums_columns="column_sum" in backward["roles"]),
+        along=_along(spec),
     )
     return ctx
+
+
+def _along(spec: Spec) -> dict | None:
+    """The public wrapper's call for another reduced axis (`dim=`), or None where it has no such
+    keyword: its inputs and scalars by their public names, as the wrapper's parameters are."""
+    keyword = spec.reduced_axis_keyword()
+    if not keyword:
+        return None
+    inputs = ", ".join(f'"{t.public}": {t.public}' for t in spec.inputs)
+    scalars = ", ".join(f'"{s.public}": {s.public}' for s in spec.scalars)
+    return dict(keyword=keyword, call=f"_OP.along({spec.op}, {keyword}, {{{inputs}}}, {{{scalars}}}, out)")
 

@@ -15,8 +15,9 @@ The rule that tells calls apart (which calls may repeat a learned launch) lives 
 # built for the new one with the old (6: rt.Gradients takes `whole`; 7: rt.ReductionOp takes
 # `row_values`, and a backward kernel that sums columns takes COLS and COL_ROWS; 8: a reduction's
 # finish calls tilegen.runtime.sync.finish_share; 9: rt.ReductionOp takes `column_reads`; 10: a
-# reduction kernel takes AHEAD, its whole rows' loads issued a step ahead).
-RUNTIME_VERSION = 10
+# reduction kernel takes AHEAD, its whole rows' loads issued a step ahead; 11: a reduction's wrapper
+# calls rt.ReductionOp.along for `dim=`).
+RUNTIME_VERSION = 11
 
 # Each kind's config fields, block fields first, under their canonical (table file) names.
 BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",), "reduction": ("BLOCK",)}

@@ -208,6 +208,15 @@ class Spec:
         return {t.name: "element" if t.shape[-1:] == (axis,) and t.shape[:1] == ("...",)
                 else "column" if t.shape == (axis,) else "row" for t in self.inputs + self.outputs}
 
+    def reduced_axis_keyword(self) -> str:
+        """The keyword a reduction's wrapper takes for the axis it reduces ("dim", as PyTorch's
+        row ops; the last by default), or "" for any other kind, and for a reduction whose spec
+        names an input or scalar `dim`: such a spec keeps its parameter (specs that were accepted
+        stay accepted), and its op reduces the last axis only."""
+        if self.kind != "reduction" or any(v.public == DIM_KEYWORD for v in (*self.inputs, *self.scalars)):
+            return ""
+        return DIM_KEYWORD
+
     def names_read(self, outputs: dict[str, Expression]) -> dict[str, set[str]]:
         """Each step's and each of `outputs`' (name -> expression) names, read directly or through
         the steps it reads."""
@@ -274,6 +283,8 @@ class MatmulParts:
 # An elementwise shape's axis of size 1 (`1` in the spec: `scale: {shape: [M, 1]}`), which
 # broadcasts against any size as PyTorch's do.
 SIZE_ONE = "1"
+# A reduction wrapper's keyword for the axis it reduces (Spec.reduced_axis_keyword).
+DIM_KEYWORD = "dim"
 
 
 def fixed_axes(shape: tuple[str, ...]) -> tuple[str, ...]:

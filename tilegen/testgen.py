@@ -344,6 +344,7 @@ def reduction_test_context(spec: Spec, header: str, package: str) -> dict:
         # and one that shares memory with an input is a column of it (where the dtypes allow).
         single_output_per_row=len(spec.outputs) == 1 and roles[spec.outputs[0].name] == "row",
         overlapping_out=_overlapping_out(spec, roles),
+        along=spec.reduced_axis_keyword(),
     )
     return ctx
 

@@ -11,6 +11,7 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from . import library
+from .axis import reduce_along
 from .batch import batch_shape, folded, matrices
 from .callpath import CallPath
 from .checks import broadcast_leading, float64_math
@@ -418,6 +419,11 @@ class ReductionOp(Op):
         self.row_values = row_values  # a backward's: the values a long row leaves for its column sums
         self.column_reads = column_reads  # and the inputs along the rows its column phase reads
         self.roles, self.block, self.compute = tuple(roles), block, compute
+
+    def along(self, wrapper, dim, inputs, scalars, out):
+        """The public `wrapper`'s call reducing axis `dim` of the rows instead of the last
+        (runtime.axis.reduce_along): `inputs` {name: value} in order, `scalars` {name: value}."""
+        return reduce_along(self.name, self.roles, wrapper, dim, inputs, scalars, out)
 
     def shape(self, op, named):
         """(the rows' leading shape, N) of a call with the tensors `named` ([(name, tensor)] in

@@ -1,0 +1,184 @@
+"""A reduction over another axis than the last (`dim=`): values, gradients, out=, errors, and the
+call traced by torch.compile and export, against PyTorch's own ops."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from tests.conftest import built_package
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# Inductor compiles Triton kernels on a GPU only; in the interpreter AOT autograd's eager backend
+# runs the same trace.
+BACKEND = "inductor" if DEVICE == "cuda" else "aot_eager"
+
+# A per-row input ([...]) and a per-row output beside the rows: a temperature for each row, and
+# each row's log-sum-exp.
+TEMPERED = """\
+op: tempered_softmax
+kind: reduction
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  t: {dtype: x, shape: [...]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+  lse: {dtype: x, shape: [...]}
+steps:
+  s: x / t
+  m: max(s)
+  e: exp(s - m)
+compute:
+  y: e / sum(e)
+  lse: m + log(sum(e))
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+"""
+# A spec whose scalar is named `dim` keeps it: the op then reduces the last axis only.
+NAMED_DIM = """\
+op: weighted_softmax
+kind: reduction
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+scalars:
+  dim: {type: float, default: 1.0}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+steps:
+  e: exp(x - max(x))
+compute:
+  y: dim * e / sum(e)
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+"""
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reduced_axis")
+    with built_package(root, "reduced_axis_ops", {"tempered_softmax.yaml": TEMPERED,
+                                                  "weighted_softmax.yaml": NAMED_DIM}) as module:
+        yield module
+
+
+def random(*shape, seed=0, positive=False):
+    t = torch.randn(shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    return (t.abs() + 0.5 if positive else t).to(DEVICE)
+
+
+def tempered(x, t, dim):
+    """The oracle: PyTorch's softmax and logsumexp of x / t over `dim`."""
+    scaled = x / t.unsqueeze(dim)
+    return torch.softmax(scaled, dim), torch.logsumexp(scaled, dim)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -2, 2, -1])
+def test_any_axis_is_reduced_with_per_row_values_and_gradients(ops, dim):
+    x = random(5, 70, 3, seed=1).requires_grad_()
+    rows = list(x.shape)
+    del rows[dim]
+    t = random(*rows, seed=2, positive=True).requires_grad_()  # one value per row: the shape less the axis
+    y, lse = ops.tempered_softmax(x, t, dim=dim)
+    want = tempered(x, t, dim)
+    assert y.shape == x.shape and lse.shape == tuple(rows)
+    torch.testing.assert_close(y, want[0])
+    torch.testing.assert_close(lse, want[1])
+    seeds = (random(*y.shape, seed=3), random(*lse.shape, seed=4))
+    for got, expected in zip(torch.autograd.grad((y, lse), (x, t), seeds), torch.autograd.grad(want, (x, t), seeds)):
+        torch.testing.assert_close(got, expected)
+
+
+def test_a_per_row_input_of_lower_rank_broadcasts_over_the_rows(ops):
+    x = random(4, 30, 3, seed=5)
+    t = random(3, seed=6, positive=True)  # the rows are [4, 3]: t broadcasts over the first
+    y, lse = ops.tempered_softmax(x, t, dim=1)
+    want = tempered(x, t.expand(4, 3), 1)
+    torch.testing.assert_close(y, want[0])
+    torch.testing.assert_close(lse, want[1])
+
+
+def test_non_contiguous_inputs_and_out_are_read_and_written(ops):
+    x = random(70, 6, seed=7).t()  # [6, 70] whose axis 1 is strided: reduced along dim 1
+    t = random(6, seed=8, positive=True)
+    want = tempered(x, t, 1)
+    torch.testing.assert_close(ops.tempered_softmax(x, t, dim=1)[0], want[0])
+    y = torch.full((6, 70), float("nan"), dtype=torch.float64, device=DEVICE)
+    lse = torch.full((6,), float("nan"), dtype=torch.float64, device=DEVICE)
+    got = ops.tempered_softmax(x, t, dim=1, out=(y, lse))
+    assert got[0] is y and got[1] is lse
+    torch.testing.assert_close(y, want[0])
+    torch.testing.assert_close(lse, want[1])
+    # dim=0 of [70, 6]: out= laid out as the input, written through the moved view.
+    y0 = torch.full((70, 6), float("nan"), dtype=torch.float64, device=DEVICE)
+    lse0 = torch.full((6,), float("nan"), dtype=torch.float64, device=DEVICE)
+    ops.tempered_softmax(x.t(), t, dim=0, out=[y0, lse0])
+    torch.testing.assert_close(y0, want[0].t())
+    torch.testing.assert_close(lse0, want[1])
+
+
+def test_a_bad_dim_is_refused_naming_the_op_and_the_argument(ops):
+    x, t = random(4, 30, 3), random(4, 3, positive=True)
+    with pytest.raises(IndexError, match=r"tempered_softmax: argument 'dim' is 3, out of range for rows of rank 3 "
+                                         r"\(from -3 to 2\)"):
+        ops.tempered_softmax(x, t, dim=3)
+    with pytest.raises(IndexError, match="argument 'dim' is -4"):
+        ops.tempered_softmax(x, t, dim=-4)
+    for bad, kind in ((True, "bool"), (1.0, "float"), (torch.tensor([1, 2]), "Tensor"), (None, "NoneType")):
+        with pytest.raises(TypeError, match=f"tempered_softmax: argument 'dim' must be an int, got {kind}"):
+            ops.tempered_softmax(x, t, dim=bad)
+    # A per-row value must have the rows' shape without the reduced axis.
+    with pytest.raises(ValueError, match="tempered_softmax: argument 't'"):
+        ops.tempered_softmax(x, random(4, 30, positive=True), dim=1)
+
+
+def test_an_input_along_the_rows_without_the_axis_is_refused():
+    from generated import add_rms_norm
+
+    x, w = random(4, 5, 33).float(), random(5).float()
+    with pytest.raises(ValueError, match=r"add_rms_norm: argument 'residual' has shape \(33,\): no axis at dim 1"):
+        add_rms_norm(x, random(33).float(), w, dim=1)
+    h, y = add_rms_norm(x, random(5, 33, seed=1).float(), w, dim=1)  # [5, 33] has it: broadcasts over the first
+    s = x + random(5, 33, seed=1).float()
+    torch.testing.assert_close(h, s)
+    torch.testing.assert_close(y, torch.nn.functional.rms_norm(s.movedim(1, -1), (5,), w, 1e-6).movedim(-1, 1))
+
+
+def test_the_keyword_defaults_to_the_last_axis_and_a_spec_that_names_a_value_dim_keeps_it(ops):
+    params = inspect.signature(ops.tempered_softmax).parameters
+    assert params["dim"].default == -1 and params["dim"].kind is inspect.Parameter.KEYWORD_ONLY
+    params = inspect.signature(ops.weighted_softmax).parameters
+    assert params["dim"].default == 1.0  # the spec's scalar, not an axis
+    x = random(3, 40, seed=9)
+    torch.testing.assert_close(ops.weighted_softmax(x, dim=2.0), 2.0 * torch.softmax(x, -1))
+
+
+def test_torch_compile_and_export_trace_the_moved_views_around_the_op():
+    from generated import layer_norm
+
+    x, w, b = random(3, 64, 5).float(), random(64, seed=1).float(), random(64, seed=2).float()
+
+    def normalize(x, w, b):
+        y, mean, rstd = layer_norm(x, w, b, dim=1)
+        return y * 2, mean, rstd
+
+    want = torch.nn.functional.layer_norm(x.movedim(1, -1), (64,), w, b, 1e-5).movedim(-1, 1)
+    compiled = torch.compile(normalize, fullgraph=True, backend=BACKEND)
+    got = compiled(x, w, b)
+    torch.testing.assert_close(got[0], want * 2)
+    torch.testing.assert_close(got[1], x.mean(1))
+    leaf = x.clone().requires_grad_()
+    grad = torch.autograd.grad(compiled(leaf, w, b)[0].sum(), leaf)[0]
+    exact = x.clone().requires_grad_()
+    want_grad = torch.autograd.grad(
+        (torch.nn.functional.layer_norm(exact.movedim(1, -1), (64,), w, b, 1e-5) * 2).sum(), exact)[0]
+    torch.testing.assert_close(grad, want_grad)
+
+    class Model(torch.nn.Module):
+        def forward(self, x, w, b):
+            return normalize(x, w, b)
+
+    exported = torch.export.export(Model(), (x, w, b))
+    assert "generated.layer_norm" in str(exported.graph)
+    torch.testing.assert_close(exported.module()(x, w, b)[0], want * 2)

@@ -1,0 +1,66 @@
+"""A reduction over another axis than the last: `softmax(x, dim=1)`.
+
+The kernels reduce the last axis of their rows. A call with `dim=` runs the op itself on views
+with that axis moved last and moves it back in the results, so the kernels, the registered op,
+its autograd and its checks are the ones every call takes, and autograd, torch.compile and export
+see ordinary view ops around it (each view's gradient is the view moved back).
+"""
+
+import torch
+
+
+def rows_rank(roles, inputs):
+    """The rank of the rows' shape a call's `inputs` ({name: value}, in order) make: element
+    tensors ([..., N]) count their own rank, per-row ones ([...]) one more (the axis they lack)."""
+    rank = 0
+    for (name, value), role in zip(inputs.items(), roles):
+        if isinstance(value, torch.Tensor) and role in ("element", "row"):
+            rank = max(rank, value.dim() + (role == "row"))
+    return rank
+
+
+def reduce_along(op, roles, wrapper, dim, inputs, scalars, out):
+    """`wrapper(*inputs, **scalars, out=out)` (the op's public function, which reduces the last
+    axis) reducing axis `dim` instead. `roles` gives each input, then each output, its lie along
+    the rows (runtime.ops.ReductionOp): element tensors have `dim` moved last, per-row ones
+    ([...], the rows' shape without the reduced axis) and per-column ones ([N]) are passed as
+    they are. Element results come back with the axis moved back in place: views of rows laid out
+    with it last."""
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"{op}: argument 'dim' must be an int, got {type(dim).__name__}")
+    rank = rows_rank(roles, inputs)
+    if rank and not -rank <= dim < rank:
+        raise IndexError(f"{op}: argument 'dim' is {dim}, out of range for rows of rank {rank} "
+                         f"(from {-rank} to {rank - 1})")
+    axis = dim - rank if dim >= 0 else dim  # counted from the end: inputs of lower rank broadcast
+    if rank == 0 or axis == -1:
+        return wrapper(*inputs.values(), **scalars, out=out)
+    moved = []
+    for (name, value), role in zip(inputs.items(), roles):
+        if role == "element" and isinstance(value, torch.Tensor):
+            if value.dim() < -axis:
+                raise ValueError(f"{op}: argument '{name}' has shape {tuple(value.shape)}: no axis at dim {dim} "
+                                 f"to reduce (its rows have rank {rank}; an input along the rows has the "
+                                 "reduced axis)")
+            value = value.movedim(axis, -1)
+            # Rows read along a stride are read a sector an element: one copy in memory order
+            # moves the bytes twice, at full bandwidth, instead.
+            if value.stride(-1) != 1 and value.shape[-1] > 1:
+                value = value.contiguous()
+        moved.append(value)
+    output_roles = roles[len(inputs):]
+    single = len(output_roles) == 1
+    moved_out = out
+    if out is not None:
+        given = (out,) if single else out
+        if single and not isinstance(out, torch.Tensor) or not single and not isinstance(out, (tuple, list)):
+            return wrapper(*moved, **scalars, out=out)  # (the op's own check names what out= must be)
+        moved_out = tuple(t.movedim(axis, -1) if role == "element" and isinstance(t, torch.Tensor) and t.dim() >= -axis
+                          else t for t, role in zip(given, output_roles))
+        moved_out = moved_out[0] if single else moved_out
+    result = wrapper(*moved, **scalars, out=moved_out)
+    if out is not None:
+        return out if single else tuple(out)
+    if single:
+        return result.movedim(-1, axis) if output_roles[0] == "element" else result
+    return tuple(r.movedim(-1, axis) if role == "element" else r for r, role in zip(result, output_roles))
