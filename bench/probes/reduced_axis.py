@@ -4,15 +4,20 @@ For each shape and dtype: tilegen's softmax / layer_norm with `dim=` (views with
 last; a copy in memory order where that axis is strided), the same op on the moved view as it
 lies (rows read along a stride: what `dim=` would do without its copy), PyTorch eager and
 torch.compile of the same call, the last axis of a contiguous tensor of the same size (the op's
-own bound), and a device-to-device copy. GB/s counts the input and the output once each.
-Medians of three interleaved rounds.
+own bound), and a device-to-device copy. Where the moved view's rows are one element apart (the
+first axis of a matrix reduced), the strided view also runs under forced configs of many rows a
+program and short blocks along them (`rows R block B wW`): a tile whose rows are contiguous,
+which Triton's coalescing can load a line at a time. GB/s counts the input and the output once
+each. Medians of three interleaved rounds.
 
     PYTHONPATH=. python3 bench/probes/reduced_axis.py OUT_DIR
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import importlib
 import statistics
 import sys
 from pathlib import Path
@@ -26,6 +31,8 @@ from generated import layer_norm, softmax
 # one stride), and the first axis of a matrix (rows one element apart, the reduced axis strided).
 CASES = [((32, 512, 4096), 1), ((8192, 4096), 0), ((64, 1024, 1024), 1), ((1024, 16384), 0)]
 ROUNDS = 3
+# (ROWS, BLOCK_N, num_warps) forced on the strided view whose rows are contiguous.
+ROW_TILES = [(64, 64, 4), (128, 32, 4), (32, 128, 4), (256, 16, 8), (128, 64, 8)]
 
 
 def timed(fn):
@@ -53,7 +60,7 @@ def cases_for(op, x, dim, w, b):
     last = torch.randn(x.numel() // n, n, device="cuda", dtype=x.dtype)
     return {
         "tilegen dim=": lambda: layer_norm(x, w, b, dim=dim),
-        "tilegen strided view": lambda: layer_norm(x.movedim(dim, -1), w, b),
+        "tilegen strided view": lambda: layer_norm(x.movedim(dim, -1), w, b)[0].movedim(-1, dim),
         "eager": lambda: eager(x),
         "torch.compile": lambda: compiled(x),
         "tilegen last axis (bound)": lambda: layer_norm(last, w, b),
@@ -76,13 +83,23 @@ def main(out_dir: str) -> None:
                     torch.nn.functional.layer_norm(x.float().movedim(dim, -1), (n,), w.float(), b.float()).movedim(-1, dim)
                 got = softmax(x, dim=dim) if op == "softmax" else layer_norm(x, w, b, dim=dim)[0]
                 torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
-                cases = cases_for(op, x, dim, w, b)
-                for fn in cases.values():
-                    fn()
+                cases = {name: (fn, None) for name, fn in cases_for(op, x, dim, w, b).items()}
+                strided = cases["tilegen strided view"][0]
+                if x.movedim(dim, -1).stride()[:-1] == (1,):  # rows one element apart
+                    for rows, block, warps in ROW_TILES:
+                        config = {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "UNROLL": 0}
+                        cases[f"rows {rows} block {block} w{warps}"] = (strided, config)
+                ops = importlib.import_module(f"generated.{op}")._OP
+                for name, (fn, config) in cases.items():
+                    with ops.configs.forcing(config) if config else contextlib.nullcontext():
+                        result = fn()
+                    if config:  # the forced tile computes the same values
+                        torch.testing.assert_close(result.float(), want, atol=2e-2, rtol=2e-2)
                 times = {name: [] for name in cases}
                 for _ in range(ROUNDS):
-                    for name, fn in cases.items():
-                        times[name].append(timed(fn))
+                    for name, (fn, config) in cases.items():
+                        with ops.configs.forcing(config) if config else contextlib.nullcontext():
+                            times[name].append(timed(fn))
                 moved = 2 * x.numel() * x.element_size()
                 copy_ms = statistics.median(times["copy"])
                 for name, runs in times.items():
