@@ -9,33 +9,15 @@ import pytest
 import torch
 
 from tests.conftest import built_package
+# A per-row input ([...]) and a per-row output beside the rows: a temperature for each row, and
+# each row's log-sum-exp.
+from tests.test_reductions import TEMPERED
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Inductor compiles Triton kernels on a GPU only; in the interpreter AOT autograd's eager backend
 # runs the same trace.
 BACKEND = "inductor" if DEVICE == "cuda" else "aot_eager"
 
-# A per-row input ([...]) and a per-row output beside the rows: a temperature for each row, and
-# each row's log-sum-exp.
-TEMPERED = """\
-op: tempered_softmax
-kind: reduction
-inputs:
-  x: {dtype: [float32, float64], shape: [..., N]}
-  t: {dtype: x, shape: [...]}
-outputs:
-  y: {dtype: x, shape: [..., N]}
-  lse: {dtype: x, shape: [...]}
-steps:
-  s: x / t
-  m: max(s)
-  e: exp(s - m)
-compute:
-  y: e / sum(e)
-  lse: m + log(sum(e))
-tiles:
-  N: {block: BLOCK_N, sizes: [16, 64]}
-"""
 # A spec whose scalar is named `dim` keeps it: the op then reduces the last axis only.
 NAMED_DIM = """\
 op: weighted_softmax
