@@ -164,3 +164,42 @@ def test_torch_compile_and_export_trace_the_moved_views_around_the_op():
     exported = torch.export.export(Model(), (x, w, b))
     assert "generated.layer_norm" in str(exported.graph)
     torch.testing.assert_close(exported.module()(x, w, b)[0], want * 2)
+
+
+def test_rows_one_element_apart_take_a_tile_across_the_rows(monkeypatch):
+    # dim=0 of a matrix: the moved view's rows are one element apart, read in place (no copy) by
+    # a tile of many rows and short blocks along them, the longer row looping; forward and backward.
+    import generated
+    from tilegen.runtime import ops
+
+    launched = []
+    monkeypatch.setattr(ops, "across_rows_config", lambda block, n: launched.append(n) or
+                        {block: 16, "ROWS": 64, "num_warps": 4, "UNROLL": 0})
+    x, r = random(150, 97, seed=11).float(), random(150, 97, seed=12).float()
+    w, b = random(150, seed=13).float(), random(150, seed=14).float()
+
+    def norm(t, *params):  # PyTorch's over axis 0
+        return torch.nn.functional.layer_norm(t.t(), (150,), *params).t()
+
+    cases = {
+        "softmax": (lambda x, w, b: generated.softmax(x, dim=0), lambda x, w, b: torch.softmax(x, 0)),
+        "log_softmax": (lambda x, w, b: generated.log_softmax(x, dim=0), lambda x, w, b: torch.log_softmax(x, 0)),
+        "layer_norm": (lambda x, w, b: generated.layer_norm(x, w, b, dim=0)[0], lambda x, w, b: norm(x, w, b)),
+        "rms_norm": (lambda x, w, b: generated.rms_norm(x, w, dim=0)[0],
+                     lambda x, w, b: torch.nn.functional.rms_norm(x.t(), (150,), w, 1e-6).t()),
+        "add_rms_norm": (lambda x, w, b: generated.add_rms_norm(x, r, w, dim=0)[1],
+                         lambda x, w, b: torch.nn.functional.rms_norm((x + r).t(), (150,), w, 1e-6).t()),
+    }
+    for name, (op, oracle) in cases.items():
+        launched.clear()
+        leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+        exact = [t.double().requires_grad_() for t in (x, w, b)]
+        got, want = op(*leaves), oracle(*exact)
+        assert launched, f"{name}: rows one element apart did not take the tile across them"
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+        seed = random(*want.shape, seed=15)
+        for g, e in zip(torch.autograd.grad(got, leaves, seed.float(), allow_unused=True),
+                        torch.autograd.grad(want, exact, seed, allow_unused=True)):
+            assert (g is None) == (e is None), name
+            if e is not None:
+                torch.testing.assert_close(g.double(), e, atol=1e-4, rtol=1e-4)

@@ -8,6 +8,8 @@ see ordinary view ops around it (each view's gradient is the view moved back).
 
 import torch
 
+from .layout import collapse
+
 
 def rows_rank(roles, inputs):
     """The rank of the rows' shape a call's `inputs` ({name: value}, in order) make: element
@@ -17,6 +19,13 @@ def rows_rank(roles, inputs):
         if isinstance(value, torch.Tensor) and role in ("element", "row"):
             rank = max(rank, value.dim() + (role == "row"))
     return rank
+
+
+def rows_one_apart(value):
+    """Whether the rows of `value` (its leading axes, merged where they can be) are one element
+    apart: a single row axis of stride 1."""
+    sizes, (strides,) = collapse(value.shape[:-1], [value.stride()[:-1]])
+    return len(sizes) == 1 and strides[0] == 1
 
 
 def reduce_along(op, roles, wrapper, dim, inputs, scalars, out):
@@ -43,9 +52,11 @@ def reduce_along(op, roles, wrapper, dim, inputs, scalars, out):
                                  f"to reduce (its rows have rank {rank}; an input along the rows has the "
                                  "reduced axis)")
             value = value.movedim(axis, -1)
-            # Rows read along a stride are read a sector an element: one copy in memory order
-            # moves the bytes twice, at full bandwidth, instead.
-            if value.stride(-1) != 1 and value.shape[-1] > 1:
+            # The kernels read rows one element apart a line of rows at a time (ReductionOp's
+            # across-rows config); rows further apart (a channel of an image batch) would be
+            # read a sector an element: one copy in memory order moves the bytes twice, at full
+            # bandwidth, instead.
+            if value.stride(-1) != 1 and value.shape[-1] > 1 and not rows_one_apart(value):
                 value = value.contiguous()
         moved.append(value)
     output_roles = roles[len(inputs):]

@@ -248,6 +248,22 @@ def reduction_warps(elements):
     return max(1, min(16, elements // 512))
 
 
+# Rows one element apart (`dim=` reducing a matrix's first axis: the reduced axis strided): a
+# tile of ACROSS_ROWS rows by at most ACROSS_BLOCK elements of each, so that each load reads
+# a line of consecutive rows (Triton coalesces along the tile's contiguous axis), where the
+# configs for rows laid out along the reduced axis read a sector an element.
+ACROSS_ROWS = 64
+ACROSS_BLOCK = 64
+ACROSS_WARPS = 4
+
+
+def across_rows_config(block, n):
+    """The config of a reduction whose rows are one element apart: ACROSS_ROWS rows a step, in
+    blocks of at most ACROSS_BLOCK along them (the whole row where it is shorter)."""
+    whole = max(16, 1 << (max(n, 1) - 1).bit_length())
+    return {block: min(whole, ACROSS_BLOCK), "ROWS": ACROSS_ROWS, "num_warps": ACROSS_WARPS, "UNROLL": 0}
+
+
 def column_sums_tile(n, sms, warps, sums=1, reads=2, itemsize=2, compute_size=4):
     """(columns a strip, rows a step) of a backward's column phase over long rows, where each
     program (one a multiprocessor) sums whole strips of columns down every row, `sums` column

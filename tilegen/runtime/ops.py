@@ -15,7 +15,7 @@ from .axis import reduce_along
 from .batch import batch_shape, folded, matrices
 from .callpath import CallPath
 from .checks import broadcast_leading, float64_math
-from .configs import ConfigChooser, column_sums_tile, lighter_forms, row_unroll
+from .configs import ACROSS_ROWS, ConfigChooser, across_rows_config, column_sums_tile, lighter_forms, row_unroll
 from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
 from .sync import grid_wait_allowed
@@ -494,12 +494,22 @@ class ReductionOp(Op):
         def launch(config):
             return self._launch(views, pointers, scalars, rows, n, config, sums)
 
-        config = self.configs.choose(key, device_facts(views[0].device), None if traced else launch)
+        if not sums and rows >= ACROSS_ROWS and self._rows_one_apart(views[:len(inputs)]):
+            # (tables and tuning know rows laid out along the reduced axis only)
+            config = self.configs.forced or across_rows_config(self.block, n)
+        else:
+            config = self.configs.choose(key, device_facts(views[0].device), None if traced else launch)
         launched = launch(config)
         for tensor, fresh in write_back:
             tensor.copy_(fresh.view(tensor.shape))
         # A call that read a copy is not learned: a repeat would read the first call's copy.
         self._learn(None if copied else call, launched, result)
+
+    def _rows_one_apart(self, views):
+        """Whether the inputs' element views ([R, N]) hold rows one element apart and each row's
+        elements further apart: the first axis of a matrix, reduced."""
+        elements = [v for v, role in zip(views, self.roles) if role == "element"]
+        return bool(elements) and all(v.stride(0) == 1 and v.stride(1) != 1 for v in elements)
 
     def _launch(self, views, pointers, scalars, rows, n, config, sums=()):
         block, per_program = config[self.block], config["ROWS"]
