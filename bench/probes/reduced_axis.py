@@ -11,7 +11,7 @@ program and short blocks along them (`rows R block B wW`): a tile whose rows are
 which Triton's coalescing can load a line at a time. GB/s counts the input and the output once
 each. Medians of three interleaved rounds.
 
-    PYTHONPATH=. python3 bench/probes/reduced_axis.py OUT_DIR
+    PYTHONPATH=. python3 bench/probes/reduced_axis.py OUT_DIR [--across]
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from generated import layer_norm, softmax
 CASES = [((32, 512, 4096), 1), ((8192, 4096), 0), ((64, 1024, 1024), 1), ((1024, 16384), 0)]
 ROUNDS = 3
 # (ROWS, BLOCK_N, num_warps) forced on the strided view whose rows are one element apart
-# (runtime.configs.across_rows_config's is 64, 64, 4).
-ROW_TILES = [(128, 32, 4), (32, 128, 4), (256, 16, 8), (128, 64, 8), (64, 32, 2)]
+# (runtime.configs.across_rows_config's); `--across` times only those shapes, and these tiles.
+ROW_TILES = [(128, 32, 4), (64, 64, 4), (32, 128, 4), (256, 16, 8), (128, 64, 8), (64, 32, 2)]
+ACROSS_TILES = [(32, 128, 4), (16, 256, 4), (8, 512, 4), (16, 256, 8), (32, 256, 8)]
 
 
 def timed(fn):
@@ -72,13 +73,15 @@ def cases_for(op, x, dim, w, b):
     }
 
 
-def main(out_dir: str) -> None:
+def main(out_dir: str, across: bool = False) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for op in ("softmax", "layer_norm"):
         for dtype in (torch.float16, torch.float32):
             for shape, dim in CASES:
+                if across and dim != 0:
+                    continue
                 x = torch.randn(shape, device="cuda", dtype=dtype)
                 n = shape[dim]
                 w = torch.randn(n, device="cuda", dtype=dtype)
@@ -90,9 +93,9 @@ def main(out_dir: str) -> None:
                 cases = {name: (fn, None) for name, fn in cases_for(op, x, dim, w, b).items()}
                 strided = cases["tilegen strided view"][0]
                 if x.movedim(dim, -1).stride()[:-1] == (1,):  # rows one element apart
-                    for rows, block, warps in ROW_TILES:
-                        config = {"BLOCK_N": block, "ROWS": rows, "num_warps": warps, "UNROLL": 0}
-                        cases[f"rows {rows} block {block} w{warps}"] = (strided, config)
+                    for tile_rows, block, warps in ACROSS_TILES if across else ROW_TILES:
+                        config = {"BLOCK_N": block, "ROWS": tile_rows, "num_warps": warps, "UNROLL": 0}
+                        cases[f"rows {tile_rows} block {block} w{warps}"] = (strided, config)
                 ops = importlib.import_module(f"generated.{op}")._OP
                 for name, (fn, config) in cases.items():
                     with ops.configs.forcing(config) if config else contextlib.nullcontext():
@@ -121,4 +124,5 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "bench/out/reduced_axis")
+    args = [a for a in sys.argv[1:] if a != "--across"]
+    main(args[0] if args else "bench/out/reduced_axis", across="--across" in sys.argv)

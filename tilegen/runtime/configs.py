@@ -252,8 +252,8 @@ def reduction_warps(elements):
 # tile of ACROSS_ROWS rows by at most ACROSS_BLOCK elements of each, so that each load reads
 # a line of consecutive rows (Triton coalesces along the tile's contiguous axis), where the
 # configs for rows laid out along the reduced axis read a sector an element.
-ACROSS_ROWS = 64
-ACROSS_BLOCK = 64
+ACROSS_ROWS = 32
+ACROSS_BLOCK = 128
 ACROSS_WARPS = 4
 
 

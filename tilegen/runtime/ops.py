@@ -420,6 +420,13 @@ class ReductionOp(Op):
         self.column_reads = column_reads  # and the inputs along the rows its column phase reads
         self.roles, self.block, self.compute = tuple(roles), block, compute
 
+    @staticmethod
+    def reduces_last(dim):
+        """Whether a wrapper's `dim=` is the default, -1: the kernels' own axis. (A method, not an
+        expression in the wrapper: a spec may name a parameter `type`, and torch.compile traces
+        the call either way.)"""
+        return type(dim) is int and dim == -1
+
     def along(self, wrapper, dim, inputs, scalars, out):
         """The public `wrapper`'s call reducing axis `dim` of the rows instead of the last
         (runtime.axis.reduce_along): `inputs` {name: value} in order, `scalars` {name: value}."""
