@@ -251,10 +251,13 @@ def reduction_warps(elements):
 # Rows one element apart (`dim=` reducing a matrix's first axis: the reduced axis strided): a
 # tile of ACROSS_ROWS rows by at most ACROSS_BLOCK elements of each, so that each load reads
 # a line of consecutive rows (Triton coalesces along the tile's contiguous axis), where the
-# configs for rows laid out along the reduced axis read a sector an element.
-ACROSS_ROWS = 32
-ACROSS_BLOCK = 128
-ACROSS_WARPS = 4
+# configs for rows laid out along the reduced axis read a sector an element. 16 by 256 on 8
+# warps was the best of the tiles tried on the H200 (geomean 1.05x the best per case over
+# softmax and layer_norm at 8192x4096 and 1024x16384; 32 by 128 on 4 warps 1.43x):
+# bench/results/h200/reductions/reduced_axis/.
+ACROSS_ROWS = 16
+ACROSS_BLOCK = 256
+ACROSS_WARPS = 8
 
 
 def across_rows_config(block, n):
