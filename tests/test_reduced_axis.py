@@ -203,3 +203,12 @@ def test_rows_one_element_apart_take_a_tile_across_the_rows(monkeypatch):
             assert (g is None) == (e is None), name
             if e is not None:
                 torch.testing.assert_close(g.double(), e, atol=1e-4, rtol=1e-4)
+
+
+def test_an_out_that_shares_memory_with_an_input_is_refused_as_on_the_last_axis(ops):
+    # The op reads a copy of x there (its channels are strided), which would hide the overlap.
+    x, t = random(4, 30, 3), random(4, 3, positive=True)
+    with pytest.raises(ValueError, match=r"tempered_softmax: argument 'out\[0\]' shares memory with input 'x'"):
+        ops.tempered_softmax(x, t, dim=1, out=(x, torch.empty(4, 3, dtype=x.dtype, device=DEVICE)))
+    with pytest.raises(ValueError, match=r"argument 'out\[1\]' shares memory with input 't'"):
+        ops.tempered_softmax(x, t, dim=1, out=(torch.empty_like(x), t))

@@ -8,7 +8,9 @@ see ordinary view ops around it (each view's gradient is the view moved back).
 
 import torch
 
+from .checks import check_apart
 from .layout import collapse
+from .library import tracing
 
 
 def rows_rank(roles, inputs):
@@ -66,6 +68,12 @@ def reduce_along(op, roles, wrapper, dim, inputs, scalars, out):
         given = (out,) if single else out
         if single and not isinstance(out, torch.Tensor) or not single and not isinstance(out, (tuple, list)):
             return wrapper(*moved, **scalars, out=out)  # (the op's own check names what out= must be)
+        # (The op checks its out= against the views it reads, which may be copies: the
+        # arguments themselves are checked here.)
+        if not tracing((*given, *inputs.values())):  # (stand-ins have no memory to compare)
+            for index, t in enumerate(given):
+                if isinstance(t, torch.Tensor):
+                    check_apart(op, "out" if single else f"out[{index}]", t, list(inputs.items()))
         moved_out = tuple(t.movedim(axis, -1) if role == "element" and isinstance(t, torch.Tensor) and t.dim() >= -axis
                           else t for t, role in zip(given, output_roles))
         moved_out = moved_out[0] if single else moved_out

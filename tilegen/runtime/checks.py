@@ -234,6 +234,15 @@ def has_internal_overlap(t):
     return any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.stride()))
 
 
+def check_apart(op, name, out, inputs):
+    """`out` shares no memory with any of `inputs` ([(name, value)]: tensors or not): a kernel
+    that wrote it would read what it had written."""
+    for input_name, value in inputs:
+        if isinstance(value, torch.Tensor) and overlaps(out, value):
+            raise ValueError(f"{op}: argument '{name}' shares memory with input '{input_name}'; "
+                             "pass a separate tensor")
+
+
 def prepare_out(op, out, shape, dtype, device, inputs, name="out", others=()):
     """The output tensor: `out` after checking it, or a new one. `others` are the (name, tensor)
     outputs already prepared, which `out` must not overlap either."""
@@ -255,10 +264,7 @@ def prepare_out(op, out, shape, dtype, device, inputs, name="out", others=()):
                            "written in place")
     if has_internal_overlap(out):
         raise ValueError(f"{op}: argument '{name}' has overlapping elements (stride 0); it cannot be written")
-    for input_name, value in inputs:
-        if overlaps(out, value):
-            raise ValueError(f"{op}: argument '{name}' shares memory with input '{input_name}'; "
-                             "pass a separate tensor")
+    check_apart(op, name, out, inputs)
     for other_name, value in others:
         if overlaps(out, value):
             raise ValueError(f"{op}: argument '{name}' shares memory with '{other_name}'; each output "
