@@ -17,7 +17,7 @@ def rows_rank(roles, inputs):
     """The rank of the rows' shape a call's `inputs` ({name: value}, in order) make: element
     tensors ([..., N]) count their own rank, per-row ones ([...]) one more (the axis they lack)."""
     rank = 0
-    for (name, value), role in zip(inputs.items(), roles):
+    for value, role in zip(inputs.values(), roles):
         if isinstance(value, torch.Tensor) and role in ("element", "row"):
             rank = max(rank, value.dim() + (role == "row"))
     return rank
