@@ -212,3 +212,50 @@ def test_an_out_that_shares_memory_with_an_input_is_refused_as_on_the_last_axis(
         ops.tempered_softmax(x, t, dim=1, out=(x, torch.empty(4, 3, dtype=x.dtype, device=DEVICE)))
     with pytest.raises(ValueError, match=r"argument 'out\[1\]' shares memory with input 't'"):
         ops.tempered_softmax(x, t, dim=1, out=(torch.empty_like(x), t))
+
+
+def test_channels_of_a_batch_are_copied_with_the_axis_outermost_and_read_across_the_rows(monkeypatch):
+    # [B, C, HW] over C: the rows (B, HW) do not merge into one stride; the copy puts C outermost,
+    # which leaves them one element apart for the tile across the rows. Too few rows: row-major.
+    import generated
+    from tilegen.runtime import ops
+
+    launched = []
+    monkeypatch.setattr(ops, "across_rows_config", lambda block, n: launched.append(n) or
+                        {block: 16, "ROWS": 16, "num_warps": 4, "UNROLL": 0})
+    x, w, b = random(3, 40, 12, seed=21).float(), random(40, seed=22).float(), random(40, seed=23).float()
+    leaf = x.clone().requires_grad_()
+    y, mean, rstd = generated.layer_norm(leaf, w, b, dim=1)
+    exact = x.double().requires_grad_()
+    want = torch.nn.functional.layer_norm(exact.movedim(1, -1), (40,), w.double(), b.double()).movedim(-1, 1)
+    assert launched == [40], launched
+    torch.testing.assert_close(y.double(), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(mean.double(), exact.mean(1), atol=1e-5, rtol=1e-5)
+    seed = random(*y.shape, seed=24)
+    torch.testing.assert_close(torch.autograd.grad(y, leaf, seed.float())[0].double(),
+                               torch.autograd.grad(want, exact, seed)[0], atol=1e-4, rtol=1e-4)
+    launched.clear()
+    torch.testing.assert_close(generated.softmax(x[:, :, :4], dim=1), torch.softmax(x[:, :, :4], 1))
+    assert launched == []  # 12 rows: fewer than the tile holds
+
+
+def test_a_backward_that_sums_columns_reads_rows_one_element_apart_from_row_major_copies(monkeypatch):
+    # Its configs go a few rows a step along the rows; the forward takes the tile across them.
+    import generated
+    from tilegen.runtime import ops
+
+    seen = {}
+    launch = ops.ReductionOp._launch
+
+    def recording(self, views, *args, **kwargs):
+        seen[self.name] = [(role, v.stride()) for v, role in zip(views, self.roles) if role == "element"]
+        return launch(self, views, *args, **kwargs)
+
+    monkeypatch.setattr(ops.ReductionOp, "_launch", recording)
+    x = random(150, 97, seed=31).float().requires_grad_()
+    w, b = random(150, seed=32).float().requires_grad_(), random(150, seed=33).float().requires_grad_()
+    y = generated.layer_norm(x, w, b, dim=0)[0]
+    torch.autograd.grad(y.sum(), (x, w, b))
+    assert seen["layer_norm"][0] == ("element", (1, 97))  # x, read in place
+    # (the loss's gradient, from .sum(), is broadcast: stride 0)
+    assert all(stride[1] == 1 or stride == (0, 0) for _, stride in seen["layer_norm_backward"]), seen["layer_norm_backward"]

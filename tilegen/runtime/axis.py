@@ -9,6 +9,7 @@ see ordinary view ops around it (each view's gradient is the view moved back).
 import torch
 
 from .checks import check_apart
+from .configs import ACROSS_ROWS
 from .layout import collapse
 from .library import tracing
 
@@ -28,6 +29,19 @@ def rows_one_apart(value):
     apart: a single row axis of stride 1."""
     sizes, (strides,) = collapse(value.shape[:-1], [value.stride()[:-1]])
     return len(sizes) == 1 and strides[0] == 1
+
+
+def laid_out_for_rows(value):
+    """A copy of `value` ([..., N], its N strided and its rows not one element apart: the channels
+    of an image batch) that the kernels read at full speed. Many rows: laid out with N outermost,
+    so that the rows are one element apart (read in place by ReductionOp's tile across the rows)
+    and the copy moves the source's contiguous runs (the rows' innermost axis) whole, where a copy
+    with N innermost transposes every run (0.43 of 0.50 ms for 2^26 half-precision elements on
+    the H200: bench/results/h200/reductions/reduced_axis/). Fewer rows than that tile holds: in
+    row-major order, each row's elements together."""
+    if value[..., 0].numel() < ACROSS_ROWS:
+        return value.contiguous()
+    return value.movedim(-1, 0).contiguous().movedim(0, -1)
 
 
 def reduce_along(op, roles, wrapper, dim, inputs, scalars, out):
@@ -54,12 +68,8 @@ def reduce_along(op, roles, wrapper, dim, inputs, scalars, out):
                                  f"to reduce (its rows have rank {rank}; an input along the rows has the "
                                  "reduced axis)")
             value = value.movedim(axis, -1)
-            # The kernels read rows one element apart a line of rows at a time (ReductionOp's
-            # across-rows config); rows further apart (a channel of an image batch) would be
-            # read a sector an element: one copy in memory order moves the bytes twice, at full
-            # bandwidth, instead.
             if value.stride(-1) != 1 and value.shape[-1] > 1 and not rows_one_apart(value):
-                value = value.contiguous()
+                value = laid_out_for_rows(value)
         moved.append(value)
     output_roles = roles[len(inputs):]
     single = len(output_roles) == 1

@@ -501,10 +501,18 @@ class ReductionOp(Op):
         def launch(config):
             return self._launch(views, pointers, scalars, rows, n, config, sums)
 
-        if not sums and rows >= ACROSS_ROWS and self._rows_one_apart(views[:len(inputs)]):
+        config = None
+        apart = self._rows_one_apart(views[:len(inputs)]) if rows >= ACROSS_ROWS else ()
+        if apart and not sums:
             # (tables and tuning know rows laid out along the reduced axis only)
             config = self.configs.forced or across_rows_config(self.block, n)
-        else:
+        for index in apart if sums else ():
+            # A backward that also sums columns (a weight's gradient) runs the configs its table
+            # and tuning know, a few rows a step, which would read such rows a sector an
+            # element: it reads copies in row-major order.
+            views[index] = pointers[index] = views[index].contiguous()
+            copied = True
+        if config is None:
             config = self.configs.choose(key, device_facts(views[0].device), None if traced else launch)
         launched = launch(config)
         for tensor, fresh in write_back:
@@ -513,10 +521,14 @@ class ReductionOp(Op):
         self._learn(None if copied else call, launched, result)
 
     def _rows_one_apart(self, views):
-        """Whether the inputs' element views ([R, N]) hold rows one element apart and each row's
-        elements further apart: the first axis of a matrix, reduced."""
-        elements = [v for v, role in zip(views, self.roles) if role == "element"]
-        return bool(elements) and all(v.stride(0) == 1 and v.stride(1) != 1 for v in elements)
+        """The element inputs among `views` ([R, N]) whose rows are one element apart and whose
+        elements are further apart (a matrix's first axis, reduced), where no other element input
+        holds its elements one apart (one broadcast over rows and elements, stride 0, holds
+        neither): their indices, else ()."""
+        elements = [(i, v) for i, (v, role) in enumerate(zip(views, self.roles)) if role == "element"]
+        if any(v.stride(1) == 1 for _, v in elements):
+            return ()
+        return tuple(i for i, v in elements if v.stride(0) == 1)
 
     def _launch(self, views, pointers, scalars, rows, n, config, sums=()):
         block, per_program = config[self.block], config["ROWS"]
