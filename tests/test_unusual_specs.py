@@ -1,6 +1,6 @@
 """Specs at the edges of what the language says, built and run through their generated tests (in
 Triton's interpreter without a GPU): a matmul output that reads no accumulator, float64 math
-asked for beside bfloat16 tensors."""
+asked for beside bfloat16 tensors, a matmul whose output dtype is not its operands'."""
 
 from __future__ import annotations
 
@@ -36,6 +36,26 @@ tiles:
   K: {block: BK, sizes: [32]}
 """
 
+# Half-precision operands, a float32 output: its backward keeps the product in the operands' dtype
+# (where(): the kink is decided on it), as eager PyTorch's reads its product's rounded result.
+WIDER_OUT = """
+op: mm_wider_out
+kind: matmul
+doc: c = leaky(acc + r), in float32 from half-precision operands.
+inputs:
+  a: {dtype: [float16, float32], shape: [M, K]}
+  b: {dtype: a, shape: [K, N]}
+  r: {dtype: a, shape: [M, N]}
+outputs:
+  c: {dtype: [float32], shape: [M, N]}
+epilogue:
+  c: where(acc + r > 0.0, acc + r, 0.1 * (acc + r))
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+"""
+
 WIDE = """
 op: wide_exp
 kind: elementwise
@@ -57,6 +77,11 @@ tiles:
 def test_a_matmul_output_that_reads_no_accumulator_has_the_output_shape_in_the_oracle(tmp_path):
     assert_generated_tests_pass(tmp_path, {"mm_no_acc.yaml": NO_ACC}, ["mm_no_acc"],
                                 "epilogue_inputs_broadcast or matches_reference")
+
+
+def test_a_matmul_with_a_wider_output_keeps_its_product_in_the_operands_dtype(tmp_path):
+    assert_generated_tests_pass(tmp_path, {"mm_wider_out.yaml": WIDER_OUT}, ["mm_wider_out"],
+                                "training_variant or gradients_match or matches_reference")
 
 
 @needs_backend
