@@ -12,6 +12,7 @@ by tilegen needs only `pip install tilegen` to import.
 - tiles: tile helpers matmul kernels call (operand_tile, store_tile, sum_split_k)
 - callpath, native: the compiled call path and the one mechanism that builds native code
 - batch: a batched matmul's batch axes (broadcasting, one stride per tensor)
+- axis: a reduction over another axis than the last (`dim=`), on views with it moved last
 - ops: each kind's launch logic (ElementwiseOp, MatmulOp, ReductionOp)
 - library: registration with torch.library, and how wrappers route traced calls
 - autograd: the autograd formula registered with each op, and the eager training path (its C++
