@@ -502,7 +502,7 @@ class ReductionOp(Op):
             return self._launch(views, pointers, scalars, rows, n, config, sums)
 
         config = None
-        apart = self._rows_one_apart(views[:len(inputs)]) if rows >= ACROSS_ROWS else ()
+        apart = self._read_across(views[:len(inputs)]) if rows >= ACROSS_ROWS else ()
         if apart and not sums:
             # (tables and tuning know rows laid out along the reduced axis only)
             config = self.configs.forced or across_rows_config(self.block, n)
@@ -520,11 +520,11 @@ class ReductionOp(Op):
         # A call that read a copy is not learned: a repeat would read the first call's copy.
         self._learn(None if copied else call, launched, result)
 
-    def _rows_one_apart(self, views):
-        """The element inputs among `views` ([R, N]) whose rows are one element apart and whose
-        elements are further apart (a matrix's first axis, reduced), where no other element input
-        holds its elements one apart (one broadcast over rows and elements, stride 0, holds
-        neither): their indices, else ()."""
+    def _read_across(self, views):
+        """The element inputs among `views` ([R, N]) to read across the rows: those whose rows are
+        one element apart (a matrix's first axis, reduced), where no element input holds its
+        elements one apart (one broadcast over rows and elements, stride 0, holds neither): their
+        indices, else ()."""
         elements = [(i, v) for i, (v, role) in enumerate(zip(views, self.roles)) if role == "element"]
         if any(v.stride(1) == 1 for _, v in elements):
             return ()
