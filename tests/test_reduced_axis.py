@@ -224,16 +224,16 @@ def test_channels_of_a_batch_are_copied_with_the_axis_outermost_and_read_across_
     monkeypatch.setattr(ops, "across_rows_config", lambda block, n: launched.append(n) or
                         {block: 16, "ROWS": 16, "num_warps": 4, "UNROLL": 0})
     x, w, b = random(3, 40, 12, seed=21).float(), random(40, seed=22).float(), random(40, seed=23).float()
-    leaf = x.clone().requires_grad_()
-    y, mean, rstd = generated.layer_norm(leaf, w, b, dim=1)
-    exact = x.double().requires_grad_()
-    want = torch.nn.functional.layer_norm(exact.movedim(1, -1), (40,), w.double(), b.double()).movedim(-1, 1)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    y, mean, rstd = generated.layer_norm(*leaves, dim=1)
+    exact = [t.double().requires_grad_() for t in (x, w, b)]
+    want = torch.nn.functional.layer_norm(exact[0].movedim(1, -1), (40,), *exact[1:]).movedim(-1, 1)
     assert launched == [40], launched
     torch.testing.assert_close(y.double(), want, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(mean.double(), exact.mean(1), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(mean.double(), x.double().mean(1), atol=1e-5, rtol=1e-5)
     seed = random(*y.shape, seed=24)
-    torch.testing.assert_close(torch.autograd.grad(y, leaf, seed.float())[0].double(),
-                               torch.autograd.grad(want, exact, seed)[0], atol=1e-4, rtol=1e-4)
+    for got, expected in zip(torch.autograd.grad(y, leaves, seed.float()), torch.autograd.grad(want, exact, seed)):
+        torch.testing.assert_close(got.double(), expected, atol=1e-4, rtol=1e-4)
     launched.clear()
     torch.testing.assert_close(generated.softmax(x[:, :, :4], dim=1), torch.softmax(x[:, :, :4], 1))
     assert launched == []  # 12 rows: fewer than the tile holds
