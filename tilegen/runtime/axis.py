@@ -77,7 +77,7 @@ def reduce_along(op, roles, wrapper, dim, inputs, scalars, out):
     moved_out = out
     if out is not None:
         given = (out,) if single else out
-        if single and not isinstance(out, torch.Tensor) or not single and not isinstance(out, (tuple, list)):
+        if not isinstance(out, torch.Tensor if single else (tuple, list)):
             return wrapper(*moved, **scalars, out=out)  # (the op's own check names what out= must be)
         # (The op checks its out= against the views it reads, which may be copies: the
         # arguments themselves are checked here.)
