@@ -437,7 +437,7 @@ def test_the_runtime_imports_only_torch_and_triton():
     import ast
 
     allowed = {"torch", "triton", "tilegen"}
-    stdlib = {"contextlib", "ctypes", "functools", "math", "os", "signal", "warnings", "threading", "fcntl", "glob", "hashlib", "importlib",
+    stdlib = {"contextlib", "ctypes", "functools", "inspect", "math", "os", "signal", "warnings", "threading", "fcntl", "glob", "hashlib", "importlib",
               "re", "shutil", "stat", "subprocess", "sys", "sysconfig", "tempfile", "typing"}
     for path in (REPO / "tilegen" / "runtime").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -1010,3 +1010,38 @@ def test_a_training_step_where_the_forwards_config_is_too_heavy_for_the_training
             assert any(form != config for config, form in lightened), "the training kernel launched the table's config"
     finally:
         chooser.reset()  # the choices made from a borrowed table go with it
+
+
+def test_traced_sizes_are_read_without_guards():
+    # A size traced with dynamic shapes (a SymInt): choices read its example value, and what a
+    # launch is wrong without is taken only where it holds for every size; neither adds a guard
+    # (one would make the graph serve that size alone).
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from tilegen.runtime import sizes
+    from tilegen.runtime.layout import collapse, size_factor, stride_factor
+
+    env = ShapeEnv()
+    rows = env.create_symintnode(env.create_symbol(6, source=ConstantSource("rows")), hint=6)
+    assert sizes.hint(rows) == 6 and sizes.hint(7) == 7
+    assert sizes.known(rows * 64 % 16 == 0) and not sizes.known(rows % 2 == 0)
+    assert not sizes.known(rows <= 1024) and sizes.known(rows >= 2)  # (sizes traced as dynamic are >= 2)
+    assert sizes.smaller(3, 5) == 3 and sizes.hint(sizes.smaller(rows, 132)) == 6
+    # (a stride that may pass 32 bits stays whole, as a concrete one past them does)
+    assert stride_factor(rows * 64) == 1 and stride_factor(rows) == 1 and size_factor(rows) == 1
+    # [rows, 33] contiguous, and a column of it: the rows merge where the strides say so for every size.
+    assert collapse([rows, 33], [[33, 1], [33, 1]]) == ([rows * 33], [[1], [1]])
+    assert collapse([rows, 33], [[33, 1], [1, 0]])[0] == [rows, 33]
+    assert env.guards == []
+
+
+def test_a_one_gradient_backward_is_registered_returning_a_list():
+    # A custom op returning a one-tensor tuple, in a backward AOT autograd traces with dynamic
+    # shapes, makes every size constant: such implementations are registered returning Tensor[].
+    import generated
+
+    schema = torch.ops.generated.bias_gelu_backward.default._schema
+    assert str(schema.returns[0].type) == "List[Tensor]", schema
+    assert "Tensor[]" not in str(torch.ops.generated.add_rms_norm_backward.default._schema.returns)
+    assert generated.bias_gelu  # imported, so registered

@@ -192,12 +192,14 @@ def elementwise_test_context(spec: Spec, header: str, package: str) -> dict:
         ctx.update(layout_shape=fit((4, big)), nan_shape=fit((big,)), out_shape=fit((big, 2)),
                    scalar_shape=fit((2 * big,)), config_shape=fit((3 * big,)), config_numel=3 * big,
                    bad_shape=fit((big,)), never_mask=dict(axis=tile.axis, bad_shape=fit((big + 1,))),
-                   tiny_shape=fit((big,)), broadcast_rows=2, broadcast_last=big)
+                   tiny_shape=fit((big,)), broadcast_rows=2, broadcast_last=big,
+                   dynamic_shapes=(fit((2, big)), fit((3, big))))
     else:
         shapes = [(1 << 16,), (1,), (1000,), (127, 65), (3, 5, 7, 11)]
         ctx.update(layout_shape=fit((37, 129)), nan_shape=fit((257,)), out_shape=fit((100, 3)),
                    scalar_shape=fit((1000,)), config_shape=fit((3001,)), config_numel=3001, bad_shape=fit((8,)),
-                   never_mask=None, tiny_shape=fit((3, 5)), broadcast_rows=4, broadcast_last=33)
+                   never_mask=None, tiny_shape=fit((3, 5)), broadcast_rows=4, broadcast_last=33,
+                   dynamic_shapes=(fit((6, 33)), fit((10, 47))))
     # Six strided dims (the output's shape as the spec's axes let it be), made by permuting a
     # contiguous tensor of these sizes: (8, 6, 4, 7, 5, 3) from (3, 4, 5, 6, 7, 8).
     high = fit((8, 6, 4, 7, 5, 3))
@@ -297,6 +299,7 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
         shapes_literal=_shape_literal(dict.fromkeys(shapes)),
         empty_literal=_shape_literal(empty),
         odd_shape=fit(127, 65, 129),
+        dynamic_shapes=_matmul_dynamic_shapes(fit, [never[axis] for axis in (m, n, k)]),
         aligned_shape=fit(128, 96, 256),
         # Output rows 16-byte aligned in every dtype, a multiple of no tile (where masks allow).
         store_shape=fit(127, 72, 129),
@@ -326,6 +329,18 @@ def row_shape_exprs(spec: Spec, tensors, shape: str = "shape") -> list[str]:
     return [forms[roles[t.name]] for t in tensors]
 
 
+def _matmul_dynamic_shapes(fit, never) -> tuple:
+    """(M, N, K) twice, the first axis the wrapper does not hold to a block multiple (masks:
+    never) sized otherwise the second time; the same shape twice where every axis is held."""
+    first = fit(40, 65, 129)
+    for axis, held in enumerate(never):
+        if not held:
+            second = list(first)
+            second[axis] = (72, 97, 193)[axis]
+            return first, tuple(second)
+    return first, first
+
+
 def reduction_test_context(spec: Spec, header: str, package: str) -> dict:
     ctx = _common(spec, header, package)
     roles = spec.row_roles()
@@ -345,6 +360,8 @@ def reduction_test_context(spec: Spec, header: str, package: str) -> dict:
         single_output_per_row=len(spec.outputs) == 1 and roles[spec.outputs[0].name] == "row",
         overlapping_out=_overlapping_out(spec, roles),
         along=spec.reduced_axis_keyword(),
+        # More rows, and longer ones (held in one tile at first, looped where the trace must serve any length).
+        dynamic_shapes=((6, 50), (10, 2 * max(spec.tiles[0].sizes) + 37)),
     )
     return ctx
 

@@ -11,6 +11,7 @@ import math
 
 
 from .checks import broadcast_leading
+from .sizes import known
 
 
 def batch_shape(op, named, ranks):
@@ -27,18 +28,18 @@ def batch_stride(tensor, batch, rank):
     the flattened batch `batch` (its batch axes broadcast to it: stride 0 along missing or size-1
     axes), or None where its batch axes do not flatten into one stride."""
     lead = tensor.dim() - rank
-    strides = [0] * (len(batch) - lead) + [0 if size == 1 else stride for size, stride in
+    strides = [0] * (len(batch) - lead) + [0 if known(size == 1) else stride for size, stride in
                                            zip(tensor.shape[:lead], tensor.stride()[:lead])]
     step, span = None, 1
     for size, stride in reversed(list(zip(batch, strides))):
-        if size == 1:
+        if known(size == 1):
             continue
         if step is None:
             step = stride
-        elif stride != step * span:
+        elif not known(stride == step * span):  # (traced sizes: where it holds for every size)
             return None
         span *= size
-    return step or 0
+    return 0 if step is None else step
 
 
 def matrices(tensor, batch, rank):
@@ -63,13 +64,13 @@ def folded(views, rows, along_rows):
     out = []
     for view, along in zip(views, along_rows):
         if not along:
-            if view.stride(0) != 0 and count > 1:
+            if not known(view.stride(0) == 0) and not known(count == 1):
                 return None
             out.append(view[0])
             continue
-        if rows == 1:
+        if known(rows == 1):
             step = view.stride(0)
-        elif view.stride(0) == rows * view.stride(1) or count == 1:
+        elif known(view.stride(0) == rows * view.stride(1)) or known(count == 1):
             step = view.stride(1)
         else:
             return None

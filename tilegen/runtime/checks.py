@@ -141,13 +141,18 @@ _INT_RANGE = (-(2**63), 2**63)
 _FLOAT32_MAX = 3.4028234663852886e38
 
 
+_INT_SCALARS = (int, torch.SymInt)
+_FLOAT_SCALARS = (int, float, torch.SymInt, torch.SymFloat)
+
+
 def check_scalar(op, name, value, kind, meets=(), stores=()):
     """For an int scalar, `meets`: the ("name", tensor) pairs of the int inputs it is computed
     with, whose promoted dtype it takes in PyTorch; `stores`: ("name", tensor or dtype) pairs of
     the int outputs that store it alone, each in its own dtype. A value past such a dtype's range
     is refused, where PyTorch would wrap it (+, *, comparisons) or refuse it (clamp, where) and the
-    kernel would compute it in 64 bits."""
-    ok = isinstance(value, (int, float)) if kind == "float" else isinstance(value, int)
+    kernel would compute it in 64 bits. (A traced call may hold a symbolic scalar: torch.compile
+    with dynamic shapes makes Python numbers SymInts and SymFloats.)"""
+    ok = isinstance(value, _FLOAT_SCALARS if kind == "float" else _INT_SCALARS)
     if not ok or isinstance(value, bool):
         raise TypeError(f"{op}: argument '{name}' must be a Python {kind}, got {type(value).__name__}")
     if kind == "int" and not _INT_RANGE[0] <= value < _INT_RANGE[1]:

@@ -4,6 +4,7 @@ kernels are specialized on."""
 import torch
 
 from .device import INTERPRET
+from .sizes import known, symbolic
 
 try:  # host-side tensor descriptors (tensor-memory-accelerator loads) arrived in Triton 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -17,17 +18,18 @@ MAX_STRIDED_RANK = 4
 
 def max_offset(t):
     """The largest element offset a kernel computes for `t` (its reach from the base pointer)."""
-    return sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()) if size > 0)
+    return sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
 
 
 def needs_int64(*tensors, extra=0):
-    """True when 32-bit offset arithmetic could overflow for any tensor (plus one tile of slack)."""
+    """True when 32-bit offset arithmetic could overflow for any tensor (plus one tile of slack).
+    Traced sizes: unless 32 bits hold for every size the trace stands for."""
     for t in tensors:
         numel = t.numel()
         # Fast path: a contiguous tensor reaches exactly numel - 1 elements.
-        if t.is_contiguous() and numel + extra <= INT32_LIMIT:
+        if known(numel + extra <= INT32_LIMIT) and t.is_contiguous():
             continue
-        if max_offset(t) + extra > INT32_LIMIT or numel + extra > INT32_LIMIT:
+        if not (known(max_offset(t) + extra <= INT32_LIMIT) and known(numel + extra <= INT32_LIMIT)):
             return True
     return False
 
@@ -35,21 +37,23 @@ def needs_int64(*tensors, extra=0):
 def offsets_along_fit(stride, length):
     """Whether `length` elements `stride` apart stay within 32-bit offsets: a reduction kernel
     computes offsets along a row in 32 bits (its row offsets go to 64 bits where needs_int64)."""
-    return abs(stride) * max(length - 1, 0) <= INT32_LIMIT
+    return known(abs(stride) * (length - 1) <= INT32_LIMIT)
 
 
 def collapse(shape, strides_per_tensor):
     """Merge dims that are contiguous in every tensor; drop size-1 dims.
 
     Returns (sizes, [strides per tensor]), fewest dims first-to-last, so that a strided
-    kernel does as little index arithmetic as the layouts allow.
+    kernel does as little index arithmetic as the layouts allow. Traced sizes merge (and drop)
+    only where they do for every size the trace stands for.
     """
-    dims = [(size, [strides[d] for strides in strides_per_tensor]) for d, size in enumerate(shape) if size != 1]
+    dims = [(size, [strides[d] for strides in strides_per_tensor]) for d, size in enumerate(shape)
+            if not known(size == 1)]
     merged = []
     for size, strides in dims:
         if merged:
             prev_size, prev_strides = merged[-1]
-            if all(p == s * size for p, s in zip(prev_strides, strides)):
+            if all(known(p == s * size) for p, s in zip(prev_strides, strides)):
                 merged[-1] = (prev_size * size, strides)
                 continue
         merged.append((size, strides))
@@ -72,7 +76,10 @@ def pad_after_first(values, rank, fill):
 def stride_factor(stride):
     """The power of two (up to 16) a kernel may multiply back into `stride` // it: Triton's own
     specialization knows multiples of 16 only. Strides past 32 bits stay whole (factor 1), so
-    the product never needs more bits than the stride did."""
+    the product never needs more bits than the stride did. A traced stride: 16 where every
+    size the trace stands for makes it a multiple of 16, else 1."""
+    if symbolic(stride):
+        return 16 if known(stride % 16 == 0) and known(stride <= INT32_LIMIT) else 1
     if stride > INT32_LIMIT:
         return 1
     return 16 if stride % 16 == 0 else stride & -stride
@@ -81,8 +88,9 @@ def stride_factor(stride):
 def size_factor(size):
     """As stride_factor, for a matmul's M, N or K: a multiple of 16 comes whole, since Triton's
     own specialization marks it and the kernel then compiles as it would without factors (with
-    factor 16, 4000^3 ran 7% slower, bench/probes/tma_edges.txt); 1000 comes as 125 * 8."""
-    if size % 16 == 0 or size > INT32_LIMIT:
+    factor 16, 4000^3 ran 7% slower, bench/probes/tma_edges.txt); 1000 comes as 125 * 8. A
+    traced size comes whole."""
+    if symbolic(size) or size % 16 == 0 or size > INT32_LIMIT:
         return 1
     return size & -size
 
@@ -94,7 +102,7 @@ def k_rows_load_wide(a, b, assume_aligned=False):
     def wide(t, k_dim):
         row = t.stride(1 - k_dim) * t.element_size()
         aligned = assume_aligned or t.data_ptr() % 16 == 0
-        return t.stride(k_dim) == 1 and row % 16 == 0 and aligned
+        return known(t.stride(k_dim) == 1) and known(row % 16 == 0) and aligned
     return wide(a, 1) or wide(b, 0)
 
 

@@ -14,6 +14,7 @@ backward.
 """
 
 import functools
+import inspect
 import os
 
 import torch
@@ -126,12 +127,13 @@ def register(qualname, gradients=None, traceable=None):
     traceable = TRACEABLE if traceable is None else traceable
 
     def decorate(impl):
-        entry = _outside_forward_mode(qualname, impl)
+        registered = _one_result_as_list(impl)
+        entry = _outside_forward_mode(qualname, registered)
         if traceable:
             op = torch.library.triton_op(qualname, entry, mutates_args=())
         else:
             op = torch.library.custom_op(qualname, entry, mutates_args=())
-            op.register_fake(impl)
+            op.register_fake(registered)
         if gradients is None:
             op.register_autograd(_no_backward(qualname), setup_context=_keep_nothing)
         else:
@@ -145,6 +147,24 @@ def register(qualname, gradients=None, traceable=None):
         return overload
 
     return decorate
+
+
+def _one_result_as_list(impl):
+    """`impl`, registered: an implementation annotated `-> tuple[torch.Tensor]` (a backward with
+    one gradient) registered as returning a list (schema `Tensor[]`), which callers index alike.
+    A custom op whose schema returns a one-tensor tuple, called in a backward that AOT autograd
+    traces with dynamic shapes, makes every size constant (torch 2.11-2.13): each new size then
+    recompiles. Other implementations are returned as they are."""
+    signature = inspect.signature(impl)
+    if signature.return_annotation != tuple[torch.Tensor]:
+        return impl
+
+    @functools.wraps(impl)
+    def listed(*args, **kwargs):
+        return list(impl(*args, **kwargs))
+
+    listed.__signature__ = signature.replace(return_annotation=list[torch.Tensor])
+    return listed
 
 
 def _outside_forward_mode(qualname, impl):

@@ -18,6 +18,7 @@ from .checks import broadcast_leading, float64_math
 from .configs import ACROSS_ROWS, ConfigChooser, across_rows_config, column_sums_tile, lighter_forms, row_unroll
 from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
+from .sizes import hint, known, smaller
 from .sync import grid_wait_allowed
 from .layout import (MAX_STRIDED_RANK, batch_descriptors_fit, collapse, described_operand, k_rows_load_wide,
                      needs_int64, offsets_along_fit, pad_after_first, size_factor, stride_factor, tma_loads_fit,
@@ -92,13 +93,13 @@ class ElementwiseOp(Op):
         """Compute `outputs` (checked or allocated by the wrapper) from `inputs` and `scalars`.
         With `call` (the wrapper's arguments) and `result` (what it returns), the compiled call
         path learns the call."""
-        numel = int(outputs[0].numel())  # concrete, also where tracing made it symbolic
-        if numel == 0:
+        numel = outputs[0].numel()  # (symbolic where traced with dynamic shapes: runtime.sizes)
+        if known(numel == 0):
             return
         tensors = (*inputs, *outputs)
         layout = None
         if not all(t.is_contiguous() for t in tensors):
-            layout = collapse([int(d) for d in outputs[0].shape], [[int(s) for s in t.stride()] for t in tensors])
+            layout = collapse(list(outputs[0].shape), [list(t.stride()) for t in tensors])
             if len(layout[0]) > MAX_STRIDED_RANK:
                 # More independent dims than the strided kernel indexes: compute on contiguous copies.
                 fresh = [torch.empty(o.shape, dtype=o.dtype, device=o.device) for o in outputs]
@@ -106,7 +107,7 @@ class ElementwiseOp(Op):
                 for output, computed in zip(outputs, fresh):
                     output.copy_(computed)
                 return
-        key = (numel if self.exact_key else bucket(numel), inputs[0].element_size())
+        key = (hint(numel) if self.exact_key else bucket(hint(numel)), inputs[0].element_size())
 
         def launch(config):
             return self._launch(tensors, scalars, numel, layout, config)
@@ -117,7 +118,7 @@ class ElementwiseOp(Op):
 
     def _launch(self, tensors, scalars, numel, layout, config):
         block = config[self.block]
-        even = {"always": False, "never": True}.get(self.mask, numel % block == 0)
+        even = {"always": False, "never": True}.get(self.mask, known(numel % block == 0))
         constexprs = {self.block: block, "EVEN": even, "INDEX_64": needs_int64(*tensors, extra=block),
                       "MATH_64": float64_math(self.name, self.compute == tl.float64, tensors)}
         grid = (cdiv(numel, block),)
@@ -218,11 +219,10 @@ class MatmulOp(Op):
 
     def _run(self, tensors, scalars, M, N, K, masks, configs, call=None, result=None, saved=None,
              epilogue=True, batch=()):
-        M, N, K = int(M), int(N), int(K)  # concrete, also where tracing made them symbolic
-        batch = tuple(int(size) for size in batch)
-        if M == 0 or N == 0 or 0 in batch:
+        # (symbolic where traced with dynamic shapes: runtime.sizes)
+        if any(known(size == 0) for size in (M, N, *batch)):
             return
-        if K == 0 and not epilogue:  # an empty sum: the backward's product of empty operands
+        if known(K == 0) and not epilogue:  # an empty sum: the backward's product of empty operands
             tensors[self.output].zero_()
             return
         # (`saved` is contiguous: the kernel finds each matrix's accumulator from M and N.)
@@ -230,10 +230,10 @@ class MatmulOp(Op):
         if write_back:
             call = None  # a copy's address changes from call to call: nothing to learn
         a = views[self.operands[0]]
-        rows = int(a.shape[0]) if self.batched and count == 1 else M  # a folded batch: count * M rows
-        key = tuple(size if policy == "never" else bucket(size)
+        rows = a.shape[0] if self.batched and count == 1 else M  # a folded batch: count * M rows
+        key = tuple(hint(size) if policy == "never" else bucket(hint(size))
                     for size, policy in zip((rows, N, K), masks))
-        key += ((bucket(count),) if count > 1 else ()) + (a.element_size(),)
+        key += ((bucket(hint(count)),) if not known(count == 1) else ()) + (a.element_size(),)
         traced = library.traced(tensors)
 
         def launch(config):
@@ -320,12 +320,13 @@ class MatmulOp(Op):
         indexes them ([count, ...] where count > 1), `pointers` what it is passed for them."""
         bm, bn, bk = (config[name] for name in self.blocks)
         split_k = config.get("SPLIT_K", 1)
+        stacked = not known(count == 1)  # views of [count, ...] (a batch that did not fold)
         tiles = cdiv(M, bm) * cdiv(N, bn) * count
-        matrix = [v[0] if count > 1 else v for v in views]  # (one matrix: its layout facts)
+        matrix = [v[0] if stacked else v for v in views]  # (one matrix: its layout facts)
         a, b = (matrix[i] for i in self.operands)
         # A batch of matrices (count > 1) loads through 3-D descriptors, a matrix a box.
         use_tma = self.loads_through_descriptors(config, a, b, traced) and (
-            count == 1 or batch_descriptors_fit(*(views[i] for i in self.operands)))
+            not stacked or batch_descriptors_fit(*(views[i] for i in self.operands)))
         # A column-major operand is described as its transpose (the kernel transposes its tiles).
         trans_a, trans_b = (use_tma and tma_orientation(t) == "columns" for t in (a, b))
         # Outputs (all the epilogue's, or a product's one) go out through descriptors where the
@@ -342,12 +343,12 @@ class MatmulOp(Op):
         persistent = persistent and split_k == 1  # split-K always launches tiled
         # Persistent: one program per multiprocessor (fewer where there are fewer tiles).
         device = pointers[0].device
-        grid = (min(tiles, device_facts(device)[0]), 1) if persistent else (tiles, split_k)
-        mask_m, mask_n, mask_k = ({"always": True, "never": False}.get(policy, size % block != 0)
+        grid = (smaller(tiles, device_facts(device)[0]), 1) if persistent else (tiles, split_k)
+        mask_m, mask_n, mask_k = ({"always": True, "never": False}.get(policy, not known(size % block == 0))
                                   for policy, size, block in zip(masks or self.masks, (M, N, K), (bm, bn, bk)))
         # Each tensor's strides, as many as its rank in the kernel (a stand-in may have more).
         ranks = self.ranks or [t.dim() for t in views]
-        strides = [int(s) for t, rank in zip(matrix, ranks) for s in t.stride()[t.dim() - rank:]]
+        strides = [s for t, rank in zip(matrix, ranks) for s in t.stride()[t.dim() - rank:]]
         factors = [size_factor(v) for v in (M, N, K)] + [stride_factor(s) for s in strides]
         quotients = [v // f for v, f in zip((M, N, K, *strides), factors)]
         constexprs = {
@@ -364,8 +365,8 @@ class MatmulOp(Op):
         batching = []
         if self.batched:
             # The matrices of the launch, and each batched tensor's stride between them.
-            constexprs["BATCHED"] = count > 1
-            batching = [count] + [int(views[i].stride(0)) if count > 1 else 0 for i in self.batched]
+            constexprs["BATCHED"] = stacked
+            batching = [count] + [views[i].stride(0) if stacked else 0 for i in self.batched]
         if split_k == 1 and not traced:
             workspace = (None, None)  # no partial sums: the split-K arguments are never read
         elif split_k == 1:  # a traced launch passes tensors (never read) rather than None
@@ -442,7 +443,7 @@ class ReductionOp(Op):
                 continue
             rows.append((name, tuple(value.shape[:-1]) if role == "element" else tuple(value.shape)))
             if role == "element" and n is None:
-                n = int(value.shape[-1])
+                n = value.shape[-1]
         lead = broadcast_leading(op, rows, "rows of shape", "the rows of", "shapes broadcast as in PyTorch")
         return lead, n
 
@@ -451,10 +452,10 @@ class ReductionOp(Op):
         `inputs` and `scalars` over rows of leading shape `lead` and length `n`. With `call`
         (the wrapper's arguments) and `result` (what it returns), the compiled call path learns
         the call."""
-        rows = 1
+        rows = 1  # (symbolic where traced with dynamic shapes: runtime.sizes)
         for size in lead:
-            rows *= int(size)
-        if rows == 0:
+            rows *= size
+        if known(rows == 0):
             for output, role in zip(outputs, self.roles[len(inputs):]):
                 if role == "column_sum":
                     output.zero_()  # a sum over no rows
@@ -495,17 +496,17 @@ class ReductionOp(Op):
             copied = copied or not aliased
             views.append(view)
             pointers.append(tensor if aliased else view)
-        key = (bucket(n), bucket(rows), inputs[0].element_size())
+        key = (bucket(hint(n)), bucket(hint(rows)), inputs[0].element_size())
         sums = [i for i, role in enumerate(self.roles) if role == "column_sum"]
 
         def launch(config):
             return self._launch(views, pointers, scalars, rows, n, config, sums)
 
         config = None
-        apart = self._read_across(views[:len(inputs)]) if rows >= ACROSS_ROWS else ()
+        apart = self._read_across(views[:len(inputs)]) if hint(rows) >= ACROSS_ROWS else ()
         if apart and not sums:
             # (tables and tuning know rows laid out along the reduced axis only)
-            config = self.configs.forced or across_rows_config(self.block, n)
+            config = self.configs.forced or across_rows_config(self.block, hint(n))
         for index in apart if sums else ():
             # A backward that also sums columns (a weight's gradient) runs the configs its table
             # and tuning know, a few rows a step, which would read such rows a sector an
@@ -526,14 +527,14 @@ class ReductionOp(Op):
         elements one apart (one broadcast over rows and elements, stride 0, holds neither): their
         indices, else ()."""
         elements = [(i, v) for i, (v, role) in enumerate(zip(views, self.roles)) if role == "element"]
-        if any(v.stride(1) == 1 for _, v in elements):
+        if any(hint(v.stride(1)) == 1 for _, v in elements):
             return ()
-        return tuple(i for i, v in elements if v.stride(0) == 1)
+        return tuple(i for i, v in elements if hint(v.stride(0)) == 1)
 
     def _launch(self, views, pointers, scalars, rows, n, config, sums=()):
         block, per_program = config[self.block], config["ROWS"]
         blocks = cdiv(rows, per_program)
-        looped = block < n
+        looped = not known(n <= block)  # (traced: unless every size the trace stands for fits)
         head = ()
         math_64 = float64_math(self.name, self.compute == tl.float64, views)
         constexprs = {"INDEX_64": needs_int64(*views, extra=block * per_program), "MATH_64": math_64}
@@ -542,7 +543,7 @@ class ReductionOp(Op):
         sms = device_facts(views[0].device)[0]
         per_sm = 0 if looped else config.get("PER_SM", 0)
         if per_sm:
-            blocks = min(blocks, per_sm * sms)
+            blocks = smaller(blocks, per_sm * sms)
         if sums:
             # On a GPU at most one program a multiprocessor, all resident at once, so that all can
             # wait for each other and then share the finish. Elsewhere (the interpreter runs
@@ -553,20 +554,20 @@ class ReductionOp(Op):
             # (adding each block's column sums into a workspace row as the output pass went cost
             # more than the row's other work: bench/results/h200/reductions/column_kernel).
             shared = grid_wait_allowed(views[0].device)
-            blocks = min(blocks, sms if shared else self.SUM_PROGRAMS_PER_SM * sms)
+            blocks = smaller(blocks, sms if shared else self.SUM_PROGRAMS_PER_SM * sms)
             traced = library.traced(views)
             room = self.row_values * rows if looped else len(sums) * blocks * n
             head = split_k_workspace(views[0].device, max(1, room), 2, fresh=traced,
                                      dtype=torch.float64 if math_64 else torch.float32)
-            cols, col_rows = column_sums_tile(n, sms, config["num_warps"], len(sums), self.column_reads,
+            cols, col_rows = column_sums_tile(hint(n), sms, config["num_warps"], len(sums), self.column_reads,
                                               views[0].element_size(), 8 if math_64 else 4)
             constexprs.update({"SHARED_FINISH": shared, "COLS": cols, "COL_ROWS": col_rows})
             if looped:
                 constexprs["INDEX_64"] = needs_int64(*views, extra=max(block * per_program, cols * col_rows))
-        strides = [int(s) for view in views for s in view.stride()]
+        strides = [s for view in views for s in view.stride()]
         constexprs.update({self.block: block, "ROWS": per_program, "ONE_TILE": not looped,
                            "AHEAD": not looped and bool(per_sm or sums),
-                           "UNROLL": row_unroll(config.get("UNROLL", 0), n, block, config["num_warps"], per_program)})
+                           "UNROLL": row_unroll(config.get("UNROLL", 0), hint(n), block, config["num_warps"], per_program)})
         varying = len(head) + len(views) + len(scalars)
         return self.kernel.launch((blocks,), (*head, *pointers, *scalars, rows, n, *strides), varying, constexprs,
                                   config["num_warps"])

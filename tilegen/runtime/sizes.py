@@ -1,0 +1,43 @@
+"""Sizes that may be symbolic: a call traced with dynamic shapes (`torch.export` with a `Dim`,
+`torch.compile(dynamic=True)`, or the automatic dynamic shapes of a recompile) hands the ops
+SymInts for its sizes and strides.
+
+A traced launch takes the sizes themselves, so its graph serves every size the trace stands for.
+What the runtime chooses from sizes comes in two kinds:
+
+- choices that only make a launch faster or slower (a config's key, a tile across the rows) read
+  the size the trace was made with (`hint`), adding no guard: the graph keeps them for every size;
+- choices a launch is wrong without (a mask left off, 32-bit offsets, a row held in one tile)
+  are taken only where they hold for every size (`known`), and otherwise take their safe side.
+
+Eager calls pass plain ints, for which both are the plain value.
+"""
+
+import torch
+
+try:  # (torch 2.12 renamed it)
+    from torch.fx.experimental.symbolic_shapes import optimization_hint as _hint
+except ImportError:  # pragma: no cover - torch 2.11
+    from torch.fx.experimental.symbolic_shapes import hint_int as _hint
+from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+
+def hint(size):
+    """`size` as an int: itself, or a traced size's example value, read without a guard."""
+    return _hint(size) if isinstance(size, torch.SymInt) else int(size)
+
+
+def known(condition):
+    """Whether `condition` holds: a plain bool as it is; a traced one only where it holds for
+    every size the trace stands for (no guard is added either way)."""
+    return statically_known_true(condition) if isinstance(condition, torch.SymBool) else bool(condition)
+
+
+def symbolic(*sizes):
+    """Whether any of `sizes` is a traced size."""
+    return any(isinstance(s, torch.SymInt) for s in sizes)
+
+
+def smaller(a, b):
+    """min(a, b) with no guard where either is traced."""
+    return torch.sym_min(a, b) if symbolic(a, b) else min(a, b)
