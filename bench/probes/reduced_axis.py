@@ -11,7 +11,9 @@ program and short blocks along them (`rows R block B wW`): a tile whose rows are
 which Triton's coalescing can load a line at a time. GB/s counts the input and the output once
 each. Medians of three interleaved rounds.
 
-    PYTHONPATH=. python3 bench/probes/reduced_axis.py OUT_DIR [--across]
+    PYTHONPATH=. python3 bench/probes/reduced_axis.py OUT_DIR [--across | --plain]
+
+`--plain`: every case, only tilegen's `dim=` beside eager, torch.compile and the copy.
 """
 
 from __future__ import annotations
@@ -73,7 +75,11 @@ def cases_for(op, x, dim, w, b):
     }
 
 
-def main(out_dir: str, across: bool = False) -> None:
+# What `--plain` times of each case.
+PLAIN = ("tilegen dim=", "eager", "torch.compile", "copy")
+
+
+def main(out_dir: str, across: bool = False, plain: bool = False) -> None:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -90,9 +96,10 @@ def main(out_dir: str, across: bool = False) -> None:
                     torch.nn.functional.layer_norm(x.float().movedim(dim, -1), (n,), w.float(), b.float()).movedim(-1, dim)
                 got = softmax(x, dim=dim) if op == "softmax" else layer_norm(x, w, b, dim=dim)[0]
                 torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
-                cases = {name: (fn, None) for name, fn in cases_for(op, x, dim, w, b).items()}
-                strided = cases["tilegen strided view"][0]
-                if x.movedim(dim, -1).stride()[:-1] == (1,):  # rows one element apart
+                cases = {name: (fn, None) for name, fn in cases_for(op, x, dim, w, b).items()
+                         if not plain or name in PLAIN}
+                if not plain and x.movedim(dim, -1).stride()[:-1] == (1,):  # rows one element apart
+                    strided = cases["tilegen strided view"][0]
                     for tile_rows, block, warps in ACROSS_TILES if across else ROW_TILES:
                         config = {"BLOCK_N": block, "ROWS": tile_rows, "num_warps": warps, "UNROLL": 0}
                         cases[f"rows {tile_rows} block {block} w{warps}"] = (strided, config)
@@ -124,5 +131,5 @@ def main(out_dir: str, across: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--across"]
-    main(args[0] if args else "bench/out/reduced_axis", across="--across" in sys.argv)
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    main(args[0] if args else "bench/out/reduced_axis", across="--across" in sys.argv, plain="--plain" in sys.argv)
