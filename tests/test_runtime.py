@@ -1045,3 +1045,40 @@ def test_a_one_gradient_backward_is_registered_returning_a_list():
     assert str(schema.returns[0].type) == "List[Tensor]", schema
     assert "Tensor[]" not in str(torch.ops.generated.add_rms_norm_backward.default._schema.returns)
     assert generated.bias_gelu  # imported, so registered
+
+
+def test_compiled_graphs_guard_on_the_tile_and_exported_ones_serve_every_size():
+    # A reduction's rows held in one tile: torch.compile(dynamic=True) keeps the whole-row tile with
+    # a guard on the row length (a longer row recompiles), where torch.export's graph, which must
+    # serve every size its dims allow, loops over rows of any length.
+    import torch._dynamo
+
+    import generated
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    backend = "inductor" if device == "cuda" else "aot_eager"  # (Inductor compiles Triton on a GPU only)
+
+    def model(x):
+        return generated.softmax(x) * 2
+
+    def rows(count, length, seed):
+        return torch.randn(count, length, generator=torch.Generator().manual_seed(seed)).to(device)
+
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    compiled = torch.compile(model, dynamic=True, fullgraph=True, backend=backend)
+    for count, length in [(6, 50), (10, 60), (10, 5000)]:
+        x = rows(count, length, length)
+        torch.testing.assert_close(compiled(x), model(x))
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])  # 5000 did not fit the tile
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return model(x)
+
+    auto = torch.export.Dim.AUTO
+    exported = torch.export.export(Model(), (rows(6, 50, 1),), dynamic_shapes=({0: auto, 1: auto},))
+    for count, length in [(10, 60), (3, 5000)]:
+        x = rows(count, length, 2)
+        torch.testing.assert_close(exported.module()(x), model(x))

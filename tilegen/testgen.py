@@ -360,8 +360,8 @@ def reduction_test_context(spec: Spec, header: str, package: str) -> dict:
         single_output_per_row=len(spec.outputs) == 1 and roles[spec.outputs[0].name] == "row",
         overlapping_out=_overlapping_out(spec, roles),
         along=spec.reduced_axis_keyword(),
-        # More rows, and longer ones (held in one tile at first, looped where the trace must serve any length).
-        dynamic_shapes=((6, 50), (10, 2 * max(spec.tiles[0].sizes) + 37)),
+        # More rows, and longer ones (within the tile a compiled graph guards on).
+        dynamic_shapes=((6, 50), (10, 60)),
     )
     return ctx
 

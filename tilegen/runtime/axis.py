@@ -50,10 +50,11 @@ def reduce_along(op, roles, wrapper, dim, inputs, scalars, out):
     axis) reducing axis `dim` instead. `roles` gives each input, then each output, its lie along
     the rows (runtime.ops.ReductionOp): element tensors have `dim` moved last, per-row ones
     ([...], the rows' shape without the reduced axis) and per-column ones ([N]) are passed as
-    they are. Element results come back with the axis moved back in place and contiguous, as
-    PyTorch's own (`softmax(x, dim=1).view(b, -1)` works as for torch.softmax): the op writes rows
-    laid out with the axis last, and a result that is then not contiguous is copied (a copy of
-    the output; the tile across the rows writing in the caller's layout would save it)."""
+    they are. Element results come back with the axis moved back in place: views of rows laid out
+    with it last, so not contiguous where PyTorch's are (`.reshape`, not `.view`, flattens them).
+    A copy into PyTorch's layout took the calls 2-3x as long on the H200 (the transposing copy
+    alone costs more than the op; bench/results/h200/dynamic_shapes/): the kernels writing the
+    caller's layout would give it at no cost."""
     if isinstance(dim, bool) or not isinstance(dim, int):
         raise TypeError(f"{op}: argument 'dim' must be an int, got {type(dim).__name__}")
     rank = rows_rank(roles, inputs)
@@ -94,5 +95,5 @@ def reduce_along(op, roles, wrapper, dim, inputs, scalars, out):
     if out is not None:
         return out if single else tuple(out)
     if single:
-        return result.movedim(-1, axis).contiguous() if output_roles[0] == "element" else result
-    return tuple(r.movedim(-1, axis).contiguous() if role == "element" else r for r, role in zip(result, output_roles))
+        return result.movedim(-1, axis) if output_roles[0] == "element" else result
+    return tuple(r.movedim(-1, axis) if role == "element" else r for r, role in zip(result, output_roles))

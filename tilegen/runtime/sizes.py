@@ -8,7 +8,10 @@ What the runtime chooses from sizes comes in two kinds:
 - choices that only make a launch faster or slower (a config's key, a tile across the rows) read
   the size the trace was made with (`hint`), adding no guard: the graph keeps them for every size;
 - choices a launch is wrong without (a mask left off, 32-bit offsets, a row held in one tile)
-  are taken only where they hold for every size (`known`), and otherwise take their safe side.
+  are taken where they hold (`known`): under torch.export only where they hold for every size
+  the exported graph must serve (a guard would narrow its Dims); under torch.compile with a
+  guard, which a size that breaks recompiles (taken for every size, with every axis dynamic,
+  they cost 1.6-4.4x on the H200: bench/results/h200/dynamic_shapes/).
 
 Eager calls pass plain ints, for which both are the plain value.
 """
@@ -28,9 +31,14 @@ def hint(size):
 
 
 def known(condition):
-    """Whether `condition` holds: a plain bool as it is; a traced one only where it holds for
-    every size the trace stands for (no guard is added either way)."""
-    return statically_known_true(condition) if isinstance(condition, torch.SymBool) else bool(condition)
+    """Whether `condition` holds: a plain bool as it is; a traced one under torch.compile as it
+    does for the sizes traced, with a guard; elsewhere (torch.export, make_fx) only where it holds
+    for every size the trace stands for, with no guard."""
+    if not isinstance(condition, torch.SymBool):
+        return bool(condition)
+    if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
+        return bool(condition)  # (a guard: the compiled graph serves the sizes that keep it)
+    return statically_known_true(condition)
 
 
 def symbolic(*sizes):
