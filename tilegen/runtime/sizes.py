@@ -18,16 +18,21 @@ Eager calls pass plain ints, for which both are the plain value.
 
 import torch
 
-try:  # (torch 2.12 renamed it)
-    from torch.fx.experimental.symbolic_shapes import optimization_hint as _hint
-except ImportError:  # pragma: no cover - torch 2.11
-    from torch.fx.experimental.symbolic_shapes import hint_int as _hint
+import torch.fx.experimental.symbolic_shapes as _shapes
 from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+# A traced size's value for optimization, read without a guard, where its node holds none (a
+# size computed from others): optimization_hint from torch 2.12, hint_int before (which torch
+# 2.11 warns about on every call, so that sizes read their node's hint first).
+_hint = getattr(_shapes, "optimization_hint", None) or _shapes.hint_int
 
 
 def hint(size):
     """`size` as an int: itself, or a traced size's example value, read without a guard."""
-    return _hint(size) if isinstance(size, torch.SymInt) else int(size)
+    if not isinstance(size, torch.SymInt):
+        return int(size)
+    example = getattr(size.node, "hint", None)
+    return int(example) if example is not None else _hint(size)
 
 
 def known(condition):
