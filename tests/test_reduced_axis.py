@@ -259,3 +259,25 @@ def test_a_backward_that_sums_columns_reads_rows_one_element_apart_from_row_majo
     assert seen["layer_norm"][0] == ("element", (1, 97))  # x, read in place
     # (the loss's gradient, from .sum(), is broadcast: stride 0)
     assert all(stride[1] == 1 or stride == (0, 0) for _, stride in seen["layer_norm_backward"]), seen["layer_norm_backward"]
+
+
+def test_export_with_dims_over_the_other_axes():
+    # LayerNorm over the channels of [B, C, HW] exported with B and HW dynamic: one graph serves
+    # other batch and spatial sizes (the axis moves, the rows are copied or read across, as the
+    # sizes the trace stands for allow, with no guard on them).
+    import generated
+
+    def model(x, w, b):
+        return generated.layer_norm(x, w, b, dim=1)[0] * 2
+
+    class Model(torch.nn.Module):
+        def forward(self, x, w, b):
+            return model(x, w, b)
+
+    w, b = random(6, seed=31), random(6, seed=32)
+    batch, spatial = torch.export.Dim("batch", min=2, max=64), torch.export.Dim("spatial", min=2, max=4096)
+    exported = torch.export.export(Model(), (random(4, 6, 5, seed=33), w, b),
+                                   dynamic_shapes=({0: batch, 2: spatial}, None, None))
+    for shape in [(7, 6, 9), (2, 6, 300)]:
+        x = random(*shape, seed=34)
+        torch.testing.assert_close(exported.module()(x, w, b), model(x, w, b))

@@ -12,6 +12,7 @@ from .checks import check_apart
 from .configs import ACROSS_ROWS
 from .layout import collapse
 from .library import tracing
+from .sizes import hint
 
 
 def rows_rank(roles, inputs):
@@ -40,7 +41,7 @@ def laid_out_for_rows(value):
     half-precision elements on the H200: 0.32 ms this way, 0.51 that way:
     bench/results/h200/reductions/reduced_axis/channels/). Fewer rows
     than that tile holds: in row-major order, each row's elements together."""
-    if value[..., 0].numel() < ACROSS_ROWS:
+    if hint(value[..., 0].numel()) < ACROSS_ROWS:  # (a layout choice: no guard on traced sizes)
         return value.contiguous()
     return value.movedim(-1, 0).contiguous().movedim(0, -1)
 
