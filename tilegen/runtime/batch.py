@@ -36,7 +36,7 @@ def batch_stride(tensor, batch, rank):
             continue
         if step is None:
             step = stride
-        elif not known(stride == step * span):  # (traced sizes: where it holds for every size)
+        elif not known(stride == step * span):  # (traced sizes: as runtime.sizes.known decides)
             return None
         span *= size
     return 0 if step is None else step

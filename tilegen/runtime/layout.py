@@ -23,7 +23,7 @@ def max_offset(t):
 
 def needs_int64(*tensors, extra=0):
     """True when 32-bit offset arithmetic could overflow for any tensor (plus one tile of slack).
-    Traced sizes: unless 32 bits hold for every size the trace stands for."""
+    Traced sizes: unless 32 bits hold, as runtime.sizes.known decides."""
     for t in tensors:
         numel = t.numel()
         # Fast path: a contiguous tensor reaches exactly numel - 1 elements.
@@ -45,7 +45,7 @@ def collapse(shape, strides_per_tensor):
 
     Returns (sizes, [strides per tensor]), fewest dims first-to-last, so that a strided
     kernel does as little index arithmetic as the layouts allow. Traced sizes merge (and drop)
-    only where they do for every size the trace stands for.
+    where runtime.sizes.known says they do.
     """
     dims = [(size, [strides[d] for strides in strides_per_tensor]) for d, size in enumerate(shape)
             if not known(size == 1)]
@@ -76,8 +76,8 @@ def pad_after_first(values, rank, fill):
 def stride_factor(stride):
     """The power of two (up to 16) a kernel may multiply back into `stride` // it: Triton's own
     specialization knows multiples of 16 only. Strides past 32 bits stay whole (factor 1), so
-    the product never needs more bits than the stride did. A traced stride: 16 where every
-    size the trace stands for makes it a multiple of 16, else 1."""
+    the product never needs more bits than the stride did. A traced stride: 16 where
+    runtime.sizes.known says it is a multiple of 16 within 32 bits, else 1."""
     if symbolic(stride):
         return 16 if known(stride % 16 == 0) and known(stride <= INT32_LIMIT) else 1
     if stride > INT32_LIMIT:

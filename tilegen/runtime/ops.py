@@ -534,7 +534,7 @@ class ReductionOp(Op):
     def _launch(self, views, pointers, scalars, rows, n, config, sums=()):
         block, per_program = config[self.block], config["ROWS"]
         blocks = cdiv(rows, per_program)
-        looped = not known(n <= block)  # (traced: unless every size the trace stands for fits)
+        looped = not known(n <= block)  # (traced: unless runtime.sizes.known says every row fits)
         head = ()
         math_64 = float64_math(self.name, self.compute == tl.float64, views)
         constexprs = {"INDEX_64": needs_int64(*views, extra=block * per_program), "MATH_64": math_64}
