@@ -1036,6 +1036,29 @@ def test_traced_sizes_are_read_without_guards():
     assert env.guards == []
 
 
+def test_traced_sizes_are_decided_by_guards_in_compiles_trace_only(monkeypatch):
+    # Inside torch.compile's TracingContext (AOT autograd's trace, where Inductor runs a triton_op's
+    # launches and torch 2.11's is_compiling() is False) a choice is taken for the size traced
+    # with a guard; under torch.export, never.
+    from torch._dynamo.source import ConstantSource
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from tilegen.runtime import sizes
+
+    env = ShapeEnv()
+    rows = env.create_symintnode(env.create_symbol(6, source=ConstantSource("rows")), hint=6)
+    assert not sizes.guarding()
+    with tracing(TracingContext(FakeTensorMode(shape_env=env))):
+        assert sizes.guarding()
+        monkeypatch.setattr(torch.compiler, "_is_exporting_flag", True)
+        assert not sizes.guarding() and not sizes.known(rows <= 1024) and env.guards == []
+        monkeypatch.setattr(torch.compiler, "_is_exporting_flag", False)
+        assert sizes.known(rows <= 1024) and not sizes.known(rows > 1024)
+    assert [str(guard.expr) for guard in env.guards] == [f"{rows.node.expr} <= 1024"]  # (the second implied)
+
+
 def test_a_one_gradient_backward_is_registered_returning_a_list():
     # A custom op returning a one-tensor tuple, in a backward AOT autograd traces with dynamic
     # shapes, makes every size constant: such implementations are registered returning Tensor[].

@@ -18,6 +18,7 @@ Eager calls pass plain ints, for which both are the plain value.
 
 import torch
 
+import torch._guards
 import torch.fx.experimental.symbolic_shapes as _shapes
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
@@ -41,9 +42,20 @@ def known(condition):
     for every size the trace stands for, with no guard."""
     if not isinstance(condition, torch.SymBool):
         return bool(condition)
-    if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
+    if guarding():
         return bool(condition)  # (a guard: the compiled graph serves the sizes that keep it)
     return statically_known_true(condition)
+
+
+def guarding():
+    """Whether a traced size may be decided by a guard: under torch.compile, never under
+    torch.export (a guard would narrow its Dims into an error) or a bare make_fx trace. A traced
+    launch runs in Dynamo's trace and again in AOT autograd's (where Inductor takes a triton_op
+    into its kernels); torch 2.11 says is_compiling() only in the first, so the second is told by
+    the TracingContext that torch.compile holds around both."""
+    if torch.compiler.is_exporting():
+        return False
+    return torch.compiler.is_compiling() or torch._guards.TracingContext.try_get() is not None
 
 
 def symbolic(*sizes):
