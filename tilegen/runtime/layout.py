@@ -4,7 +4,7 @@ kernels are specialized on."""
 import torch
 
 from .device import INTERPRET
-from .sizes import known, symbolic
+from .sizes import guarding, known, symbolic
 
 try:  # host-side tensor descriptors (tensor-memory-accelerator loads) arrived in Triton 3.4
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -89,8 +89,11 @@ def size_factor(size):
     """As stride_factor, for a matmul's M, N or K: a multiple of 16 comes whole, since Triton's
     own specialization marks it and the kernel then compiles as it would without factors (with
     factor 16, 4000^3 ran 7% slower, bench/probes/tma_edges.txt); 1000 comes as 125 * 8. A
-    traced size comes whole."""
-    if symbolic(size) or size % 16 == 0 or size > INT32_LIMIT:
+    traced size: under torch.compile, factor 16 where it is a multiple of 16 (with a guard), since
+    Inductor's launch cannot mark a traced size as one; else whole."""
+    if symbolic(size):
+        return 16 if guarding() and known(size % 16 == 0) and known(size <= INT32_LIMIT) else 1
+    if size % 16 == 0 or size > INT32_LIMIT:
         return 1
     return size & -size
 
