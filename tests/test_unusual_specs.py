@@ -1,7 +1,8 @@
 """Specs at the edges of what the language says, built and run through their generated tests (in
 Triton's interpreter without a GPU): a matmul output that reads no accumulator, float64 math
-asked for beside bfloat16 tensors, a matmul whose output dtype is not its operands', a softmax
-with a temperature per row (whose gradient, at a temperature near zero, PyTorch's own float32
+asked for beside bfloat16 tensors, a matmul whose output dtype is not its operands', a matmul
+listing bfloat16 first or alone (the interpreter runs none of its bfloat16), a softmax with a
+temperature per row (whose gradient, at a temperature near zero, PyTorch's own float32
 math gets to a few digits only)."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import pytest
 import torch
 
-from tests.conftest import assert_generated_tests_pass, built_package
+from tests.conftest import assert_generated_tests_pass, built_package, generated_tests_run
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 needs_backend = pytest.mark.skipif(not INTERPRET and not torch.cuda.is_available(),
@@ -156,3 +157,33 @@ def test_the_float32_allowance_still_fails_a_wrong_gradient():
     got[7] += 2e-3  # (beyond the allowance there)
     with pytest.raises(AssertionError, match="Mismatched elements: 1 / 50"):
         s.assert_same_gradients([got], [want], torch.float32, "beyond", slack=[slack])
+
+
+BFLOAT16_FIRST = """
+op: mm_bf16_first
+kind: matmul
+doc: c = relu(acc), bfloat16 listed first.
+inputs:
+  a: {shape: [M, K], dtype: [bfloat16, float16]}
+  b: {shape: [K, N], dtype: a}
+outputs:
+  c: {shape: [M, N], dtype: a}
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+epilogue:
+  c: relu(acc)
+"""
+
+
+def test_tests_of_one_dtype_run_in_one_the_interpreter_runs(tmp_path):
+    # A matmul listing bfloat16 first runs its tests of one dtype (out=, opcheck, configs) in
+    # float16, which the interpreter multiplies; one of bfloat16 alone skips there with the reason.
+    assert_generated_tests_pass(tmp_path, {"mm_bf16_first.yaml": BFLOAT16_FIRST}, ["mm_bf16_first"],
+                                "out_argument or opcheck or every_candidate")
+    alone = BFLOAT16_FIRST.replace("mm_bf16_first", "mm_bf16_alone").replace("[bfloat16, float16]", "[bfloat16]")
+    run = generated_tests_run(tmp_path / "alone", {"mm_bf16_alone.yaml": alone}, ["mm_bf16_alone"], "out_argument")
+    assert run.returncode == 0, run.stdout[-3000:]
+    if INTERPRET:
+        assert " passed" not in run.stdout and "1 skipped" in run.stdout, run.stdout[-1000:]

@@ -120,17 +120,44 @@ def _scalar_test_value(scalar) -> str:
     return repr(round(((scalar.default if scalar.default is not None else 0.0) * 0.5 + 0.75) * 1024) / 1024)
 
 
+def _wide_math(spec: Spec) -> bool:
+    """Math in float64 beside bfloat16 tensors, which Triton's interpreter converts wrongly (the
+    op refuses it there): the spec asks for float64 math, or a tensor is float64 alone."""
+    return spec.compute == "float64" or any(t.dtypes == ("float64",) for t in spec.inputs + spec.outputs)
+
+
+def _interpreter_refusal(spec: Spec) -> str:
+    """Why Triton's interpreter cannot run the op in bfloat16 (the op refuses it there), or "":
+    its bfloat16 dot is wrong, and so is its float64 math beside bfloat16."""
+    if spec.kind == "matmul":
+        return "Triton's interpreter cannot multiply bfloat16 matrices"
+    if _wide_math(spec):
+        return "Triton's interpreter converts float64 math to bfloat16 wrongly"
+    return ""
+
+
+def _sample_dtype(spec: Spec) -> str:
+    """The dtype the tests of one dtype run in: the first input's first dtype that Triton's
+    interpreter runs too (a spec listing bfloat16 first for a matmul is tested in its next one),
+    else its first."""
+    dtypes = spec.inputs[0].dtypes
+    runs = [d for d in dtypes if not (_interpreter_refusal(spec) and d == "bfloat16")]
+    return (runs or dtypes)[0]
+
+
 def _common(spec: Spec, header: str, package: str) -> dict:
     lines, result = _oracle(spec)
     scalars = [s for s in spec.scalars]
     followers = [t for t in spec.inputs[1:] if t.dtype_source == spec.inputs[0].dtype_source]
+    refusal = _interpreter_refusal(spec)
     return dict(
         header=header, package=package, op=spec.op,
         dtypes_literal=", ".join(DTYPES[d].torch for d in spec.inputs[0].dtypes),
-        # Math in float64 beside bfloat16 tensors, which Triton's interpreter converts wrongly (the
-        # op refuses it there): the spec asks for float64 math, or a tensor is float64 alone.
-        wide_math=spec.compute == "float64" or any(t.dtypes == ("float64",) for t in spec.inputs + spec.outputs),
-        first_dtype=DTYPES[spec.inputs[0].dtypes[0]].torch,
+        wide_math=_wide_math(spec),
+        first_dtype=DTYPES[_sample_dtype(spec)].torch,
+        # Where bfloat16 is the op's only dtype, the interpreter runs none of its tests.
+        interpreter_skip=f"{refusal} (bfloat16 is the op's only dtype); runs on a GPU"
+        if refusal and spec.inputs[0].dtypes == ("bfloat16",) else "",
         input_names=[t.name for t in spec.inputs],
         input_labels=[t.public for t in spec.inputs],
         input_dtype_exprs=_dtype_exprs(spec, spec.inputs),
