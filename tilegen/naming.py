@@ -30,7 +30,7 @@ TEMPLATE_NAMES = frozenset({
     "offs_m", "offs_n", "pid_m", "pid_n", "tilegen",
     "rows", "cols", "row_mask", "row_block", "start", "n_rows", "row_length", "scale",
     "batch", "launch_tile", "tiles_per_matrix",
-    "first", "chunk", "others", "step", "sum_cols", "group", "block", "workspace_ptr", "strip", "kept", "dim",
+    "first", "chunk", "others", "step", "sum_cols", "group", "block", "workspace_ptr", "strip", "kept", "dim", "whole",
 }) | KERNEL_HELPERS
 # What the generated tests and benchmark of an op define at their top level beside the op they
 # import by its name (tests/test_build.py checks every rendered module against this): an op of one

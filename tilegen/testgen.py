@@ -45,7 +45,8 @@ def pytorch_lines(spec: Spec, target: str, scalars: frozenset[str] = frozenset()
     math = steps + [(t.name, expressions[t.name]) for t in outputs]
     # (The eager code's functions of scalars alone keep an int scalar's kind: the kinds say which.)
     kinds = spec.number_kinds() if target == "eager" else None
-    return (matmul_columns(spec) + row_values(spec) + assignments(math, target, scalars, kinds=kinds)
+    whole = target == "torch"  # (the oracle may be given per-row inputs along the row: its `whole`)
+    return (matmul_columns(spec, whole) + row_values(spec, whole) + assignments(math, target, scalars, kinds=kinds)
             + rows_shaped(spec, outputs) + matmul_shaped(spec, expressions, outputs))
 
 
@@ -63,22 +64,46 @@ def _oracle(spec: Spec) -> tuple[list[str], str]:
     return lines, result
 
 
-def matmul_columns(spec: Spec) -> list[str]:
+def matmul_columns(spec: Spec, whole: bool = False) -> list[str]:
     """Lines that make a matmul's [M] epilogue inputs columns ([M, 1]: one value per row of the
-    output, the same along N), as the kernel reads them; PyTorch would line [M] up with N."""
+    output, the same along N), as the kernel reads them; PyTorch would line [M] up with N.
+    `whole`: the oracle's, which leaves those its `whole` names as given (already [M, N])."""
     if spec.kind != "matmul":
         return []
-    parts = spec.matmul_parts()
-    return [f"{t.name} = {t.name}[..., None]" for t in parts.extras if parts.matrix(t) == (parts.m,)]
+    return [_along_rows(t, whole) for t in spec.inputs if term_role(spec, t) == "row"]
 
 
-def row_values(spec: Spec) -> list[str]:
+def row_values(spec: Spec, whole: bool = False) -> list[str]:
     """Lines that give a reduction's per-row inputs ([...]) the reduced axis as a last axis of 1,
-    as the kernel reads them (one value for the whole row): PyTorch would line [...] up with N."""
+    as the kernel reads them (one value for the whole row): PyTorch would line [...] up with N.
+    `whole`: the oracle's, which leaves those its `whole` names as given (already [..., N])."""
     if spec.kind != "reduction":
         return []
-    roles = spec.row_roles()
-    return [f"{t.name} = {t.name}[..., None]" for t in spec.inputs if roles[t.name] == "row"]
+    return [_along_rows(t, whole) for t in spec.inputs if term_role(spec, t) == "row"]
+
+
+def _along_rows(tensor, whole: bool) -> str:
+    if not whole:
+        return f"{tensor.name} = {tensor.name}[..., None]"
+    return f'{tensor.name} = {tensor.name} if "{tensor.public}" in whole else {tensor.name}[..., None]'
+
+
+def term_role(spec: Spec, tensor) -> str:
+    """How `tensor` lines up with the terms of the op's math, whose sum its gradient is where it
+    is broadcast (the generated gradient tests hold such a gradient to the size of its terms):
+    "a" and "b" (a matmul's operands: rows and columns of the terms), "row" (one value per row
+    of the terms, given a last axis of 1: a matmul's [M] input, a reduction's per-row one),
+    "element" (lined up from the last axis, as PyTorch broadcasts), or "fixed" (a weight a
+    reduction's PyTorch reference takes at its own shape only: not given at the terms')."""
+    if spec.kind == "matmul":
+        parts = spec.matmul_parts()
+        if tensor.name in (parts.a.name, parts.b.name):
+            return "a" if tensor.name == parts.a.name else "b"
+        return "row" if parts.matrix(tensor) == (parts.m,) else "element"
+    if spec.kind == "reduction":
+        role = spec.row_roles()[tensor.name]
+        return "row" if role == "row" else "fixed" if role == "column" and spec.reference else "element"
+    return "element"
 
 
 def rows_shaped(spec: Spec, outputs=None) -> list[str]:
@@ -118,6 +143,11 @@ def _scalar_test_value(scalar) -> str:
     # A multiple of 1/1024: exact in float32, as a kernel takes a float scalar (Triton's launch),
     # so a float64 op meets its float64 oracle to the last bits.
     return repr(round(((scalar.default if scalar.default is not None else 0.0) * 0.5 + 0.75) * 1024) / 1024)
+
+
+def _takes_whole(spec: Spec) -> bool:
+    """Whether the oracle has a `whole` parameter: it gives some input a last axis of 1."""
+    return any(term_role(spec, t) == "row" for t in spec.inputs)
 
 
 def _wide_math(spec: Spec) -> bool:
@@ -163,7 +193,9 @@ def _common(spec: Spec, header: str, package: str) -> dict:
         input_dtype_exprs=_dtype_exprs(spec, spec.inputs),
         output_dtype_exprs=_dtype_exprs(spec, spec.outputs),
         # Scalars arrive as the wrapper takes them: keywords named as in the spec.
-        reference_params=", ".join([t.name for t in spec.inputs] + (["**scalars"] if scalars else [])),
+        reference_params=", ".join([t.name for t in spec.inputs] + (["whole=()"] if _takes_whole(spec) else [])
+                                   + (["**scalars"] if scalars else [])),
+        term_roles=repr(tuple(term_role(spec, t) for t in spec.inputs)),
         reference_lines=lines,
         reference_result=result,
         single_output=len(spec.outputs) == 1,
@@ -309,6 +341,7 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
     ctx.update(
         # The oracle's `kept`: the accumulator's dtype as the backward keeps it (kept_reference).
         reference_params_kept=", ".join([t.name for t in spec.inputs] + ["kept=None"]
+                                        + (["whole=()"] if _takes_whole(spec) else [])
                                         + (["**scalars"] if spec.scalars else [])),
         a=a.name, b=b.name, m=m, n=n, k=k,
         bm=spec.tile(m).block, bn=spec.tile(n).block,
