@@ -1,8 +1,8 @@
 """Specs at the edges of what the language says, built and run through their generated tests (in
 Triton's interpreter without a GPU): a matmul output that reads no accumulator, float64 math
 asked for beside bfloat16 tensors, a matmul whose output dtype is not its operands', a matmul
-listing bfloat16 first or alone (the interpreter runs none of its bfloat16), a softmax with a
-temperature per row (whose gradient, at a temperature near zero, PyTorch's own float32
+listing bfloat16 first or alone (the interpreter runs none of its bfloat16), reduction outputs
+along the row of a value per row or of a weight alone, a softmax with a temperature per row (whose gradient, at a temperature near zero, PyTorch's own float32
 math gets to a few digits only)."""
 
 from __future__ import annotations
@@ -189,3 +189,33 @@ def test_tests_of_one_dtype_run_in_one_the_interpreter_runs(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:]
     if INTERPRET:
         assert " passed" not in run.stdout and "1 skipped" in run.stdout, run.stdout[-1000:]
+
+
+# Outputs along the row ([..., N]) whose value PyTorch would not give that shape: a value per row
+# spread along it (its gradient is the row's sum of the incoming one, routed to the max), and a
+# weight alone (its oracle's [N] broadcast to the rows).
+SPREAD = """
+op: spread
+kind: reduction
+doc: y = max(x) along the whole row; z = w; s = the row's sum.
+inputs:
+  x: {dtype: [float16, float32], shape: [..., N]}
+  w: {dtype: x, shape: [N]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+  z: {dtype: x, shape: [..., N]}
+  s: {dtype: [float32], shape: [...]}
+steps:
+  m: max(x)
+compute:
+  y: m
+  z: w
+  s: sum(x)
+tiles:
+  N: {block: BLOCK_N, sizes: [64, 128]}
+"""
+
+
+def test_reduction_outputs_along_the_row_of_a_value_per_row_or_a_weight(tmp_path):
+    assert_generated_tests_pass(tmp_path, {"spread.yaml": SPREAD}, ["spread"],
+                                "matches_reference or gradients or reduced_axis or nan")

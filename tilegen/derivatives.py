@@ -382,7 +382,12 @@ def gradients(outputs: dict[str, Term], seeds: dict[str, Term], wrt: list[str],
     along_row: dict[Term, Term] = {}  # a row value's shares that vary along the row, to be summed
     level = _level_of(levels) if levels is not None else None
     for name, term in outputs.items():
-        adjoint[term] = add(adjoint.get(term, ZERO), seeds[name])
+        if level is not None and level(seeds[name]) == ELEMENT and level(term) == ROW:
+            # An output along the row whose value is one per row (`y: max(x)` of shape [..., N]):
+            # its value gets the sum over the row of the incoming gradient.
+            along_row[term] = add(along_row.get(term, ZERO), seeds[name])
+        else:
+            adjoint[term] = add(adjoint.get(term, ZERO), seeds[name])
     for term in reversed(_postorder(list(outputs.values()))):
         g = adjoint.get(term)
         if term in along_row:
@@ -531,7 +536,7 @@ def _threshold_condition(term: Term, output: Term) -> dict[Term, Term]:
 def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{output}",
                   result_name=lambda name: f"_d_{name}", temp_prefix: str = "_s",
                   steps: list = (), levels: dict[str, int] | None = None, outputs_instead_of=(),
-                  computed_always=()) -> Backward:
+                  computed_always=(), output_levels: dict[str, int] | None = None) -> Backward:
     """The backward of the outputs `body` ((name, Expression) in spec order) with respect to
     the names `wrt` (the tensors; scalars are left out). Terms used more than once are bound
     once to temporaries `<temp_prefix><i>`; gradients that are the same term are computed once.
@@ -539,7 +544,9 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
     A reduction op also passes its `steps` (named values the body reads, in order; each is
     substituted where it is read) and the `levels` of its inputs and scalars (rows.py); its
     gradients then hold row sums, and an incoming gradient passes as an input's gradient only
-    where the two have the same level.
+    where the two have the same level. `output_levels`: each output's own level where its shape
+    says more than its value does (an output along the row of a value per row), which its
+    incoming gradient has.
 
     `outputs_instead_of`: names the gradients should not read (a matmul's accumulator) where
     reading the op's outputs instead spares them (_reading_outputs); `reads` then holds those
@@ -555,16 +562,19 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
         defined[name] = _substituted(from_tree(expression.tree.body), defined)
     outputs = {name: _substituted(from_tree(expression.tree.body), defined) for name, expression in body}
     seeds = {name: seed_name(name) for name in outputs}
-    level = _level_of(levels) if levels is not None else None
-    grads = gradients(outputs, {name: var(seed) for name, seed in seeds.items()}, wrt,
-                      None if levels is None else {**levels, **{seeds[o]: level(t) for o, t in outputs.items()}})
+    level = None
+    if levels is not None:
+        of_value = _level_of(levels)
+        levels = {**levels, **{seeds[o]: (output_levels or {}).get(o, of_value(t)) for o, t in outputs.items()}}
+        level = _level_of(levels)
+    grads = gradients(outputs, {name: var(seed) for name, seed in seeds.items()}, wrt, levels)
     if outputs_instead_of:
         grads = _reading_outputs(grads, outputs, outputs_instead_of)
     results = {name: result_name(name) for name in wrt}
     zero = frozenset(name for name, term in grads.items() if _is_const(term, 0.0))
     seed_of = {var(seed): output for output, seed in seeds.items()}
     passed = {name: seed_of[grads[name]] for name in wrt if grads[name] in seed_of and name not in computed_always
-              and (level is None or level(var(name)) == level(outputs[seed_of[grads[name]]]))}
+              and (level is None or level(var(name)) == level(grads[name]))}
     aliases, first_of = {}, {}
     for name in wrt:
         if name in zero or name in passed:

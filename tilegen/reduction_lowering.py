@@ -200,7 +200,8 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
     # pass over the gradient (20 us of a 100 us step at 4096x4096 in half precision on the H200)
     # and a 128 MiB buffer (bench/results/h200/reductions/column_sums_in_kernel).
     columns = [n for n in inputs if roles[n] == "column"]
-    backward = _fewest_reads(spec, inputs, outputs, roles, levels, columns)
+    output_levels = {o: ROW if roles[o] == "row" else ELEMENT for o in outputs}
+    backward = _fewest_reads(spec, inputs, outputs, roles, levels, output_levels, columns)
     computed = backward.computed()
     saved = [n for n in inputs if n in backward.reads] if computed else []
     outputs_read = [o for o in outputs if o in backward.reads] if computed else []
@@ -210,7 +211,6 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
         # that read only weights: sum(w * w)): it takes the first input with rows, whose shape
         # gives the call N and the rows.
         saved.append(next(n for n in inputs if roles[n] == "element"))
-    output_levels = {o: ROW if roles[o] == "row" else ELEMENT for o in outputs}
     seed_levels = {backward.seeds[o]: output_levels[o] for o in outputs}
     program = RowProgram(list(backward.steps), {**{n: levels[n] for n in saved},
                                                 **{o: output_levels[o] for o in outputs_read}, **seed_levels,
@@ -250,7 +250,7 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
 
 
 def _fewest_reads(spec: Spec, inputs: list[str], outputs: list[str], roles: dict[str, str], levels: dict[str, int],
-                  columns: list[str]):
+                  output_levels: dict[str, int], columns: list[str]):
     """The backward derived from the inputs, or the one that reads outputs in place of the inputs
     they are computed from, where that reads fewer tensors along the rows: add_rms_norm's reads its
     sum h = x + residual, not x and residual (one tensor fewer in every pass over a row, and one
@@ -259,7 +259,7 @@ def _fewest_reads(spec: Spec, inputs: list[str], outputs: list[str], roles: dict
 
     def derived(**kwargs):
         return differentiate(list(spec.body), inputs, steps=list(spec.steps), levels=levels,
-                             computed_always=columns, **kwargs)
+                             computed_always=columns, output_levels=output_levels, **kwargs)
 
     def read_along(backward):
         return sum(1 for n in backward.reads if n in along or (n in outputs and roles[n] == "element"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .dtypes import DTYPES
 from .expressions import assignments
+from .rows import ELEMENT, level_of
 from .spec import SIZE_ONE, Spec
 
 # Functions whose inputs the tests keep positive, so the oracle is not mostly NaN.
@@ -108,22 +109,32 @@ def term_role(spec: Spec, tensor) -> str:
 
 def rows_shaped(spec: Spec, outputs=None) -> list[str]:
     """Lines that give a reduction's outputs, computed by PyTorch, the op's shapes: the rows'
-    shape ([..., N]) where an output reads no rows (only a weight [N], say), and for an output of
-    one value per row that shape less the reduced axis PyTorch's reductions keep (keepdim)."""
+    shape ([..., N]) where PyTorch's broadcasting would not make it (an output of a weight [N]
+    alone, of a value per row, or of some of the inputs whose rows broadcast), and for an output
+    of one value per row that shape less the reduced axis PyTorch's reductions keep (keepdim)."""
     if spec.kind != "reduction":
         return []
     outputs = spec.outputs if outputs is None else outputs
     roles = spec.row_roles()
     rows = {t.name for t in spec.inputs if roles[t.name] != "column"}
     reads = names_read(spec)
+    levels = spec.row_levels()
+    for name, expression in spec.steps:
+        levels[name] = level_of(expression.tree.body, levels)
+    expressions = spec.output_expressions()
     lines = []
     for t in outputs:
-        if not reads[t.name] & rows:
-            if not lines:
-                shapes = [f"{t.name}.shape" if roles[t.name] == "element" else f"(*{t.name}.shape, 1)"
-                          for t in spec.inputs if t.name in rows]
-                lines.append(f"_rows = torch.broadcast_shapes({', '.join(shapes)})")
-            lines.append(f"{t.name} = {t.name}.expand(_rows if {t.name}.dim() == len(_rows) else (*_rows[:-1], 1))")
+        # PyTorch gives the rows' shape where the output reads every input with rows, and varies
+        # along the row (or is one value per row, which keeps the axis as 1).
+        along = roles[t.name] != "element" or level_of(expressions[t.name].tree.body, levels) == ELEMENT
+        if rows <= reads[t.name] and along:
+            continue
+        if not lines:
+            shapes = [f"{i.name}.shape" if roles[i.name] == "element" else f"(*{i.name}.shape, 1)"
+                      for i in spec.inputs if i.name in rows]
+            lines.append(f"_rows = torch.broadcast_shapes({', '.join(shapes)})")
+        shape = "_rows" if roles[t.name] == "element" else "(*_rows[:-1], 1)"
+        lines.append(f"{t.name} = {t.name}.expand({shape})")
     lines += [f"{t.name} = {t.name}.squeeze(-1)" for t in outputs if roles[t.name] == "row"]
     return lines
 
