@@ -240,3 +240,20 @@ def test_a_gradient_reads_the_output_instead_of_the_accumulator_where_that_spare
                                    msg=lambda m: f"d({source})/d{name}: {m}")
     # Without the request, the gradients read the forward's names as before.
     assert "c" not in differentiate([("c", parse_expression(source, names))], ["acc", "bias"]).reads
+
+
+def test_an_output_along_the_row_of_a_value_per_row_gets_the_rows_sum_of_its_gradient():
+    # y = max(x) with shape [..., N]: every element of the row is the max, so the max's gradient
+    # is the row's sum of y's incoming gradient (routed to the elements equal to it). Without the
+    # output's own level the backward handed it the element's own incoming gradient.
+    from tilegen.rows import ELEMENT
+
+    body = [("y", parse_expression("max(x)", {"x"}, reductions=True))]
+    backward = differentiate(body, ["x"], levels={"x": ELEMENT}, output_levels={"y": ELEMENT})
+    x = torch.randn(3, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    x[1, 2] = x[1, 5] = x[1].max() + 1  # (a tie: split evenly, as amax's gradient is)
+    scope = {"torch": torch, "x": x, "_g_y": torch.randn(3, 8, dtype=torch.float64)}
+    exec("\n".join(backward.lines("torch")), scope)
+    leaf = x.clone().requires_grad_()
+    want, = torch.autograd.grad(leaf.amax(-1, keepdim=True).expand(3, 8), leaf, scope["_g_y"])
+    torch.testing.assert_close(scope["_d_x"], want)
