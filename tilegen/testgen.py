@@ -194,7 +194,8 @@ def _common(spec: Spec, header: str, package: str) -> dict:
     return dict(
         header=header, package=package, op=spec.op,
         dtypes_literal=", ".join(DTYPES[d].torch for d in spec.inputs[0].dtypes),
-        wide_math=_wide_math(spec),
+        # Why the interpreter cannot run the op in bfloat16 ("" where it can): its tests skip it there.
+        bfloat16_refusal=refusal,
         first_dtype=DTYPES[_sample_dtype(spec)].torch,
         # Where bfloat16 is the op's only dtype, the interpreter runs none of its tests.
         interpreter_skip=f"{refusal} (bfloat16 is the op's only dtype); runs on a GPU"
