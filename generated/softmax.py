@@ -17,6 +17,8 @@ _TABLE = {
     'NVIDIA H200': {
         (128, 131072, 4): dict(BLOCK_N=128, ROWS=8, num_warps=2, UNROLL=0, PER_SM=0),
         (128, 1048576, 4): dict(BLOCK_N=128, ROWS=8, num_warps=2, UNROLL=0, PER_SM=0),
+        (512, 131072, 2): dict(BLOCK_N=512, ROWS=4, num_warps=2, UNROLL=0, PER_SM=0),
+        (512, 131072, 4): dict(BLOCK_N=512, ROWS=2, num_warps=4, UNROLL=0, PER_SM=0),
         (1024, 16384, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=2, UNROLL=0, PER_SM=0),
         (1024, 16384, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0, PER_SM=0),
         (1024, 131072, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=1, UNROLL=0, PER_SM=0),
