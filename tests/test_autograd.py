@@ -259,8 +259,8 @@ def _use_node(monkeypatch, module):
 
     monkeypatch.setattr(autograd, "native_module", lambda wait=False: module)
     for op in ops._REGISTRY.values():
-        for path in (getattr(op, name, None) for name in ("call_path", "product_path", "training_path")):
-            if path is not None and path.table is not None:
+        for path in op.paths():
+            if path.table is not None:
                 monkeypatch.setattr(path.table, "formula", None if path.formula is None else path.formula.node_formula())
 
 
@@ -739,13 +739,48 @@ epilogue:
   c: maximum(acc + bias, 0.0) - minimum(acc, bias)
 """
 
+# The spec language's own example: its backward reads its output (relu's kink is its sign).
+BIAS_RELU = KINKED_EPILOGUE.replace("mm_kinks", "mm_bias_relu").replace(
+    "maximum(acc + bias, 0.0) - minimum(acc, bias)", "relu(acc + bias)")
 
-def test_a_kinked_epilogues_gradients_are_checked_where_its_backward_decides_them(tmp_path):
-    """The backward decides maximum's and minimum's branches on the accumulator it kept in half
-    precision (as eager's backward does on its half product): a few elements a call lie within
-    that rounding of a kink, and there the exact float64 oracle took the other branch (2.3% of
-    dA's elements off by the whole incoming gradient). The generated gradient tests check against
-    the oracle with the accumulator rounded as kept, in value only."""
-    assert_generated_tests_pass(tmp_path, {"mm_kinks.yaml": KINKED_EPILOGUE}, ["mm_kinks"], "gradients_match")
-    generated = (tmp_path / "generated" / "tests" / "test_mm_kinks.py").read_text()
-    assert "reference(*args, kept=inputs[0].dtype, **scalars)" in generated
+# A threshold on a value that is also an output: the rounded output h may lie on the other side.
+THRESHOLD_AND_SUM = """
+op: mm_threshold
+kind: matmul
+inputs:
+  a: {shape: [M, K], dtype: [float16, float32]}
+  b: {shape: [K, N], dtype: a}
+  bias: {shape: [N], dtype: a}
+scalars:
+  t: {type: float, default: 0.5}
+outputs:
+  c: {shape: [M, N], dtype: a}
+  h: {shape: [M, N], dtype: a}
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+epilogue:
+  c: where(acc + bias > t, acc + bias, 0)
+  h: acc + bias
+"""
+
+
+def test_a_backward_decides_each_kink_as_the_forward_did(tmp_path):
+    """The forward decides an epilogue's kinks (maximum's, relu's, a where's threshold) on the
+    float32 accumulator. A backward deciding them on a half-precision copy (the accumulator kept
+    in the operands' dtype, or an output read in its place) took the other branch where the value
+    lay within its rounding of the kink: a whole incoming gradient off at that element, and along
+    its row of dA (2.3% of dA's elements for mm_kinks; the spec language's own `relu(acc + bias)`
+    and a threshold on an output failed their generated gradient tests). The backward now keeps
+    the accumulator in float32 where a decision reads more of it than its sign, reads an output
+    only where a decision reads its sign alone, and the tests check against the exact oracle."""
+    specs = {"mm_kinks.yaml": KINKED_EPILOGUE, "mm_bias_relu.yaml": BIAS_RELU, "mm_threshold.yaml": THRESHOLD_AND_SUM}
+    ops = ["mm_kinks", "mm_bias_relu", "mm_threshold"]
+    assert_generated_tests_pass(tmp_path, specs, ops, "gradients_match or training_variant")
+    code = {op: (tmp_path / "generated" / f"{op}.py").read_text() for op in ops}
+    for op in ("mm_kinks", "mm_threshold"):  # decided on acc + bias: kept and recomputed in float32
+        assert "dtype=torch.float32, device=a.device) if keep_acc" in code[op]
+        assert "_OP.product(a, b, exact=True)" in code[op]
+    # relu's kink read from the output c (its sign is the forward's): nothing kept.
+    assert "keep_acc" not in code["mm_bias_relu"] and "_backward_math(c, _g_c, MATH_64)" in code["mm_bias_relu"]

@@ -207,7 +207,7 @@ def test_random_expressions_match_autograd_of_the_oracle(source, points):
     ("where(acc > 0, acc, 0)", True),       # relu as the example matmul_relu writes it
     ("relu(acc)", True),
     ("where(acc <= 0, 0, acc)", True),      # the threshold's other form: k = 0 passes `<= 0`
-    ("where(acc >= 1.5, acc, -2.0)", True),
+    ("where(acc >= 1.5, acc, -2.0)", False),  # o >= 1.5 on a rounded o: more than its sign
     ("sigmoid(acc + bias)", True),          # sigmoid's slope is read from its result
     ("tanh(acc) ", True),
     ("exp(acc + bias)", True),
@@ -240,6 +240,28 @@ def test_a_gradient_reads_the_output_instead_of_the_accumulator_where_that_spare
                                    msg=lambda m: f"d({source})/d{name}: {m}")
     # Without the request, the gradients read the forward's names as before.
     assert "c" not in differentiate([("c", parse_expression(source, names))], ["acc", "bias"]).reads
+
+
+@pytest.mark.parametrize("body, reads, decided", [
+    # A threshold on a value that is also an output (h, kept rounded): read from the accumulator.
+    ([("c", "where(acc + bias > t, acc + bias, 0)"), ("h", "acc + bias")], {"acc", "bias"}, {"acc", "bias"}),
+    ([("c", "relu(acc + bias)")], {"c"}, set()),                 # relu's kink is c's sign
+    ([("c", "where(acc > 0, acc, 0) * 2.0")], {"acc"}, set()),   # the accumulator's own sign
+    ([("c", "maximum(acc, bias)")], {"acc", "bias"}, {"acc", "bias"}),  # a tie: more than a sign
+    ([("c", "abs(acc - bias)")], {"acc", "bias"}, {"acc", "bias"}),
+    ([("c", "sigmoid(acc + bias)")], {"c"}, set()),              # no decision at all
+])
+def test_a_decision_reads_a_rounded_value_by_its_sign_alone(body, reads, decided):
+    # The forward decides a kink on the float32 accumulator; an output (kept in its own dtype) or
+    # an accumulator kept in the operands' dtype is rounded: the sign of a rounded value is the
+    # forward's, `o > t`, `o + bias > 0` or `o == m` need not be. The backward reads an output
+    # only where every decision reads its sign alone, and `decided` names the values a decision
+    # reads more of (a matmul keeps its accumulator in float32 for them).
+    names = {"acc", "bias", "t"}
+    parsed = [(name, parse_expression(source, names)) for name, source in body]
+    backward = differentiate(parsed, ["acc", "bias"], outputs_instead_of=("acc",))
+    assert set(backward.reads) - {"t"} == reads
+    assert set(backward.decided) - {"t"} == decided
 
 
 def test_an_output_along_the_row_of_a_value_per_row_gets_the_rows_sum_of_its_gradient():

@@ -482,6 +482,7 @@ class Backward:
     zero: frozenset  # names whose gradient is identically zero
     aliases: dict  # name -> an earlier name whose gradient is the same term (computed once)
     passed: dict  # name -> the output whose incoming gradient is its gradient as it is
+    decided: frozenset  # the names read that a decision reads other than by its sign (decided_beyond_sign)
 
     def lines(self, target: str) -> list[str]:
         return assignments(list(self.steps), target)
@@ -508,7 +509,30 @@ def _reading_outputs(grads: dict[str, Term], outputs: dict[str, Term], avoided) 
             by_term[term] = var(name)
             by_term.update(_threshold_condition(term, var(name)))
     rewritten = {name: _rebuilt(g, by_term.get) for name, g in grads.items()}
-    return grads if names(rewritten.values()) & set(avoided) else rewritten
+    if names(rewritten.values()) & set(avoided) or decided_beyond_sign(rewritten.values(), outputs):
+        return grads
+    return rewritten
+
+
+def decided_beyond_sign(terms, names) -> frozenset:
+    """The `names` that a decision of `terms` (a comparison: where's condition, relu's, abs's,
+    maximum's, max's ties) reads other than as itself against 0.
+
+    An output is kept in its own dtype, and a matmul's accumulator in its operands': rounded,
+    where the forward decided on the float32 value. Rounding keeps a value's sign (but for an
+    underflow to 0, where the rounded result is 0 too), so `o > 0` decides as the forward did;
+    `o > 0.8`, `o + bias > 0` or `o == m` need not, and a gradient routed the other way at one
+    element is off by the whole incoming gradient there (then dA = dZ @ B^T along its row)."""
+    names = set(names)
+    found = set()
+    for term in _postorder(list(terms)):
+        if term[0] != "cmp":
+            continue
+        left, right = term[2], term[3]
+        if (left[0] == "var" and _is_const(right, 0.0)) or (right[0] == "var" and _is_const(left, 0.0)):
+            continue
+        found.update(t[1] for t in _postorder([left, right]) if t[0] == "var" and t[1] in names)
+    return frozenset(found)
 
 
 _HOLDS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq,
@@ -603,4 +627,5 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
     for _, expression in steps:
         read.update(expression.names)
     internal = set(temps.values()) | set(results.values()) | set(seeds.values())
-    return Backward(results, seeds, tuple(steps), tuple(sorted(read - internal)), zero, aliases, passed)
+    reads = tuple(sorted(read - internal))
+    return Backward(results, seeds, tuple(steps), reads, zero, aliases, passed, decided_beyond_sign(distinct, reads))

@@ -348,6 +348,22 @@ def elementwise_context(spec: Spec, header: str) -> dict:
 _PLACEHOLDERS = {"float": "0.0", "int": "0", "bool": "False"}
 
 
+def epilogue_backward(spec: Spec):
+    """The derivative of a matmul's epilogue at the accumulator and the epilogue inputs. Where it
+    needs only the epilogue's result (relu's, as PyTorch's reads it), it reads the op's output:
+    no accumulator is kept or recomputed."""
+    extras = [t.name for t in spec.matmul_parts().extras]
+    return differentiate(list(spec.body), ["acc", *extras], outputs_instead_of=("acc",))
+
+
+def keeps_exact_accumulator(backward) -> bool:
+    """Whether the backward reads the accumulator in float32 (kept so by a training call, or
+    recomputed so): where a decision reads it beyond its sign (`where(acc + bias > t, ...)`), as
+    the forward's epilogue had it. Rounded to the operands' dtype, an element near the threshold
+    would route its gradient the other way."""
+    return "acc" in backward.reads and "acc" in backward.decided
+
+
 def _matmul_backward(spec: Spec) -> dict:
     """The backward of C = epilogue(acc, extras), acc = A @ B: the gradient at the accumulator
     (dZ) and the extras' gradients in one elementwise pass over [M, N], then dA = dZ @ B^T and
@@ -356,16 +372,15 @@ def _matmul_backward(spec: Spec) -> dict:
     a, b, m, n, k = parts.a.name, parts.b.name, parts.m, parts.n, parts.k
     placeholders = tuple_source(_PLACEHOLDERS[sc.type] for sc in spec.scalars)
     if spec.no_gradient():
-        return dict(no_gradient=spec.no_gradient(), reads_acc=False, training_name="", gradients="None", placeholders=placeholders)
+        return dict(no_gradient=spec.no_gradient(), reads_acc=False, exact_acc=False, training_name="", gradients="None", placeholders=placeholders)
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
     extras = {t.name: parts.matrix(t) for t in parts.extras}
     batched = parts.is_batched
-    # Where the epilogue's derivative needs only its result (relu's, as PyTorch's reads it), the
-    # backward reads the op's output: no accumulator is kept or recomputed.
-    backward = differentiate(list(spec.body), ["acc", *extras], outputs_instead_of=("acc",))
+    backward = epilogue_backward(spec)
     computed = backward.computed()
     reads_acc = "acc" in backward.reads
+    exact_acc = keeps_exact_accumulator(backward)
     outputs_read = [o for o in (t.name for t in spec.outputs) if o in backward.reads]
     flows = "acc" not in backward.zero  # the operands get gradients
     seeds = [backward.seeds[o] for o in outputs]
@@ -450,6 +465,7 @@ def _matmul_backward(spec: Spec) -> dict:
     return dict(
         name=name,
         reads_acc=reads_acc,
+        exact_acc=exact_acc,
         training_name=training_op_name(spec.op) if reads_acc else "",
         kernel_inputs=kernel_inputs,
         kernel_results=kernel_results,

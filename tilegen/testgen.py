@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .dtypes import DTYPES
 from .expressions import assignments
+from .lowering import epilogue_backward, keeps_exact_accumulator
 from .rows import ELEMENT, level_of
 from .spec import SIZE_ONE, Spec
 
@@ -351,10 +352,6 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
     never_axes = [dict(axis=axis, bad=fit(64, 64, 64)[i] + 1, index=i) for i, axis in enumerate((m, n, k))
                   if never[axis]]
     ctx.update(
-        # The oracle's `kept`: the accumulator's dtype as the backward keeps it (kept_reference).
-        reference_params_kept=", ".join([t.name for t in spec.inputs] + ["kept=None"]
-                                        + (["whole=()"] if _takes_whole(spec) else [])
-                                        + (["**scalars"] if spec.scalars else [])),
         a=a.name, b=b.name, m=m, n=n, k=k,
         bm=spec.tile(m).block, bn=spec.tile(n).block,
         a_label=a.public, b_label=b.public,
@@ -377,6 +374,9 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
         store_shape=fit(127, 72, 129),
         tiny_shape=fit(5, 3, 4),
         a_index=[t.name for t in spec.inputs].index(a.name), b_index=[t.name for t in spec.inputs].index(b.name),
+        # The dtype the training variant keeps the accumulator in (lowering.keeps_exact_accumulator).
+        kept_dtype="torch.float32" if not spec.no_gradient() and keeps_exact_accumulator(epilogue_backward(spec))
+        else f"inputs[{[t.name for t in spec.inputs].index(a.name)}].dtype",
         # Config keys whose candidates hold every tile, and every split of K.
         large_key=", ".join(map(str, fit(4096, 4096, 4096))),
         skinny_key=", ".join(map(str, fit(64, 4096, 4096))),

@@ -114,8 +114,7 @@ def served_calls(op) -> int | None:
 
     if callpath.load() is None:
         return None
-    paths = (getattr(op, name, None) for name in ("call_path", "training_path", "product_path"))
-    return sum(path.table.hits for path in paths if getattr(path, "table", None) is not None)
+    return sum(path.table.hits for path in op.paths() if path.table is not None)
 
 
 def identity(config: dict) -> tuple:

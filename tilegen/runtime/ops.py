@@ -68,6 +68,10 @@ class Op:
     def fast(self, *args):
         return self.call_path.call(*args)
 
+    def paths(self) -> tuple:
+        """Every compiled call path of the op (a matmul has more: training calls, products)."""
+        return (self.call_path,)
+
     def _learn(self, call, launched, result, path=None):
         """Hand a served call to `path` (the op's call path by default) to learn, where there is one."""
         if call is not None:
@@ -163,13 +167,15 @@ class MatmulOp(Op):
         self.batched = tuple(batched)
         self.along_rows = None if along_rows is None else tuple(along_rows)
         self.products = products if products is not None else configs
-        # Training calls and the backward's products have compiled call paths of their own.
-        self.training_path, self.product_path = CallPath(), CallPath()
+        # Training calls and the backward's products (rounded, or the float32 accumulator itself)
+        # have compiled call paths of their own: their results differ for the same arguments.
+        self.training_path, self.product_path, self.exact_product_path = CallPath(), CallPath(), CallPath()
         # {(key, kernel variant): (the chosen config, the form of it launched)}: a lighter form
         # where the variant's kernel needs more shared memory than the GPU has for the config.
         self._lighter = {}
         for chooser in {id(configs): configs, id(self.products): self.products}.values():
-            chooser.on_change.extend((self.training_path.forget, self.product_path.forget, self._lighter.clear))
+            chooser.on_change.extend((self.training_path.forget, self.product_path.forget,
+                                      self.exact_product_path.forget, self._lighter.clear))
 
     def run(self, tensors, scalars, M, N, K, call=None, result=None, saved=None, batch=()):
         """Compute the outputs (the last of `tensors`, checked or allocated by the wrapper).
@@ -180,30 +186,35 @@ class MatmulOp(Op):
         `batch`: a batched op's batch shape (the tensors' batch axes broadcast to it)."""
         self._run(tensors, scalars, M, N, K, self.masks, self.configs, call, result, saved=saved, batch=batch)
 
+    def paths(self) -> tuple:
+        return (self.call_path, self.training_path, self.product_path, self.exact_product_path)
+
     def fast_training(self, *args):
         """A training call (the op and its accumulator) with a learned signature, else None."""
         return self.training_path.call(*args)
 
-    def product(self, x, y):
+    def product(self, x, y, exact=False):
         """x @ y (any strides, x's dtype; for a batched op, [..., M, K] @ [..., K, N] with batch
         axes broadcast), with this op's kernel, tables and heuristics, its epilogue off: the
-        products of the backward (dA = dZ @ B^T, dB = A^T @ dZ, a recomputed A @ B). Repeat calls
-        take the compiled call path."""
+        products of the backward (dA = dZ @ B^T, dB = A^T @ dZ, a recomputed A @ B). `exact`: in
+        float32, the accumulator as the forward's epilogue saw it (a backward that decides on
+        it: derivatives.decided_beyond_sign). Repeat calls take the compiled call path."""
         if self.ranks is None:
             raise ValueError(f"{self.name}: a backward product needs the op's tensor ranks (MatmulOp(ranks=...))")
         call = (x, y, *self.placeholders)
-        served = self.product_path.call(*call)
+        path = self.exact_product_path if exact else self.product_path
+        served = path.call(*call)
         if served is not None:
             return served
         M, K = x.shape[-2:]
         batch = batch_shape(self.name, (("x", x), ("y", y)), (2, 2)) if self.batched else ()
-        out = torch.empty((*batch, M, y.shape[-1]), dtype=x.dtype, device=x.device)
+        out = torch.empty((*batch, M, y.shape[-1]), dtype=torch.float32 if exact else x.dtype, device=x.device)
         # `out` stands in for each tensor the epilogue would read (the kernel never reads them),
         # and the placeholders for its scalars.
         tensors = [out] * len(self.ranks)
         tensors[self.operands[0]], tensors[self.operands[1]] = x, y
         self._run(tensors, self.placeholders, M, y.shape[-1], K, ("auto",) * 3, self.products, call=call,
-                  result=out, epilogue=False, batch=batch)
+                  result=out, epilogue=False, batch=batch, path=path)
         return out
 
     def gradient(self, x, y, shape):
@@ -218,7 +229,7 @@ class MatmulOp(Op):
         return self.product(x, y)
 
     def _run(self, tensors, scalars, M, N, K, masks, configs, call=None, result=None, saved=None,
-             epilogue=True, batch=()):
+             epilogue=True, batch=(), path=None):
         # (symbolic where traced with dynamic shapes: runtime.sizes)
         if any(known(size == 0) for size in (M, N, *batch)):
             return
@@ -248,7 +259,8 @@ class MatmulOp(Op):
             launched = launch(config)
         else:
             launched = self._launch_fitting(launch, config, variant)
-        path = self.product_path if not epilogue else self.call_path if saved is None else self.training_path
+        if path is None:
+            path = self.product_path if not epilogue else self.call_path if saved is None else self.training_path
         self._learn(call, launched, result, path)
         for target, source in write_back:
             target.copy_(source.view(target.shape))
