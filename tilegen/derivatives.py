@@ -543,7 +543,8 @@ def _threshold_condition(term: Term, output: Term) -> dict[Term, Term]:
     """{condition: the same condition on `output`} for an output `o = where(u > t, u, k)` (any
     comparison of u with a constant t, k a constant the comparison rejects; or `where(u > t, k,
     u)`, k one it accepts): `u > t` holds exactly where `o > t` does (a relu written as a where:
-    its gradient, routed by `u > 0`, is routed by `o > 0`). NaN fails both."""
+    its gradient, routed by `u > 0`, is routed by `o > 0`). NaN fails both. (A rounded o decides
+    as u did against 0 only: _reading_outputs keeps the rewrite there alone, decided_beyond_sign.)"""
     if term[0] != "where" or term[1][0] != "cmp":
         return {}
     condition, chosen, other = term[1:]
