@@ -507,6 +507,14 @@ def test_outputs_may_not_overlap_each_other_or_be_leaves_that_require_grad():
     leaf = torch.empty_like(x, requires_grad=True)
     with pytest.raises(RuntimeError, match="add: argument 'out' is a leaf tensor that requires grad"):
         generated.add(x, v, out=leaf)
+    # Not a leaf: written in place, it would keep the history of the values it held before.
+    for result in (leaf * 1, torch.cat([leaf, leaf])[2:6]):  # a result, and a view of one
+        with pytest.raises(RuntimeError, match="add: argument 'out' requires grad .* out= does not support"):
+            generated.add(x, v, out=result)
+        with pytest.raises(RuntimeError, match=r"rms_scale_exp: argument 'out\[1\]' requires grad"):
+            generated.rms_scale_exp(x, v, out=(y, result))
+    with torch.no_grad():  # (as PyTorch: in place under no_grad, a later backward through it raises)
+        generated.add(x, v, out=leaf * 1)
     with pytest.raises(TypeError, match="add: argument 'a' is a sparse_coo tensor"):
         generated.add(x.to_sparse(), v)
     nested = torch.nested.nested_tensor([x[0], x[1, :3]])
