@@ -971,6 +971,25 @@ compute:
 tiles:
   N: {block: BLOCK_N, sizes: [16, 64]}
 """,
+    # A per-row input beside an output that does not read it: the oracle gives that output the
+    # rows' shape from the per-row input's, which it has already given a last axis of 1.
+    "scaled_rows.yaml": """\
+op: scaled_rows
+kind: reduction
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  t: {dtype: x, shape: [...]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+  total: {dtype: [float32], shape: [...]}
+  first: {dtype: x, shape: [..., N]}
+compute:
+  y: x * t
+  total: sum(x)
+  first: x * 2.0
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+""",
 }
 
 
@@ -979,8 +998,8 @@ def test_ops_with_values_per_row_pass_their_generated_tests(tmp_path):
     whose only output is a value per row, an out= of that output's own shape (strided, or sharing
     memory with an input where one has its dtype); a per-row input, read by the oracle as one
     value for the whole row (PyTorch would line [...] up with N) and given NaN and inf in its
-    few elements."""
-    assert_generated_tests_pass(tmp_path, ROW_VALUE_OPS, ["logsumexp", "row_rms", "top_half"],
+    few elements; outputs that do not read the per-row input given the rows' shape beside it."""
+    assert_generated_tests_pass(tmp_path, ROW_VALUE_OPS, ["logsumexp", "row_rms", "top_half", "scaled_rows"],
                                 "out_argument or bad_arguments or reference or nan_and_inf or gradients_match_autograd")
     tests = (tmp_path / "generated" / "tests" / "test_row_rms.py").read_text()
     assert "shares memory with input" not in tests  # no input has float32 rms's dtype in every case

@@ -131,8 +131,8 @@ def rows_shaped(spec: Spec, outputs=None) -> list[str]:
         if rows <= reads[t.name] and along:
             continue
         if not lines:
-            shapes = [f"{i.name}.shape" if roles[i.name] == "element" else f"(*{i.name}.shape, 1)"
-                      for i in spec.inputs if i.name in rows]
+            # (A per-row input has its last axis of 1 by now: row_values gave it one.)
+            shapes = [f"{i.name}.shape" for i in spec.inputs if i.name in rows]
             lines.append(f"_rows = torch.broadcast_shapes({', '.join(shapes)})")
         shape = "_rows" if roles[t.name] == "element" else "(*_rows[:-1], 1)"
         lines.append(f"{t.name} = {t.name}.expand({shape})")
