@@ -3,7 +3,7 @@ Triton's interpreter without a GPU): a matmul output that reads no accumulator, 
 asked for beside bfloat16 tensors, a matmul whose output dtype is not its operands', a matmul
 listing bfloat16 first or alone (the interpreter runs none of its bfloat16), reduction outputs
 along the row of a value per row or of a weight alone, a softmax with a temperature per row (whose gradient, at a temperature near zero, PyTorch's own float32
-math gets to a few digits only)."""
+math gets to a few digits only), a float32-only input of an op run in float64."""
 
 from __future__ import annotations
 
@@ -99,6 +99,29 @@ compute:
 tiles:
   N: {block: BLOCK_N, sizes: [64, 128]}
 """
+
+# c is float32 whatever x is: run in float64, its gradient is a float32 tensor, held to float32's
+# tolerance and not perturbed by gradcheck (whose finite differences would measure its rounding).
+FLOAT32_BESIDE_FLOAT64 = """
+op: scaled_by_float32
+kind: elementwise
+doc: y = x * s + c over [B, M, N], s [N] in x's dtype and c [B, 1, 1] in float32.
+inputs:
+  x: {dtype: [float32, float64], shape: [B, M, N]}
+  s: {dtype: x, shape: [N]}
+  c: {dtype: [float32], shape: [B, 1, 1]}
+outputs:
+  y: {dtype: x}
+compute:
+  y: x * s + c * x
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_a_float32_input_of_an_op_run_in_float64_gets_its_gradient_tests(tmp_path):
+    assert_generated_tests_pass(tmp_path, {"scaled_by_float32.yaml": FLOAT32_BESIDE_FLOAT64}, ["scaled_by_float32"],
+                                "gradients_match or gradcheck")
 
 
 def test_a_matmul_output_that_reads_no_accumulator_has_the_output_shape_in_the_oracle(tmp_path):
