@@ -34,6 +34,7 @@ _TABLE = {
 # stand for it (it holds more of each row live).
 _BACKWARD_TABLE = {
     'NVIDIA H200': {
+        (32768, 512, 2): dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=2, PER_SM=0),
         (32768, 4096, 2): dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=0, PER_SM=0),
         (32768, 4096, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=2, PER_SM=0),
     },
