@@ -6,6 +6,7 @@ import functools
 import torch
 
 from .device import INTERPRET
+from .library import refuse_out_with_grad
 
 
 def dtype_names(dtypes):
@@ -264,15 +265,12 @@ def prepare_out(op, out, shape, dtype, device, inputs, name="out", others=()):
                         f"expected {dtype_names([dtype])}")
     if out.device != device:
         raise ValueError(f"{op}: argument '{name}' is on {out.device}, expected {device}")
-    if out.requires_grad and torch.is_grad_enabled():
-        if out.is_leaf:
-            raise RuntimeError(f"{op}: argument '{name}' is a leaf tensor that requires grad; it cannot be "
-                               "written in place")
-        # Written in place, it would keep the history of what it held: a backward through it
-        # would take gradients of values it no longer holds (PyTorch's out= variants refuse it too).
-        raise RuntimeError(f"{op}: argument '{name}' requires grad (it is the result of a recorded computation); "
-                           "out= does not support automatic differentiation: call it without out=, or under "
-                           "torch.no_grad()")
+    if out.requires_grad and out.is_leaf and torch.is_grad_enabled():
+        raise RuntimeError(f"{op}: argument '{name}' is a leaf tensor that requires grad; it cannot be "
+                           "written in place")
+    # Not a leaf: written in place, it would keep the history of what it held, and a backward
+    # through it would take gradients of values it no longer holds.
+    refuse_out_with_grad(op, out, **{name: out})
     if has_internal_overlap(out):
         raise ValueError(f"{op}: argument '{name}' has overlapping elements (stride 0); it cannot be written")
     check_apart(op, name, out, inputs)
