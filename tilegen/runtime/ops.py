@@ -174,8 +174,7 @@ class MatmulOp(Op):
         # where the variant's kernel needs more shared memory than the GPU has for the config.
         self._lighter = {}
         for chooser in {id(configs): configs, id(self.products): self.products}.values():
-            chooser.on_change.extend((self.training_path.forget, self.product_path.forget,
-                                      self.exact_product_path.forget, self._lighter.clear))
+            chooser.on_change.extend([*(path.forget for path in self._own_paths()), self._lighter.clear])
 
     def run(self, tensors, scalars, M, N, K, call=None, result=None, saved=None, batch=()):
         """Compute the outputs (the last of `tensors`, checked or allocated by the wrapper).
@@ -187,7 +186,12 @@ class MatmulOp(Op):
         self._run(tensors, scalars, M, N, K, self.masks, self.configs, call, result, saved=saved, batch=batch)
 
     def paths(self) -> tuple:
-        return (self.call_path, self.training_path, self.product_path, self.exact_product_path)
+        return (self.call_path, *self._own_paths())
+
+    def _own_paths(self) -> tuple:
+        """The call paths a matmul has beyond the forward's (which Op's forgets on a change of
+        its chooser): training calls, the backward's rounded and float32 products."""
+        return (self.training_path, self.product_path, self.exact_product_path)
 
     def fast_training(self, *args):
         """A training call (the op and its accumulator) with a learned signature, else None."""
