@@ -333,7 +333,7 @@ def _add_rms_norm_backward(w: torch.Tensor, h: torch.Tensor, _g_h: torch.Tensor,
     return _d_x, _d_w,
 
 
-@rt.register("generated::add_rms_norm", rt.Gradients(_add_rms_norm_backward, tensors=3, saved=(2,), sources=(("result", 0), ("result", 0), ("result", 1),), outputs=2, saved_outputs=(0,), whole=True))
+@rt.register("generated::add_rms_norm", rt.Gradients(_add_rms_norm_backward, tensors=3, saved=(2,), sources=(("result", 0), ("result", 0), ("result", 1),), outputs=2, saved_outputs=(0,), records=((0, 1,), (0, 1, 2,),), whole=True))
 def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tuple[torch.Tensor, torch.Tensor]:
     """torch.ops.generated.add_rms_norm: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""

@@ -415,7 +415,7 @@ def _layer_norm_backward(x: torch.Tensor, w: torch.Tensor, _g_y: torch.Tensor, _
     return _d_x, _d_w, _d_b,
 
 
-@rt.register("generated::layer_norm", rt.Gradients(_layer_norm_backward, tensors=3, saved=(0, 1,), sources=(("result", 0), ("result", 1), ("result", 2),), outputs=3, saved_outputs=(), whole=True))
+@rt.register("generated::layer_norm", rt.Gradients(_layer_norm_backward, tensors=3, saved=(0, 1,), sources=(("result", 0), ("result", 1), ("result", 2),), outputs=3, saved_outputs=(), records=((0, 1, 2,), (0,), (0,),), whole=True))
 def _layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float = 1e-05) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """torch.ops.generated.layer_norm: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""

@@ -324,7 +324,7 @@ def _rms_norm_backward(x: torch.Tensor, w: torch.Tensor, _g_y: torch.Tensor, _g_
     return _d_x, _d_w,
 
 
-@rt.register("generated::rms_norm", rt.Gradients(_rms_norm_backward, tensors=2, saved=(0, 1,), sources=(("result", 0), ("result", 1),), outputs=2, saved_outputs=(), whole=True))
+@rt.register("generated::rms_norm", rt.Gradients(_rms_norm_backward, tensors=2, saved=(0, 1,), sources=(("result", 0), ("result", 1),), outputs=2, saved_outputs=(), records=((0, 1,), (0,),), whole=True))
 def _rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tuple[torch.Tensor, torch.Tensor]:
     """torch.ops.generated.rms_norm: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""

@@ -81,9 +81,31 @@ masks:
 """
 
 
+PLAIN = """
+op: ew_plain
+kind: elementwise
+doc: y = x * w, with two float outputs that read x only through a comparison or detach()
+inputs:
+  x: {dtype: [float32, float64]}
+  w: {dtype: x}
+outputs:
+  y: {dtype: x}
+  step: {dtype: x}
+  frozen: {dtype: x}
+compute:
+  y: x * w
+  step: where(x > 0, 1.0, 0.0)
+  frozen: detach(x) * 2.0 + w * 0.0
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+masks:
+  N: auto
+"""
+
+
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    specs = {"mm_mix.yaml": MATMUL, "ew_mix.yaml": ELEMENTWISE, "ew_flag.yaml": FLAGGED}
+    specs = {"mm_mix.yaml": MATMUL, "ew_mix.yaml": ELEMENTWISE, "ew_flag.yaml": FLAGGED, "ew_plain.yaml": PLAIN}
     with built_package(tmp_path_factory.mktemp("autograd"), "autograd_ops", specs) as module:
         yield module
 
@@ -368,6 +390,47 @@ def test_a_bool_output_beside_a_differentiable_one_stays_plain(package, node, th
     assert ("_EagerAutograd" in type(y.grad_fn).__name__) == (through == "function")
     (gx,) = torch.autograd.grad(y.sum(), x)
     torch.testing.assert_close(gx, 2 * x.detach())
+
+
+@pytest.mark.parametrize("through", ["node", "function", "registered op"])
+def test_float_outputs_that_read_no_input_are_plain_as_pytorchs_are(package, node, through, monkeypatch):
+    # where(x > 0, 1.0, 0.0) and detach(x) * 2.0 record no graph in PyTorch: they do not require
+    # grad, and a loss on them alone raises rather than giving a gradient of zeros. (w * 0.0
+    # does record one, whose gradient is zero.)
+    if through == "function":
+        _use_node(monkeypatch, None)
+    op = torch.ops.autograd_ops.ew_plain.default if through == "registered op" else package.ew_plain
+    x, w = _leaves((5, 8), (5, 8))
+    y, step, frozen = op(x, w)
+    composed = (x * w, torch.where(x > 0, 1.0, 0.0), x.detach() * 2.0 + w * 0.0)
+    assert [t.requires_grad for t in (y, step, frozen)] == [t.requires_grad for t in composed] == [True, False, True]
+    step_only = package.ew_plain(x, w.detach())[2]  # frozen, with w needing no gradient: plain
+    assert not step_only.requires_grad
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        torch.autograd.grad(step.sum(), x)
+    gx, gw = torch.autograd.grad(y.sum() + step.sum() + frozen.sum(), (x, w))
+    torch.testing.assert_close(gx, w.detach())
+    torch.testing.assert_close(gw, x.detach())
+
+
+@pytest.mark.parametrize("through", ["node", "function"])
+def test_a_statistic_of_inputs_that_need_no_gradient_is_plain(node, through, monkeypatch):
+    # rms_norm's rstd reads x alone: with only the weight requiring grad it records no graph,
+    # as PyTorch's composition's does not; y reads both.
+    from generated import rms_norm
+
+    if through == "function":
+        _use_node(monkeypatch, None)
+    x, = _leaves((4, 16))
+    w, = _leaves((16,), seed=4)
+    y, rstd = rms_norm(x.detach(), w)
+    assert y.requires_grad and not rstd.requires_grad
+    y, rstd = rms_norm(x, w.detach())
+    assert y.requires_grad and rstd.requires_grad
+    (gx,) = torch.autograd.grad(rstd.sum(), x)
+    x64 = x.detach().clone().requires_grad_()
+    (want,) = torch.autograd.grad(torch.rsqrt(x64.square().mean(-1) + 1e-6).sum(), x64)
+    torch.testing.assert_close(gx, want)
 
 
 def test_calls_made_while_compiled_autograd_runs_record_the_function_it_can_trace(node):

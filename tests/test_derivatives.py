@@ -8,7 +8,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tilegen.derivatives import differentiate
+from tilegen.derivatives import differentiate, recorded_from
 from tilegen.expressions import FUNCTIONS, parse_expression
 
 NAN, INF = math.nan, math.inf
@@ -279,3 +279,32 @@ def test_an_output_along_the_row_of_a_value_per_row_gets_the_rows_sum_of_its_gra
     leaf = x.clone().requires_grad_()
     want, = torch.autograd.grad(leaf.amax(-1, keepdim=True).expand(3, 8), leaf, scope["_g_y"])
     torch.testing.assert_close(scope["_d_x"], want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_expressions())
+def test_an_output_records_a_graph_where_pytorchs_composition_does(source):
+    # An output requires grad exactly where PyTorch's eager composition of the same math does,
+    # for each input that requires grad alone: where it reads that input other than through
+    # detach() or a comparison.
+    names = {"a", "b", "alpha"}
+    try:
+        expression = parse_expression(source, names)
+    except ValueError:
+        return
+    recorded = recorded_from([("out", expression)], ["a", "b"])["out"]
+    for grad_input in ("a", "b"):
+        leaves = {name: torch.linspace(-1, 1, 4, dtype=torch.float64).requires_grad_(name == grad_input)
+                  for name in ("a", "b")}
+        out = eval(expression.to_torch(), {"torch": torch, **leaves, "alpha": torch.tensor(0.75, dtype=torch.float64)})
+        want = isinstance(out, torch.Tensor) and out.requires_grad
+        assert (grad_input in recorded) == want, (source, grad_input)
+
+
+def test_a_step_read_only_detached_records_no_graph():
+    names = {"a", "b"}
+    steps = [("s", parse_expression("detach(a) * 2.0", names)), ("t", parse_expression("s + a", names | {"s"}))]
+    body = [(name, parse_expression(source, names | {"s", "t"}))
+            for name, source in [("o1", "s + 1.0"), ("o2", "s * b"), ("o3", "where(t > 0, 1.0, s)"), ("o4", "t")]]
+    assert recorded_from(body, ["a", "b"], steps) == {"o1": set(), "o2": {"b"}, "o3": set(), "o4": {"a"}}
+    assert recorded_from(body, ["b"], steps)["o4"] == set()  # (a needs no gradient: an int, say)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .dtypes import DTYPES
+from .lowering import records_gradients
 from .spec import Spec
 from .testgen import _dtype_exprs, _positive_domain, _scalar_test_value, pytorch_lines, row_shape_exprs
 
@@ -59,7 +60,7 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
         # The op's results run_tilegen returns (None: all of them, as the op returns them).
         compared=None if len(compared) == len(spec.outputs) else [spec.outputs.index(t) for t in compared],
         positive=_positive_domain(spec),
-        differentiable=bool(spec.float_inputs()) and not spec.no_gradient(),
+        differentiable=records_gradients(spec) and not spec.no_gradient(),
     )
     if spec.kind == "matmul":
         parts = spec.matmul_parts()

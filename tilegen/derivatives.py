@@ -493,6 +493,33 @@ class Backward:
                 if name not in self.zero and name not in self.aliases and name not in self.passed]
 
 
+def recorded_from(body: list, wrt: list[str], steps: list = ()) -> dict[str, frozenset]:
+    """{output: the names of `wrt` it records a graph from}, for the outputs of `body` ((name,
+    Expression)) as PyTorch's eager composition of the same math records them: an output reads
+    a name (or a step that does) other than through detach() or a comparison (a bool). An output
+    requires grad where one of those requires grad, and is a plain result otherwise (a where() of
+    constants, a value of detached inputs, a count of comparisons; one read from an input that
+    needs no gradient in this call), as PyTorch's would be: a loss on it alone raises. Decided by
+    the expressions as written, not by their derivatives: x * 0 records a graph in PyTorch, whose
+    gradient is zero."""
+    reaching: dict[str, frozenset] = {name: frozenset((name,)) for name in wrt}
+
+    def reads(node: ast.AST) -> frozenset:
+        if isinstance(node, ast.Compare):
+            return frozenset()
+        if isinstance(node, ast.Name):
+            return reaching.get(node.id, frozenset())
+        if isinstance(node, ast.Call):
+            children = [] if node.func.id == "detach" else node.args
+        else:
+            children = ast.iter_child_nodes(node)
+        return frozenset().union(*(reads(child) for child in children))
+
+    for name, expression in steps:
+        reaching[name] = reads(expression.tree.body)
+    return {name: reads(expression.tree.body) for name, expression in body}
+
+
 def _reading_outputs(grads: dict[str, Term], outputs: dict[str, Term], avoided) -> dict[str, Term]:
     """`grads` with each output's term read as that output (a var of its name), where that way
     they read no name in `avoided` any more; else `grads` as they are. A matmul epilogue whose

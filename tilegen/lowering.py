@@ -10,7 +10,7 @@ import textwrap
 
 from .dtypes import DTYPES
 from .escaping import docstring_text
-from .derivatives import Backward, differentiate
+from .derivatives import Backward, differentiate, recorded_from
 from .expressions import assignments
 from .naming import backward_op_name, training_op_name
 from .spec import Spec, TensorSpec, fixed_axes
@@ -220,13 +220,42 @@ def tuple_source(items) -> str:
 
 
 def gradients_formula(op: str | None, inputs: list[str], saved: list[str], sources: list[str], outputs: int,
-               saved_outputs: tuple = (), phases: str | None = None, whole: bool = False) -> str:
+               saved_outputs: tuple = (), phases: str | None = None, whole: bool = False, records: tuple | None = None) -> str:
     """The rt.Gradients of an op whose tensor inputs are `inputs`: what its backward op (`op`)
     reads and where each input's gradient comes from (`phases`: its two calls; `whole`: the backward
-    op is one launch its kernel's call path learns, rt.Gradients)."""
+    op is one launch its kernel's call path learns; `records`: output_records, rt.Gradients)."""
     return (f"rt.Gradients({op or 'None'}, tensors={len(inputs)}, saved={tuple_source(inputs.index(n) for n in saved)}, "
             f"sources={tuple_source(sources)}, outputs={outputs}, saved_outputs={tuple_source(saved_outputs)}"
+            + (f", records={tuple_source(tuple_source(r) for r in records)}" if records is not None else "")
             + (f", phases={phases}" if phases else "") + (", whole=True)" if whole and op else ")"))
+
+
+def output_records(spec: Spec) -> tuple | None:
+    """Per output, the positions of the tensor inputs it records a graph from (recorded_from: it
+    reads them other than through detach() or a comparison; a matmul's accumulator counts as its
+    operands), as rt.Gradients takes them: a call marks an output that records from no input
+    requiring grad non-differentiable, as PyTorch's would be. None where every float output
+    records from every float input (nothing to mark)."""
+    names = [t.name for t in spec.inputs]
+    floats = spec.float_inputs()
+    matmul = spec.kind == "matmul"
+    reads = recorded_from(list(spec.body), [*floats, *(["acc"] if matmul else [])], list(spec.steps))
+    operands = [spec.matmul_parts().a.name, spec.matmul_parts().b.name] if matmul else []
+    float_outputs = spec.float_outputs()
+    records = []
+    for t in spec.outputs:
+        read = set(reads[t.name]) if t.name in float_outputs else set()  # (an int or bool output records none)
+        read |= set(operands) if "acc" in read else set()
+        records.append(tuple(i for i, n in enumerate(names) if n in read))
+    every = tuple(i for i, n in enumerate(names) if n in floats)
+    return None if all(r == every for r in records) else tuple(records)
+
+
+def records_gradients(spec: Spec) -> bool:
+    """Whether some float output records a graph from some input (output_records): else a call
+    that records autograd has no gradient to give, and no training step to take."""
+    records = output_records(spec)
+    return bool(spec.float_inputs()) and (records is None or any(records))
 
 
 def gradient_sources(backward: Backward, inputs: list[str], outputs: list[str]) -> list[str]:
@@ -277,7 +306,8 @@ def _elementwise_backward(spec: Spec) -> dict:
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
         like=like,
         gradient_dtypes=[gradient_dtype(spec, like_output, like, n, saved) for n in computed],
-        gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs), whole=True),
+        gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs), whole=True,
+                                    records=output_records(spec)),
     )
 
 
@@ -483,10 +513,11 @@ def _matmul_backward(spec: Spec) -> dict:
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
         # The op itself recomputes the accumulator where the backward reads it; its training
         # variant (the one eager calls that record autograd take) keeps it instead.
-        gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (None, *read)),
+        gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (None, *read),
+                                    records=output_records(spec)),
         # Its eager backward runs in two calls, the kept accumulator freed between them.
         training_gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (len(outputs), *read),
-                                             f"(_{name}_dz, _{name}_products)"),
+                                             f"(_{name}_dz, _{name}_products)", records=output_records(spec)),
         rest_params=", ".join([f"{x}: torch.Tensor" for x in saved + seeds] + scalar_params(spec)),
         rest_args=", ".join(saved + seeds + scalars),
         all_args=", ".join(saved + ["acc"] + outputs_read + seeds + scalars),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .derivatives import differentiate
 from .naming import backward_op_name
 from .lowering import (common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula, input_checks,
-                       output_context, scalar_params, tuple_source)
+                       output_context, output_records, scalar_params, tuple_source)
 from .rows import ELEMENT, ROW, RowProgram, first_row_lines, output_pass, stage_pass, whole_row_lines
 from .spec import Spec
 
@@ -245,7 +245,8 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
         allocations=allocations,
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
         gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs),
-                                    tuple(outputs.index(o) for o in outputs_read), whole=True),
+                                    tuple(outputs.index(o) for o in outputs_read), whole=True,
+                                    records=output_records(spec)),
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .dtypes import DTYPES
 from .expressions import assignments
-from .lowering import epilogue_backward, keeps_exact_accumulator
+from .lowering import epilogue_backward, keeps_exact_accumulator, records_gradients
 from .rows import ELEMENT, level_of
 from .spec import SIZE_ONE, Spec
 
@@ -224,6 +224,7 @@ def _common(spec: Spec, header: str, package: str) -> dict:
         follower_label=followers[0].public if followers else "",
         positive=_positive_domain(spec),
         oracle_detaches=_oracle_detaches(spec),
+        records_gradients=records_gradients(spec),
     )
 
 

@@ -42,9 +42,16 @@ def step_function(forward, inputs, seeds):
     floats = [t for t in inputs if t.is_floating_point()]
 
     def step():
-        outputs = [o for o in as_tuple(forward(inputs)) if o.is_floating_point()]
-        return torch.autograd.grad(outputs, floats, seeds)
+        outputs, grads = recorded([o for o in as_tuple(forward(inputs)) if o.is_floating_point()], seeds)
+        return torch.autograd.grad(outputs, floats, grads)
     return step
+
+
+def recorded(outputs, seeds):
+    """(outputs, seeds): those of the float `outputs` that record a graph, with their seeds (an
+    output that reads the inputs only through detach() or a comparison records none)."""
+    pairs = [(o, s) for o, s in zip(outputs, seeds) if o.requires_grad]
+    return [o for o, _ in pairs], [s for _, s in pairs]
 
 
 def peak_mb(step) -> float:

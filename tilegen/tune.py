@@ -151,19 +151,20 @@ def backward_calls(module, inputs, dtype):
     same math for the same output gradients."""
     import torch
 
-    from .training_bench import gradient_tolerance, gradients_agree, leaves, output_seeds
+    from .training_bench import gradient_tolerance, gradients_agree, leaves, output_seeds, recorded
 
     seeds = output_seeds(module, inputs)
 
-    def graph(forward):
+    def gradients(forward, retain_graph=False):
+        """The gradients of one forward's float leaves (a function computing them: the forward runs now)."""
         tensors = leaves(inputs)
-        outputs = [o for o in as_tuple(forward(tensors)) if o.is_floating_point()]
-        return outputs, [t for t in tensors if t.is_floating_point()]
+        outputs, grads = recorded([o for o in as_tuple(forward(tensors)) if o.is_floating_point()], seeds)
+        floats = [t for t in tensors if t.is_floating_point()]
+        return lambda: torch.autograd.grad(outputs, floats, grads, retain_graph=retain_graph)
 
-    outputs, floats = graph(module.run_tilegen)
-    want = functools.cache(lambda: torch.autograd.grad(*graph(module.run_torch), seeds))  # as in forward_calls
+    want = functools.cache(lambda: gradients(module.run_torch)())  # as in forward_calls
     tolerance = gradient_tolerance(dtype, module)
-    return ((lambda: torch.autograd.grad(outputs, floats, seeds, retain_graph=True)),
+    return (gradients(module.run_tilegen, retain_graph=True),
             lambda got, label: gradients_agree(got, want(), tolerance, label))
 
 

@@ -31,6 +31,10 @@ class Gradients:
     j-th incoming gradient itself (an input the op adds to an output), or None (no dependence);
     `outputs`: how many leading outputs are the op's results (any after them are kept for the
     backward only, and carry no gradient);
+    `records`: per result, the tensor inputs it records a graph from (it reads them other than
+    through detach() or a comparison), or None for every input: a result that records from no
+    input requiring grad in a call is marked non-differentiable there, as PyTorch's would not
+    require grad;
     `saved_outputs`: the positions of outputs the backward reads, None for one it recomputes
     (passed as None: a matmul's accumulator, kept by its training op, recomputed otherwise);
     `whole`: the backward op is one launch of its module's backward kernel, which that kernel's
@@ -40,9 +44,11 @@ class Gradients:
     gradients, *scalars, first's result) needs (a matmul's gradient at the accumulator, before
     the products that allocate the operands' gradients)."""
 
-    def __init__(self, backward, tensors, saved, sources, outputs=1, saved_outputs=(), phases=None, whole=False):
+    def __init__(self, backward, tensors, saved, sources, outputs=1, saved_outputs=(), records=None, phases=None,
+                 whole=False):
         self.backward, self.tensors, self.saved, self.sources = backward, tensors, tuple(saved), tuple(sources)
         self.outputs, self.saved_outputs, self.phases, self.whole = outputs, tuple(saved_outputs), phases, whole
+        self.records = None if records is None else tuple(tuple(r) for r in records)
         # What setup_context does on every call, worked out once (a training step's host time is
         # mostly Python): the outputs an eager call keeps apart from autograd's saved tensors (see
         # setup_context), and whether the backward kernel runs for a gradient at all.
@@ -71,9 +77,17 @@ class Gradients:
             # output is a result, autograd makes the zeros itself.
             ctx.set_materialize_grads(False)
             ctx.outputs = [(o.shape, o.dtype, o.device) for o in outputs[:self.outputs]]
-            ctx.mark_non_differentiable(*outputs[self.outputs:])
+            ctx.mark_non_differentiable(*outputs[self.outputs:], *self._plain(inputs, outputs))
         else:
             ctx.outputs = None
+            if self.records is not None:
+                ctx.mark_non_differentiable(*self._plain(inputs, outputs))
+
+    def _plain(self, inputs, outputs):
+        """The results that record a graph from no input that requires grad in this call."""
+        if self.records is None:
+            return []
+        return [o for o, read in zip(outputs, self.records) if not any(inputs[i].requires_grad for i in read)]
 
     def _saved(self, ctx):
         # Detached: the backward computes no graph, and the compiled call path (which leaves
@@ -131,7 +145,7 @@ class Gradients:
         """This op's Formula (its autograd node in C++, see call and native_module), or None:
         turned off, not built (yet)."""
         module = native_module()
-        if module is None:
+        if module is None or (self.records is not None and self.tensors > 62):  # (the node's masks of records)
             return None
         if self._node is None or self._node[0] is not module:
             layout = [-1 if i is None else i for i in self.saved_outputs]
@@ -139,7 +153,9 @@ class Gradients:
             # op's result r (-2 - r).
             sources = [-1 if s is None else s[1] if s[0] == "grad" else -2 - s[1] for s in self.sources]
             self._node = module, module.Formula(self.name, self._node_gradients, self.tensors, self.saved, layout,
-                                                self.outputs, sources, self._backward_path())
+                                                self.outputs, sources, self._backward_path(),
+                                                None if self.records is None else [sum(1 << i for i in read)
+                                                                                   for read in self.records])
         return self._node[1]
 
     def _backward_path(self):

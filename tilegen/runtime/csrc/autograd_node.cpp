@@ -319,6 +319,7 @@ struct Formula {
     std::shared_ptr<const std::vector<Py_ssize_t>> *sources;
     std::shared_ptr<const std::vector<Py_ssize_t>> *layout;
     std::shared_ptr<PyRef> *backward;  /* null where none */
+    std::vector<Py_ssize_t> *records;  /* per result, a mask of the inputs it records from (Gradients.records); empty: all */
 };
 
 bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
@@ -337,18 +338,20 @@ bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
     return true;
 }
 
-/* Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources, backward=None):
+/* Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources, backward=None, records=None):
    `saved_outputs` the outputs the backward reads, in its order, -1 for one it recomputes (passed
    as None); `sources` one int per tensor input: the index of the incoming gradient that is its
    gradient (an input the op adds to an output), NO_GRADIENT, or FIRST_RESULT - r for the backward
    op's result r (the Python function computes them); `backward` an object whose `call` serves the
-   backward op's call whole or returns None (its compiled call path), or None. */
+   backward op's call whole or returns None (its compiled call path), or None; `records` per
+   result a mask of the tensor inputs it records a graph from (bit i: input i), or None for all:
+   a result none of whose inputs requires grad stays a plain tensor, as PyTorch's would. */
 PyObject *Formula_new(PyTypeObject *type, PyObject *args, PyObject *) {
     const char *op;
-    PyObject *gradients, *saved_inputs, *saved_outputs, *sources, *backward = Py_None;
+    PyObject *gradients, *saved_inputs, *saved_outputs, *sources, *backward = Py_None, *records = Py_None;
     Py_ssize_t tensors, results;
-    if (!PyArg_ParseTuple(args, "sOnOOnO|O:Formula", &op, &gradients, &tensors, &saved_inputs, &saved_outputs, &results,
-                          &sources, &backward))
+    if (!PyArg_ParseTuple(args, "sOnOOnO|OO:Formula", &op, &gradients, &tensors, &saved_inputs, &saved_outputs, &results,
+                          &sources, &backward, &records))
         return nullptr;
     if (!PyCallable_Check(gradients))
         return PyErr_Format(PyExc_TypeError, "Formula: gradients must be callable");
@@ -366,10 +369,19 @@ PyObject *Formula_new(PyTypeObject *type, PyObject *args, PyObject *) {
     self->results = results;
     auto source_list = std::make_shared<std::vector<Py_ssize_t>>();
     self->sources = new std::shared_ptr<const std::vector<Py_ssize_t>>(source_list);
+    self->records = new std::vector<Py_ssize_t>();
     if (!read_indices(saved_inputs, self->saved_inputs) || !read_indices(saved_outputs, layout.get()) ||
-        !read_indices(sources, source_list.get())) {
+        !read_indices(sources, source_list.get()) || (records != Py_None && !read_indices(records, self->records))) {
         Py_DECREF(self);
         return nullptr;
+    }
+    if (records != Py_None && static_cast<Py_ssize_t>(self->records->size()) != results) {
+        Py_DECREF(self);
+        return PyErr_Format(PyExc_ValueError, "Formula: %zd records for %zd results", self->records->size(), results);
+    }
+    if (records != Py_None && tensors > 62) {  /* (records' masks; Gradients.node_formula makes no node then) */
+        Py_DECREF(self);
+        return PyErr_Format(PyExc_ValueError, "Formula: %zd tensors, at most 62", tensors);
     }
     for (Py_ssize_t slot : *layout) {
         if (slot >= 0)
@@ -403,6 +415,7 @@ void Formula_dealloc(Formula *self) {
     delete self->sources;
     delete self->layout;
     delete self->backward;
+    delete self->records;
     Py_TYPE(self)->tp_free(reinterpret_cast<PyObject *>(self));
 }
 
@@ -441,6 +454,19 @@ PyObject *Formula_usable(Formula *, PyObject *) {
         Py_RETURN_FALSE;
     int compiled = compiled_autograd_may_run();
     return compiled < 0 ? nullptr : PyBool_FromLong(!compiled);
+}
+
+/* Whether result j records a graph from an input that requires grad (`records` empty: from every
+   input, and some requires grad, or no node would be attached). */
+bool records_any(const std::vector<Py_ssize_t> &records, Py_ssize_t j, const variable_list &inputs) {
+    if (records.empty())
+        return true;
+    Py_ssize_t mask = records[static_cast<size_t>(j)];
+    for (size_t i = 0; i < inputs.size(); i++) {
+        if (((mask >> i) & 1) && inputs[i].defined() && inputs[i].requires_grad())
+            return true;
+    }
+    return false;
 }
 
 /* formula.attach(args, outputs): the outputs (a tuple, the results first) made the results of one
@@ -491,9 +517,10 @@ PyObject *Formula_attach(Formula *self, PyObject *const *argv, Py_ssize_t count)
         node->shapes.emplace_back(t.sizes().begin(), t.sizes().end());
     for (Py_ssize_t j = 0; j < self->results; j++) {
         const at::Tensor &output = THPVariable_Unpack(PyTuple_GET_ITEM(outputs, j));
-        /* A result of a dtype autograd does not differentiate (a bool mask, an int) stays a plain
-           tensor, as torch.autograd.Function leaves it; its slot keeps the others' numbering. */
-        if (torch::autograd::isDifferentiableType(output.scalar_type())) {
+        /* A result of a dtype autograd does not differentiate (a bool mask, an int), or one that
+           records from no input requiring grad, stays a plain tensor, as torch.autograd.Function
+           leaves it (and one marked non-differentiable); its slot keeps the others' numbering. */
+        if (records_any(*self->records, j, inputs) && torch::autograd::isDifferentiableType(output.scalar_type())) {
             torch::autograd::set_history(output, node);
         } else {
             node->plain_results[node->add_input_metadata(Node::undefined_input())] = {
