@@ -38,6 +38,7 @@ _BACKWARD_TABLE = {
         (1024, 16384, 2): dict(BLOCK_N=1024, ROWS=8, num_warps=8, UNROLL=0, PER_SM=0),
         (1024, 131072, 2): dict(BLOCK_N=1024, ROWS=4, num_warps=4, UNROLL=0, PER_SM=0),
         (32768, 4096, 2): dict(BLOCK_N=4096, ROWS=2, num_warps=16, UNROLL=0, PER_SM=0),
+        (32768, 4096, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=1, PER_SM=0),
     },
 }
 
