@@ -220,7 +220,8 @@ def tuple_source(items) -> str:
 
 
 def gradients_formula(op: str | None, inputs: list[str], saved: list[str], sources: list[str], outputs: int,
-               saved_outputs: tuple = (), phases: str | None = None, whole: bool = False, records: tuple | None = None) -> str:
+                      saved_outputs: tuple = (), phases: str | None = None, whole: bool = False,
+                      records: tuple | None = None) -> str:
     """The rt.Gradients of an op whose tensor inputs are `inputs`: what its backward op (`op`)
     reads and where each input's gradient comes from (`phases`: its two calls; `whole`: the backward
     op is one launch its kernel's call path learns; `records`: output_records, rt.Gradients)."""
