@@ -39,6 +39,33 @@ tiles:
   K: {block: BK, sizes: [32]}
 """
 
+# Outputs that read an [N] or an [M] epilogue input alone are a row or a column of the tile: a
+# tensor descriptor's store takes the whole tile (it refused them before they were widened).
+PART_OF_A_TILE = """
+op: mm_part_tile
+kind: matmul
+doc: c = acc * s + bias, beside 2 * bias and s * alpha spread over the output.
+inputs:
+  a: {dtype: [float32], shape: [M, K]}
+  b: {dtype: a, shape: [K, N]}
+  s: {dtype: a, shape: [M]}
+  bias: {dtype: a, shape: [N]}
+scalars:
+  alpha: {type: float, default: 0.5}
+outputs:
+  c: {dtype: a, shape: [M, N]}
+  e: {dtype: a, shape: [M, N]}
+  f: {dtype: a, shape: [M, N]}
+epilogue:
+  c: acc * s + bias
+  e: bias * 2.0
+  f: s * alpha
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+"""
+
 # Half-precision operands, a float32 output: its backward keeps the product in the operands' dtype
 # (where(): the kink is decided on it), as eager PyTorch's reads its product's rounded result.
 WIDER_OUT = """
@@ -127,6 +154,12 @@ def test_a_float32_input_of_an_op_run_in_float64_gets_its_gradient_tests(tmp_pat
 def test_a_matmul_output_that_reads_no_accumulator_has_the_output_shape_in_the_oracle(tmp_path):
     assert_generated_tests_pass(tmp_path, {"mm_no_acc.yaml": NO_ACC}, ["mm_no_acc"],
                                 "epilogue_inputs_broadcast or matches_reference")
+
+
+def test_matmul_outputs_of_a_row_or_a_column_of_the_tile_are_stored_whole(tmp_path):
+    assert_generated_tests_pass(tmp_path, {"mm_part_tile.yaml": PART_OF_A_TILE}, ["mm_part_tile"],
+                                "tensor_descriptor_stores or matches_reference or gradients_match_autograd or "
+                                "require_grad_as_the_oracles")
 
 
 def test_a_matmul_with_a_wider_output_keeps_its_product_in_the_operands_dtype(tmp_path):

@@ -527,6 +527,16 @@ def _matmul_backward(spec: Spec) -> dict:
     )
 
 
+def _tile_widening(spec: Spec, bm: str, bn: str) -> list[str]:
+    """Lines giving each epilogue output that reads neither the accumulator nor an [M, N] input
+    the tile's shape (`e: bias * 2` is a [1, BN] row; every output reads some tensor, validate
+    says). A pointer store broadcasts it; a tensor descriptor's store takes its block's shape only."""
+    parts = spec.matmul_parts()
+    full = {"acc"} | {t.name for t in parts.extras if parts.matrix(t) == (parts.m, parts.n)}
+    return [f"{name} = tl.broadcast_to({name}, ({bm}, {bn}))" for name, expression in spec.body
+            if not set(expression.names) & full]
+
+
 def matmul_context(spec: Spec, header: str) -> dict:
     parts = spec.matmul_parts()
     a, b, m, n, k, extras = parts.a, parts.b, parts.m, parts.n, parts.k, list(parts.extras)
@@ -615,7 +625,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         acc_dtype=acc_dtype,
         dot_options=_dot_options(spec, spec.tile(k).block),
         extras=[_extra_load(t, m, n) for t in extras],
-        epilogue_lines=assignments(list(spec.body), "triton"),
+        epilogue_lines=assignments(list(spec.body), "triton") + _tile_widening(spec, bm.block, bn.block),
         outputs=outs,
         checks=checks + after + prelude,
         result=result,
