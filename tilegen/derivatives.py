@@ -182,6 +182,12 @@ def from_tree(node: ast.AST) -> Term:
     raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
 
 
+def normal_form(node: ast.AST) -> str:
+    """A key for the value of an expression tree: the same for trees the term builders simplify
+    alike (a forward's `d * d` with d written out, and its backward's term for the same value)."""
+    return ast.dump(to_tree(from_tree(node)))
+
+
 _SQRT_HALF = math.sqrt(0.5)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)

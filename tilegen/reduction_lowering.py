@@ -3,11 +3,14 @@ stores, the wrapper's checks, and the backward derived from its math (itself a r
 
 from __future__ import annotations
 
-from .derivatives import differentiate
+import ast
+
+from .derivatives import differentiate, normal_form
+from .expressions import expression_of
 from .naming import backward_op_name
 from .lowering import (common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula, input_checks,
                        output_context, output_records, scalar_params, tuple_source)
-from .rows import ELEMENT, ROW, RowProgram, first_row_lines, output_pass, stage_pass, whole_row_lines
+from .rows import ELEMENT, ROW, KeptValues, RowProgram, first_row_lines, output_pass, stage_pass, whole_row_lines
 from .spec import Spec
 
 # The tensor roles along the rows (Spec.row_roles) and how a kernel addresses each.
@@ -188,10 +191,32 @@ def _space(spec: Spec, backward: bool = False, sums_columns: bool = False) -> st
             f"{fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows}{longest}{unroll}{per_sm})")
 
 
-def _backward(spec: Spec, roles: dict[str, str]) -> dict:
+def forward_program(spec: Spec, kept: list[tuple[str, str]] = ()) -> RowProgram:
+    """The forward's row program: the steps its outputs read, its outputs, and the `kept` row values
+    ((name, the reduction it stores), kept_statistics) it also stores for its backward."""
+    values = spec.steps_read() + list(spec.body)
+    values += [(name, expression_of(ast.Name(reduction, ast.Load()))) for name, reduction in kept]
+    return RowProgram(values, spec.row_levels())
+
+
+def kept_statistics(forward: RowProgram) -> KeptValues | None:
+    """The forward's sums that a decision reads (RowProgram.decided_sums), for its backward to read
+    as the forward computed them: `where(x > mean(x), ...)` over a row of equal values, its mean
+    summed again in another order (the backward's own config), decided the other way for every
+    element. None where there are none."""
+    decided = forward.decided_sums()
+    if not decided:
+        return None
+    return KeptValues({normal_form(forward.canonical(ast.Name(r.name, ast.Load()))): f"_kept_{r.name[2:]}"
+                       for r in decided}, normal_form)
+
+
+def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
     """The gradients of every input, derived from the steps and outputs: one reduction kernel over
     the saved inputs and the incoming gradients. A column input's gradient is summed over the
-    rows by the kernel's programs, each into a row of its own, then over those rows."""
+    rows by the kernel's programs, each into a row of its own, then over those rows. Sums that a
+    decision reads (kept_statistics) are the forward's: its kernel stores them, and the backward
+    runs it again on the saved inputs (the same config, the same sums) rather than sum again."""
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
     levels = spec.row_levels()
@@ -201,7 +226,8 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
     # and a 128 MiB buffer (bench/results/h200/reductions/column_sums_in_kernel).
     columns = [n for n in inputs if roles[n] == "column"]
     output_levels = {o: ROW if roles[o] == "row" else ELEMENT for o in outputs}
-    backward = _fewest_reads(spec, inputs, outputs, roles, levels, output_levels, columns)
+    kept = kept_statistics(forward)
+    backward = _fewest_reads(spec, inputs, outputs, roles, levels, output_levels, columns, plain=kept is not None)
     computed = backward.computed()
     saved = [n for n in inputs if n in backward.reads] if computed else []
     outputs_read = [o for o in outputs if o in backward.reads] if computed else []
@@ -212,15 +238,24 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
         # gives the call N and the rows.
         saved.append(next(n for n in inputs if roles[n] == "element"))
     seed_levels = {backward.seeds[o]: output_levels[o] for o in outputs}
+    kept_levels = {name: ROW for name in kept.names.values()} if kept else {}
     program = RowProgram(list(backward.steps), {**{n: levels[n] for n in saved},
                                                 **{o: output_levels[o] for o in outputs_read}, **seed_levels,
-                                                **{s.name: levels[s.name] for s in spec.scalars}})
+                                                **kept_levels, **{s.name: levels[s.name] for s in spec.scalars}},
+                         kept=kept)
+    # The kept sums the backward reads, and the forward's reductions they are.
+    reruns = [(kept.names[key], key) for key in kept.names if key in kept.used] if kept else []
+    by_key = {normal_form(forward.canonical(ast.Name(r.name, ast.Load()))): r.name for r in forward.reductions}
+    reruns = [(name, by_key[key]) for name, key in reruns]
+    # A backward that reruns the forward takes every input (the forward's call); its kernel reads
+    # only those its math does.
+    taken = inputs if reruns else saved
     results = {backward.results[n]: {"row": "row", "column": "column_sum"}.get(roles[n], "element") for n in computed}
     scalars = [s.name for s in spec.scalars]
     name = backward_op_name(spec.op)
     sources = gradient_sources(backward, inputs, outputs)
     kernel_inputs = {**{n: roles[n] for n in saved}, **{o: roles[o] for o in outputs_read},
-                     **{backward.seeds[o]: roles[o] for o in outputs}}
+                     **{k: "row" for k, _ in reruns}, **{backward.seeds[o]: roles[o] for o in outputs}}
     # Gradients take the shape of the first incoming gradient along the rows, and the widest dtype
     # of the float tensors the backward reads (gradient_dtype; autograd casts each to its input's).
     like_output = next((o for o in outputs if roles[o] == "element"), outputs[0])
@@ -240,22 +275,25 @@ def _backward(spec: Spec, roles: dict[str, str]) -> dict:
         kernel_inputs=list(kernel_inputs),
         results=list(results),
         named_inputs="[" + ", ".join(f'("{n}", {n})' for n in kernel_inputs) + "]",
-        typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + outputs_read + seeds] + scalar_params(spec)),
-        call_args=", ".join(saved + outputs_read + seeds + scalars),
+        typed_params=", ".join([f"{n}: torch.Tensor" for n in taken + outputs_read + seeds] + scalar_params(spec)),
+        call_args=", ".join(taken + outputs_read + seeds + scalars),
         allocations=allocations,
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
-        gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs),
+        gradients=gradients_formula(f"_{name}" if computed else None, inputs, taken, sources, len(outputs),
                                     tuple(outputs.index(o) for o in outputs_read), whole=True,
                                     records=output_records(spec)),
+        # (name, the forward reduction it holds): the sums the forward stores and the backward reads.
+        kept=reruns,
     )
 
 
 def _fewest_reads(spec: Spec, inputs: list[str], outputs: list[str], roles: dict[str, str], levels: dict[str, int],
-                  output_levels: dict[str, int], columns: list[str]):
+                  output_levels: dict[str, int], columns: list[str], plain: bool = False):
     """The backward derived from the inputs, or the one that reads outputs in place of the inputs
     they are computed from, where that reads fewer tensors along the rows: add_rms_norm's reads its
     sum h = x + residual, not x and residual (one tensor fewer in every pass over a row, and one
-    fewer kept for the backward; PyTorch's rms_norm backward of the sum reads it so too)."""
+    fewer kept for the backward; PyTorch's rms_norm backward of the sum reads it so too). `plain`:
+    from the inputs (a backward that reruns the forward on them)."""
     along = [n for n in inputs if roles[n] == "element"]
 
     def derived(**kwargs):
@@ -265,9 +303,11 @@ def _fewest_reads(spec: Spec, inputs: list[str], outputs: list[str], roles: dict
     def read_along(backward):
         return sum(1 for n in backward.reads if n in along or (n in outputs and roles[n] == "element"))
 
-    plain = derived()
+    from_inputs = derived()
+    if plain:
+        return from_inputs
     reading = derived(outputs_instead_of=along)
-    return reading if read_along(reading) < read_along(plain) else plain
+    return reading if read_along(reading) < read_along(from_inputs) else from_inputs
 
 
 def reduction_context(spec: Spec, header: str) -> dict:
@@ -275,7 +315,9 @@ def reduction_context(spec: Spec, header: str) -> dict:
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
     scalars = [s.name for s in spec.scalars]
-    program = RowProgram(spec.steps_read() + list(spec.body), spec.row_levels())
+    backward = _backward(spec, roles, forward_program(spec))
+    kept = [name for name, _ in backward["kept"]]
+    program = forward_program(spec, backward["kept"])
     ctx = common_context(spec, header)
     outs, prelude, result = output_context(spec)
     checks = input_checks(spec, {})
@@ -285,12 +327,13 @@ def reduction_context(spec: Spec, header: str) -> dict:
     for out in outs:
         out["shape"] = "_lead" if roles[out["name"]] == "row" else "(*_lead, _n)"
     tile = spec.tiles[0]
-    backward = _backward(spec, roles)
     ctx.update(
-        kernel=row_kernel(spec.op, program, {n: roles[n] for n in inputs}, {n: roles[n] for n in outputs},
-                          scalars, tile.block, _floats(spec)),
+        kernel=row_kernel(spec.op, program, {n: roles[n] for n in inputs},
+                          {**{n: roles[n] for n in outputs}, **{k: "row" for k in kept}}, scalars, tile.block,
+                          _floats(spec)),
         block=tile.block,
         roles=tuple_source(repr(roles[n]) for n in inputs + outputs),
+        kept=kept,
         space=_space(spec),
         compute_floor=spec.compute or "float32",
         checks=checks + prelude,

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import ast
 import copy
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from .expressions import REDUCTIONS, Expression, assignments, expression_of, value_names
 
@@ -139,6 +140,19 @@ def _exp_and_weight(tree: ast.AST):
     return None, None
 
 
+@dataclass
+class KeptValues:
+    """Reductions a program reads from row inputs instead of computing them: `names` maps the
+    key of a reduction (`key_of` its canonical tree: sum(e) with every value e reads written
+    out down to the inputs, see RowProgram.canonical) to the row input holding its value. A
+    backward reads the forward's own sums so, where a decision reads them: recomputed with its
+    own config, a sum comes out in another order, and an element within a rounding of it would
+    be decided the other way (reduction_lowering.kept_statistics). `used`: the keys read."""
+    names: dict[str, str]
+    key_of: Callable[[ast.AST], str]
+    used: set = field(default_factory=set)
+
+
 def _undetached(tree: ast.AST) -> ast.AST:
     """`tree` without a detach() around it: the same value (online_sums looks through it)."""
     if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "detach":
@@ -151,15 +165,19 @@ class RowProgram:
     names in `levels` (inputs and scalars, with their levels). Reductions may nest in what a
     backward derives: an inner one is computed in an earlier stage. Equal reductions are one."""
 
-    def __init__(self, values, levels: dict[str, int]):
+    def __init__(self, values, levels: dict[str, int], kept: KeptValues | None = None):
         self.levels = {**levels, ROW_LENGTH: UNIFORM}
         self.stages = {name: 0 for name in self.levels}
         self.reductions: list[Reduction] = []
         self.assignments: list[Assignment] = []
+        # Each value and reduction written out down to the inputs (self.canonical).
+        self._canonical: dict[str, ast.AST] = {}
+        self._kept = kept
         seen: dict[tuple, str] = {}
         for name, expression in values:
             tree = self._take_reductions(without_mean(expression.tree.body), seen)
             body = expression_of(tree)
+            self._canonical[name] = self.canonical(tree)
             level = max((self.levels[n] for n in body.names), default=UNIFORM)
             stage = max((self.stages[n] for n in body.names), default=0)
             self.levels[name], self.stages[name] = level, stage
@@ -181,15 +199,76 @@ class RowProgram:
                     node.args[0] = inner
                 argument = expression_of(node.args[0])
                 key = (node.func.id, ast.dump(argument.tree))
+                kept = program._kept_name(node.func.id, argument)
+                if kept is not None:
+                    reduced = ast.Name(kept, ast.Load())
+                    return outside(reduced) if outside is not None else reduced
                 if key not in seen:
                     name = seen[key] = f"_r{len(program.reductions)}"
                     stage = 1 + max((program.stages[n] for n in argument.names), default=0)
                     program.reductions.append(Reduction(name, node.func.id, argument, stage))
                     program.levels[name], program.stages[name] = ROW, stage
+                    program._canonical[name] = program._reduced(node.func.id, argument)
                 reduced = ast.Name(seen[key], ast.Load())
                 return outside(reduced) if outside is not None else reduced
 
         return ast.fix_missing_locations(Take().visit(tree))
+
+    def _reduced(self, kind: str, argument: Expression) -> ast.AST:
+        return ast.Call(ast.Name(kind, ast.Load()), [self.canonical(argument.tree.body)], [])
+
+    def _kept_name(self, kind: str, argument: Expression) -> str | None:
+        """The row input that holds this reduction's value (KeptValues), else None."""
+        if self._kept is None:
+            return None
+        reduced = self._reduced(kind, argument)
+        key = self._kept.key_of(reduced)
+        if key not in self._kept.names:
+            return None
+        self._kept.used.add(key)
+        name = self._kept.names[key]
+        self._canonical[name] = reduced  # (a reduction of values that read it is keyed by it too)
+        return name
+
+    def canonical(self, tree: ast.AST) -> ast.AST:
+        """`tree` (a copy) with every value and reduction it reads written out, down to the inputs,
+        scalars and the row length: the same tree for the same value whatever a program named its
+        parts (a forward's steps, a backward's temporaries)."""
+        written = self._canonical
+
+        class WriteOut(ast.NodeTransformer):
+            def visit_Name(self, node):
+                return copy.deepcopy(written[node.id]) if node.id in written else node
+
+        return ast.fix_missing_locations(WriteOut().visit(copy.deepcopy(tree)))
+
+    def decided_sums(self) -> list[Reduction]:
+        """The sums whose value a decision reads, through any values between: where's condition,
+        relu's, abs's, maximum's and minimum's arguments, and a max's or min's argument (its
+        backward finds the elements equal to it). A max or a min of the same values is the same
+        in any order; a sum is not."""
+        defined = {a.name: a.expression.tree.body for a in self.assignments}
+        defined.update({r.name: r.argument.tree.body for r in self.reductions})
+        read: list[str] = []
+        for r in self.reductions:
+            if r.kind in ("max", "min"):
+                read.extend(r.argument.names)
+        for tree in defined.values():
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+                    continue
+                if node.func.id == "where":
+                    read.extend(value_names(node.args[0]))
+                elif node.func.id in ("relu", "abs", "maximum", "minimum"):
+                    read.extend(n for arg in node.args for n in value_names(arg))
+        reached: set[str] = set()
+        while read:
+            name = read.pop()
+            if name in reached or name not in defined:
+                continue
+            reached.add(name)
+            read.extend(value_names(defined[name]))
+        return [r for r in self.reductions if r.kind == "sum" and r.name in reached]
 
     def level(self, name: str) -> int:
         return self.levels[name]

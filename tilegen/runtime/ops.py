@@ -430,12 +430,15 @@ class ReductionOp(Op):
     SUM_PROGRAMS_PER_SM = 2
 
     def __init__(self, name, kernel, configs, *, roles, block="BLOCK", compute=tl.float32, listed=True,
-                 row_values=0, column_reads=0):
+                 row_values=0, column_reads=0, kept=0):
         super().__init__(name, configs, kernel, listed)
         self.kernel = Kernel(kernel)
         self.row_values = row_values  # a backward's: the values a long row leaves for its column sums
         self.column_reads = column_reads  # and the inputs along the rows its column phase reads
         self.roles, self.block, self.compute = tuple(roles), block, compute
+        # The kernel's tensors: the op's, then the values per row it stores beyond its outputs
+        # (`kept`: sums its backward's decisions read, reduction_lowering.kept_statistics).
+        self.tensor_roles = self.roles + ("row",) * kept
 
     @staticmethod
     def reduces_last(dim):
@@ -463,6 +466,11 @@ class ReductionOp(Op):
         lead = broadcast_leading(op, rows, "rows of shape", "the rows of", "shapes broadcast as in PyTorch")
         return lead, n
 
+    def math_dtype(self, tensors) -> torch.dtype:
+        """The dtype the kernel's math runs in over `tensors`: what a value it stores for itself
+        (a sum its backward reads again) is kept in, exactly."""
+        return torch.float64 if float64_math(self.name, self.compute == tl.float64, tensors) else torch.float32
+
     def run(self, inputs, outputs, scalars, lead, n, call=None, result=None):
         """Compute `outputs` (checked or allocated by the wrapper, in their own shapes) from
         `inputs` and `scalars` over rows of leading shape `lead` and length `n`. With `call`
@@ -472,7 +480,7 @@ class ReductionOp(Op):
         for size in lead:
             rows *= size
         if known(rows == 0):
-            for output, role in zip(outputs, self.roles[len(inputs):]):
+            for output, role in zip(outputs, self.tensor_roles[len(inputs):]):
                 if role == "column_sum":
                     output.zero_()  # a sum over no rows
             return
@@ -482,7 +490,7 @@ class ReductionOp(Op):
         views, pointers, write_back, copied = [], [], [], False
         traced = library.traced((*inputs, *outputs))  # stand-ins have no data to compare
         for index, tensor in enumerate((*inputs, *outputs)):
-            role = self.roles[index]
+            role = self.tensor_roles[index]
             if role == "column_sum":  # (its buffer is made per launch)
                 views.append(tensor)
                 pointers.append(tensor)
@@ -513,7 +521,7 @@ class ReductionOp(Op):
             views.append(view)
             pointers.append(tensor if aliased else view)
         key = (bucket(hint(n)), bucket(hint(rows)), inputs[0].element_size())
-        sums = [i for i, role in enumerate(self.roles) if role == "column_sum"]
+        sums = [i for i, role in enumerate(self.tensor_roles) if role == "column_sum"]
 
         def launch(config):
             return self._launch(views, pointers, scalars, rows, n, config, sums)

@@ -1,0 +1,141 @@
+"""A reduction's backward decides each kink on the sums the forward decided it on: the forward's
+kernel stores the sums a decision reads, and the backward runs it again on the saved inputs (the
+same config, the same order of addition) instead of summing with its own. Summed in another order,
+the mean of a row of equal values comes out a rounding apart, and `where(x > mean(x), ...)` sent
+every element's gradient down the other branch from the one the forward took."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+import torch
+
+from tests.conftest import REPO, assert_generated_tests_pass, built_package
+from tilegen.build import load_specs
+from tilegen.derivatives import normal_form
+from tilegen.expressions import expression_of
+from tilegen.reduction_lowering import forward_program, kept_statistics
+from tilegen.rows import ELEMENT, ROW, UNIFORM, KeptValues, RowProgram
+
+ABOVE_MEAN = """
+op: above_mean
+kind: reduction
+doc: y = x - mean(x) where x is above its row's mean, else 0.
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+steps:
+  mu: mean(x)
+compute:
+  y: where(x > mu, x - mu, 0.0)
+tiles:
+  N: {block: BLOCK_N, sizes: [1024, 2048]}
+"""
+
+# A max of values centred on a weighted mean, and a variance: the mean is decided on (the max's
+# backward finds the elements equal to it), the variance is not.
+CENTRED_RANGE = """
+op: centred_range
+kind: reduction
+doc: y = d * rsqrt(mean(d * d) + eps) + max(d), d = x * w - mean(x * w); and the range of d per row.
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  w: {dtype: x, shape: [N]}
+scalars:
+  eps: {type: float, default: 1.0e-5}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+  rng: {dtype: [float32], shape: [...]}
+steps:
+  mu: mean(x * w)
+  d: x * w - mu
+  v: mean(d * d)
+  hi: max(d)
+compute:
+  y: d * rsqrt(v + eps) + hi
+  rng: hi - min(d)
+tiles:
+  N: {block: BLOCK_N, sizes: [64, 256]}
+"""
+
+
+def _program(values: dict[str, str], levels: dict[str, int], kept=None) -> RowProgram:
+    # (As a backward's values are made: trees of tilegen's own, with names of its own.)
+    return RowProgram([(name, expression_of(ast.parse(text, mode="eval").body)) for name, text in values.items()],
+                      levels, kept=kept)
+
+
+def _sums(program):
+    return [ast.unparse(r.argument.tree.body) for r in program.decided_sums()]
+
+
+def test_the_sums_a_decision_reads_are_found_through_the_values_between():
+    levels = {"x": ELEMENT, "w": ELEMENT, "eps": UNIFORM}
+    assert _sums(_program({"mu": "mean(x)", "y": "where(x > mu, x - mu, 0.0)"}, levels)) == ["x"]
+    # Through a value along the row, a max's argument, relu's and maximum's.
+    assert _sums(_program({"d": "x - mean(x)", "y": "d / max(d)"}, levels)) == ["x"]
+    assert _sums(_program({"y": "relu(x - sum(x * w))"}, levels)) == ["x * w"]
+    assert _sums(_program({"r": "maximum(mean(x * x), eps)", "y": "x * r"}, levels)) == ["x * x"]
+    # No decision, or one on values no sum reaches: nothing kept (LayerNorm, softmax).
+    assert _sums(_program({"mu": "mean(x)", "d": "x - mu", "y": "d * rsqrt(mean(d * d) + eps)"}, levels)) == []
+    assert _sums(_program({"m": "max(x)", "e": "exp(x - m)", "y": "e / sum(e)"}, levels)) == []
+    assert _sums(_program({"y": "where(x > 0, x, 0.0) * rsqrt(mean(x * x) + eps)"}, levels)) == []
+
+
+def test_a_program_reads_a_kept_sum_by_its_value_whatever_its_parts_are_named():
+    levels = {"x": ELEMENT, "w": ELEMENT, "_kept": ROW}
+    forward = _program({"mu": "mean(x * w)", "d": "x * w - mu", "y": "where(d > 0, d, 0.0)"}, levels)
+    key = normal_form(forward.canonical(ast.Name(forward.decided_sums()[0].name, ast.Load())))
+    kept = KeptValues({key: "_kept"}, normal_form)
+    # The same sum written another way (a backward's temporaries), and one nested in another sum.
+    backward = _program({"_s0": "x * w", "_s1": "_s0 - sum(_s0) / 4.0", "z": "sum(_s1 * (x * w - mean(x * w)))"},
+                        levels, kept)
+    assert kept.used == {key}
+    assert [ast.unparse(r.argument.tree.body) for r in backward.reductions] == ["_s1 * (x * w - _kept / _n)"]
+
+
+def test_the_reduction_ops_in_specs_keep_nothing():
+    # None decides on a sum: softmax's max is the same in any order, LayerNorm decides nothing.
+    for source in load_specs([REPO / "specs"], REPO):
+        if source.spec.kind == "reduction":
+            assert kept_statistics(forward_program(source.spec)) is None, source.spec.op
+
+
+needs_backend = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available(),
+    reason="needs a CUDA GPU, or TRITON_INTERPRET=1")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    with built_package(tmp_path_factory.mktemp("decided"), "decided_ops",
+                       {"above_mean.yaml": ABOVE_MEAN, "centred_range.yaml": CENTRED_RANGE}) as module:
+        yield module
+
+
+@needs_backend
+@pytest.mark.parametrize("value", [1 / 3, 0.7, 0.9, 2.3])
+def test_a_row_of_equal_values_gets_the_gradient_of_the_branch_its_forward_took(package, value):
+    # 10000 copies of each value: its mean, summed in the backward's own order, was a rounding
+    # from the forward's, and every element's gradient went down the other branch.
+    x = torch.full((2, 10000), value, dtype=torch.float32, device=DEVICE, requires_grad=True)
+    y = package.above_mean(x)
+    seed = torch.linspace(0.5, 1.5, 10000, device=DEVICE).expand(2, 10000)
+    (got,) = torch.autograd.grad(y, x, seed)
+    # PyTorch's autograd of the same math in float64, each element's branch the one the op took.
+    taken = y.detach() != 0
+    x64 = x.detach().double().requires_grad_()
+    (want,) = torch.autograd.grad(torch.where(taken, x64 - x64.mean(-1, keepdim=True), 0.0), x64, seed.double())
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
+@needs_backend
+def test_the_generated_tests_of_ops_that_keep_sums_pass(tmp_path):
+    # Their gradcheck, their gradients against PyTorch's autograd of the oracle (with another
+    # axis reduced too), opcheck, and on a GPU the compiled and exported backward.
+    assert_generated_tests_pass(tmp_path, {"above_mean.yaml": ABOVE_MEAN, "centred_range.yaml": CENTRED_RANGE},
+                                ["above_mean", "centred_range"], "")
