@@ -14,6 +14,7 @@ import torch
 
 from tests.conftest import REPO, assert_generated_tests_pass, built_package
 from tilegen.build import load_specs
+from tilegen.decisions import contractible, decides_on_fused_math
 from tilegen.derivatives import normal_form
 from tilegen.expressions import expression_of
 from tilegen.reduction_lowering import forward_program, kept_statistics
@@ -35,28 +36,37 @@ tiles:
   N: {block: BLOCK_N, sizes: [1024, 2048]}
 """
 
-# A max of values centred on a weighted mean, and a variance: the mean is decided on (the max's
-# backward finds the elements equal to it), the variance is not.
+# A max of values centred on a weighted mean: the mean is decided on (the max's backward finds
+# the elements equal to it), the variance is not. `x * w - mu` is a product and a subtraction,
+# which a compiler fuses into one FMA in some kernels and not others: on the H200 a float16
+# backward looping on one warp lost the max's gradient at one element so, until every kernel of
+# such an op was compiled without FP fusion (tilegen.decisions).
 CENTRED_RANGE = """
 op: centred_range
 kind: reduction
-doc: y = d * rsqrt(mean(d * d) + eps) + max(d), d = x * w - mean(x * w); and the range of d per row.
+doc: y = d * rsqrt(mean(d * d) + eps) * s * k + max(d), d = x * w - mean(x * w); its variance and range.
 inputs:
-  x: {dtype: [float32, float64], shape: [..., N]}
+  x: {dtype: [float16, float32, float64], shape: [..., N]}
   w: {dtype: x, shape: [N]}
+  s: {dtype: [float32], shape: [...]}
 scalars:
   eps: {type: float, default: 1.0e-5}
+  k: {type: int, default: 3}
 outputs:
   y: {dtype: x, shape: [..., N]}
+  var: {dtype: [float32], shape: [...]}
   rng: {dtype: [float32], shape: [...]}
 steps:
   mu: mean(x * w)
   d: x * w - mu
   v: mean(d * d)
   hi: max(d)
+  lo: min(d)
+  t: s * k
 compute:
-  y: d * rsqrt(v + eps) + hi
-  rng: hi - min(d)
+  y: d * rsqrt(v + eps) * t + hi
+  var: v
+  rng: hi - lo
 tiles:
   N: {block: BLOCK_N, sizes: [64, 256]}
 """
@@ -110,6 +120,30 @@ needs_backend = pytest.mark.skipif(
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+@pytest.mark.parametrize("text, fused", [
+    ("x * w - mu", True), ("-(a * b) + c", True), ("silu(x) + b", True), ("c - a / b", True),
+    ("x - mu", False), ("a * b", False), ("(a + b) * c", False), ("detach(x) + maximum(a, b)", False)])
+def test_a_value_is_contractible_where_it_adds_or_subtracts_a_product(text, fused):
+    assert contractible(ast.parse(text, mode="eval").body) is fused
+
+
+def test_ops_whose_decisions_read_fused_math_are_compiled_without_fp_fusion():
+    def fused(values):
+        return decides_on_fused_math([(n, ast.parse(t, mode="eval").body) for n, t in values.items()])
+
+    # Through a step, a max's argument, relu's and maximum's.
+    assert fused({"mu": "mean(x * w)", "d": "x * w - mu", "y": "d * max(d)"})
+    assert fused({"y": "relu(a * b + c)"})
+    assert fused({"y": "minimum(maximum(a * b + c, lo), hi)"})
+    # Decisions on inputs, on a quotient alone, on a sum of inputs: nothing to fuse.
+    assert not fused({"mu": "mean(x)", "y": "where(x > mu, x - mu, 0.0)"})
+    assert not fused({"m": "max(x)", "e": "exp(x - m)", "y": "e / sum(e)"})
+    assert not fused({"y": "where(a + b > 0, a * b + c, 0.0)"})
+    ops = {source.spec.op for source in load_specs([REPO / "specs"], REPO)
+           if decides_on_fused_math([(n, e.tree.body) for n, e in [*source.spec.steps, *source.spec.body]])}
+    assert ops == {"fma_clamp"}
+
+
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
     with built_package(tmp_path_factory.mktemp("decided"), "decided_ops",
@@ -131,6 +165,41 @@ def test_a_row_of_equal_values_gets_the_gradient_of_the_branch_its_forward_took(
     x64 = x.detach().double().requires_grad_()
     (want,) = torch.autograd.grad(torch.where(taken, x64 - x64.mean(-1, keepdim=True), 0.0), x64, seed.double())
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+
+
+@needs_backend
+@pytest.mark.parametrize("warps", [1, 2])
+def test_a_max_of_fused_math_gets_its_gradient_in_a_looping_half_precision_backward(package, warps):
+    # The config that lost it (on the H200, compiled): 64-element blocks along rows of 300.
+    from decided_ops.centred_range import _BACKWARD
+
+    generator = torch.Generator().manual_seed(4)
+    x, w = (torch.randn(shape, generator=generator, dtype=torch.float64).half() for shape in ((8, 300), (300,)))
+    s = torch.rand(8, generator=generator, dtype=torch.float64).float() + 0.5
+    seeds = [torch.randn(shape, generator=generator, dtype=torch.float64) for shape in ((8, 300), (8,), (8,))]
+    leaves = [t.to(DEVICE).requires_grad_() for t in (x, w, s)]
+    with _BACKWARD.configs.forcing({"BLOCK_N": 64, "ROWS": 1, "num_warps": warps, "UNROLL": 0}):
+        outs = package.centred_range(*leaves, k=3)
+        got = torch.autograd.grad(outs, leaves, [g.to(o.dtype).to(DEVICE) for g, o in zip(seeds, outs)])
+    x64, w64, s64 = (t.double().requires_grad_() for t in (x, w, s))
+    d = x64 * w64 - (x64 * w64).mean(-1, keepdim=True)
+    v, hi, lo = (d * d).mean(-1, keepdim=True), d.amax(-1, keepdim=True), d.amin(-1, keepdim=True)
+    wants = [(d * (v + 1e-5).rsqrt() * s64[:, None] * 3 + hi), v[:, 0], (hi - lo)[:, 0]]
+    want = torch.autograd.grad(wants, (x64, w64, s64), seeds)
+    top = d.detach().topk(2, -1).values
+    assert ((top[:, 0] - top[:, 1]) > 1e-3).all()  # no near tie for the max to split
+    for g, expected in zip(got, want):
+        torch.testing.assert_close(g.double().cpu(), expected, rtol=0, atol=2e-2 * expected.abs().max().item())
+
+
+@needs_backend
+def test_the_kernels_of_an_op_that_decides_on_fused_math_are_compiled_without_it(package):
+    from decided_ops.above_mean import _BACKWARD as plain_backward
+    from decided_ops.above_mean import _OP as plain
+    from decided_ops.centred_range import _BACKWARD, _OP
+
+    assert not _OP.kernel.fp_fusion and not _BACKWARD.kernel.fp_fusion
+    assert plain.kernel.fp_fusion and plain_backward.kernel.fp_fusion
 
 
 @needs_backend

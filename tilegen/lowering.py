@@ -10,6 +10,7 @@ import textwrap
 
 from .dtypes import DTYPES
 from .escaping import docstring_text
+from .decisions import decides_on_fused_math
 from .derivatives import Backward, differentiate, recorded_from
 from .expressions import assignments
 from .naming import backward_op_name, training_op_name
@@ -162,6 +163,8 @@ def common_context(spec: Spec, header: str) -> dict:
         return_type="torch.Tensor" if len(spec.outputs) == 1 else
         "tuple[" + ", ".join("torch.Tensor" for _ in spec.outputs) + "]",
         input_pairs=f"[{_named_pairs(spec.inputs)}]",
+        # Kernels compiled with no FMA contraction where the backward decides on fused math.
+        fp_fusion=not decides_on_fused_math([(n, e.tree.body) for n, e in [*spec.steps, *spec.body]]),
     )
 
 

@@ -25,6 +25,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .decisions import decision_operands
 from .expressions import REDUCTIONS, Expression, assignments, expression_of, value_names
 
 UNIFORM, ROW, ELEMENT = 0, 1, 2
@@ -249,18 +250,8 @@ class RowProgram:
         in any order; a sum is not."""
         defined = {a.name: a.expression.tree.body for a in self.assignments}
         defined.update({r.name: r.argument.tree.body for r in self.reductions})
-        read: list[str] = []
-        for r in self.reductions:
-            if r.kind in ("max", "min"):
-                read.extend(r.argument.names)
-        for tree in defined.values():
-            for node in ast.walk(tree):
-                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
-                    continue
-                if node.func.id == "where":
-                    read.extend(value_names(node.args[0]))
-                elif node.func.id in ("relu", "abs", "maximum", "minimum"):
-                    read.extend(n for arg in node.args for n in value_names(arg))
+        read = [n for r in self.reductions if r.kind in ("max", "min") for n in r.argument.names]
+        read += [n for tree in defined.values() for operand in decision_operands(tree) for n in value_names(operand)]
         reached: set[str] = set()
         while read:
             name = read.pop()

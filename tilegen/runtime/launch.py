@@ -20,10 +20,13 @@ class Launched:
 
 
 class Kernel:
-    """One @triton.jit kernel, launched the standard way: `kernel[grid](*args, **constexprs)`."""
+    """One @triton.jit kernel, launched the standard way: `kernel[grid](*args, **constexprs)`.
+    Without `fp_fusion`, compiled with no multiply and add fused into one FMA: an op whose backward
+    decides a kink on a value it computes again (tilegen.decisions) rounds it as its forward did."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, fp_fusion=True):
         self.fn = fn
+        self.fp_fusion = fp_fusion
         # The compiled binary takes every parameter positionally, constexprs included.
         self.arg_names = list(getattr(fn, "arg_names", []))
 
@@ -34,6 +37,8 @@ class Kernel:
         torch.library.wrap_triton (TorchInductor then sees the kernel), or, where ops are opaque
         (the interpreter), left out: a fake implementation only computes the outputs' metadata."""
         options = {"num_warps": num_warps}
+        if not self.fp_fusion:
+            options["enable_fp_fusion"] = False
         if num_stages is not None:
             options["num_stages"] = num_stages
         if library.traced(args):

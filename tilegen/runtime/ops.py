@@ -54,9 +54,10 @@ class Op:
     """What every op has: its name, its config chooser and its compiled call path. `fast(*args)`
     is the call path's entry: the result of a call with a learned signature, else None."""
 
-    def __init__(self, name, configs: ConfigChooser, kernel, listed=True):
+    def __init__(self, name, configs: ConfigChooser, kernel, listed=True, fp_fusion=True):
         self.name = name
         self.configs = configs
+        self.fp_fusion = fp_fusion  # (Kernel: False where the op's backward decides on fused math)
         self.call_path = CallPath()
         # A changed choice (a forced config, another mode) makes learned calls stale.
         configs.on_change.append(self.call_path.forget)
@@ -67,6 +68,9 @@ class Op:
 
     def fast(self, *args):
         return self.call_path.call(*args)
+
+    def _kernel(self, fn):
+        return Kernel(fn, self.fp_fusion)
 
     def paths(self) -> tuple:
         """Every compiled call path of the op (a matmul has more: training calls, products)."""
@@ -87,9 +91,9 @@ class ElementwiseOp(Op):
     checks divisibility); `compute` the floor of the math's precision."""
 
     def __init__(self, name, kernel, strided_kernel, configs, *, block="BLOCK", mask="auto", compute=tl.float32,
-                 listed=True):
-        super().__init__(name, configs, kernel, listed)
-        self.kernel, self.strided_kernel = Kernel(kernel), Kernel(strided_kernel)
+                 listed=True, fp_fusion=True):
+        super().__init__(name, configs, kernel, listed, fp_fusion)
+        self.kernel, self.strided_kernel = self._kernel(kernel), self._kernel(strided_kernel)
         self.block, self.mask, self.compute = block, mask, compute
         self.exact_key = mask == "never"
 
@@ -153,9 +157,9 @@ class MatmulOp(Op):
 
     def __init__(self, name, kernel, configs, *, factors, blocks=("BM", "BN", "BK"), masks=("auto",) * 3,
                  group_m=8, launch="auto", operands=(0, 1), output=2, ranks=None, placeholders=(),
-                 products=None, listed=True, along_rows=None, batched=()):
-        super().__init__(name, configs, kernel, listed)
-        self.kernel = Kernel(kernel)
+                 products=None, listed=True, along_rows=None, batched=(), fp_fusion=True):
+        super().__init__(name, configs, kernel, listed, fp_fusion)
+        self.kernel = self._kernel(kernel)
         self.factor_names = tuple(factors)
         self.blocks, self.masks, self.group_m = tuple(blocks), tuple(masks), group_m
         self.schedule, self.operands = launch, operands
@@ -430,9 +434,9 @@ class ReductionOp(Op):
     SUM_PROGRAMS_PER_SM = 2
 
     def __init__(self, name, kernel, configs, *, roles, block="BLOCK", compute=tl.float32, listed=True,
-                 row_values=0, column_reads=0, kept=0):
-        super().__init__(name, configs, kernel, listed)
-        self.kernel = Kernel(kernel)
+                 row_values=0, column_reads=0, kept=0, fp_fusion=True):
+        super().__init__(name, configs, kernel, listed, fp_fusion)
+        self.kernel = self._kernel(kernel)
         self.row_values = row_values  # a backward's: the values a long row leaves for its column sums
         self.column_reads = column_reads  # and the inputs along the rows its column phase reads
         self.roles, self.block, self.compute = tuple(roles), block, compute
