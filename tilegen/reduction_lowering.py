@@ -199,6 +199,11 @@ def forward_program(spec: Spec, kept: list[tuple[str, str]] = ()) -> RowProgram:
     return RowProgram(values, spec.row_levels())
 
 
+def _key(program: RowProgram, reduction: str) -> str:
+    """The key of a program's reduction by its value (KeptValues)."""
+    return normal_form(program.canonical(ast.Name(reduction, ast.Load())))
+
+
 def kept_statistics(forward: RowProgram) -> KeptValues | None:
     """The forward's sums that a decision reads (RowProgram.decided_sums), for its backward to read
     as the forward computed them: `where(x > mean(x), ...)` over a row of equal values, its mean
@@ -207,8 +212,7 @@ def kept_statistics(forward: RowProgram) -> KeptValues | None:
     decided = forward.decided_sums()
     if not decided:
         return None
-    return KeptValues({normal_form(forward.canonical(ast.Name(r.name, ast.Load()))): f"_kept_{r.name[2:]}"
-                       for r in decided}, normal_form)
+    return KeptValues({_key(forward, r.name): f"_kept_{r.name[2:]}" for r in decided}, normal_form)
 
 
 def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
@@ -244,9 +248,8 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
                                                 **kept_levels, **{s.name: levels[s.name] for s in spec.scalars}},
                          kept=kept)
     # The kept sums the backward reads, and the forward's reductions they are.
-    reruns = [(kept.names[key], key) for key in kept.names if key in kept.used] if kept else []
-    by_key = {normal_form(forward.canonical(ast.Name(r.name, ast.Load()))): r.name for r in forward.reductions}
-    reruns = [(name, by_key[key]) for name, key in reruns]
+    by_key = {_key(forward, r.name): r.name for r in forward.reductions}
+    reruns = [(kept.names[key], by_key[key]) for key in kept.names if key in kept.used] if kept else []
     # A backward that reruns the forward takes every input (the forward's call); its kernel reads
     # only those its math does.
     taken = inputs if reruns else saved
