@@ -6,7 +6,8 @@ rounding of the kink goes the other way in the backward, its whole gradient with
 from __future__ import annotations
 
 import ast
-import copy
+
+from .expressions import written_out
 
 _DECIDING = ("relu", "abs", "maximum", "minimum")
 # Reductions that decide on their argument (their backward finds the elements equal to them).
@@ -28,15 +29,6 @@ def decision_operands(tree: ast.AST) -> list[ast.expr]:
         elif node.func.id in _DECIDING + _DECIDING_REDUCTIONS:
             found += list(node.args)
     return found
-
-
-def _written_out(tree: ast.AST, defined: dict[str, ast.AST]) -> ast.AST:
-    """`tree` with every name in `defined` replaced by its tree, recursively."""
-    class WriteOut(ast.NodeTransformer):
-        def visit_Name(self, node):
-            return self.visit(copy.deepcopy(defined[node.id])) if node.id in defined else node
-
-    return WriteOut().visit(copy.deepcopy(tree))
 
 
 def _rounds_a_product(node: ast.AST) -> bool:
@@ -63,5 +55,5 @@ def decides_on_fused_math(values: list[tuple[str, ast.AST]]) -> bool:
     `x * w - mean(x * w)` where the pass that found the row's max had not, and lost the max's
     gradient (bench/results/h200/fp_fusion/)."""
     defined = dict(values)
-    return any(contractible(_written_out(operand, defined))
+    return any(contractible(written_out(operand, defined))
                for _, tree in values for operand in decision_operands(tree))

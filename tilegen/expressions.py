@@ -446,6 +446,16 @@ def expression_of(tree: ast.expr) -> Expression:
     return Expression(ast.unparse(wrapped), wrapped, tuple(sorted(value_names(tree))))
 
 
+def written_out(tree: ast.AST, defined: dict[str, ast.AST]) -> ast.AST:
+    """`tree` (a copy) with every name in `defined` replaced by its tree, recursively: a value
+    written out down to the names nothing defines (inputs, scalars)."""
+    class WriteOut(ast.NodeTransformer):
+        def visit_Name(self, node):
+            return self.visit(copy.deepcopy(defined[node.id])) if node.id in defined else node
+
+    return ast.fix_missing_locations(WriteOut().visit(copy.deepcopy(tree)))
+
+
 def value_name_nodes(tree: ast.AST) -> list[ast.Name]:
     """The Name nodes of `tree` that read values: all but the functions it calls."""
     functions = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}

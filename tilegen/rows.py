@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .decisions import decision_operands
-from .expressions import REDUCTIONS, Expression, assignments, expression_of, value_names
+from .expressions import REDUCTIONS, Expression, assignments, expression_of, value_names, written_out
 
 UNIFORM, ROW, ELEMENT = 0, 1, 2
 LEVEL_NAMES = {UNIFORM: "the same for every row", ROW: "one value per row", ELEMENT: "varies along the row"}
@@ -235,13 +235,7 @@ class RowProgram:
         """`tree` (a copy) with every value and reduction it reads written out, down to the inputs,
         scalars and the row length: the same tree for the same value whatever a program named its
         parts (a forward's steps, a backward's temporaries)."""
-        written = self._canonical
-
-        class WriteOut(ast.NodeTransformer):
-            def visit_Name(self, node):
-                return copy.deepcopy(written[node.id]) if node.id in written else node
-
-        return ast.fix_missing_locations(WriteOut().visit(copy.deepcopy(tree)))
+        return written_out(tree, self._canonical)
 
     def decided_sums(self) -> list[Reduction]:
         """The sums whose value a decision reads, through any values between: where's condition,
