@@ -11,9 +11,9 @@ from .expressions import written_out
 
 _DECIDING = ("relu", "abs", "maximum", "minimum")
 # Reductions that decide on their argument (their backward finds the elements equal to them).
-_DECIDING_REDUCTIONS = ("max", "min")
+DECIDING_REDUCTIONS = ("max", "min")
 # Functions whose value is one of their arguments' as it is: they compute nothing to round.
-_PASSING = ("detach", *_DECIDING, *_DECIDING_REDUCTIONS)
+_PASSING = ("detach", *_DECIDING, *DECIDING_REDUCTIONS)
 
 
 def decision_operands(tree: ast.AST) -> list[ast.expr]:
@@ -26,7 +26,7 @@ def decision_operands(tree: ast.AST) -> list[ast.expr]:
         if node.func.id == "where":
             condition = node.args[0]
             found += [condition.left, *condition.comparators] if isinstance(condition, ast.Compare) else [condition]
-        elif node.func.id in _DECIDING + _DECIDING_REDUCTIONS:
+        elif node.func.id in _DECIDING + DECIDING_REDUCTIONS:
             found += list(node.args)
     return found
 

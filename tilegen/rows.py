@@ -25,7 +25,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .decisions import decision_operands
+from .decisions import DECIDING_REDUCTIONS, decision_operands
 from .expressions import REDUCTIONS, Expression, assignments, expression_of, value_names, written_out
 
 UNIFORM, ROW, ELEMENT = 0, 1, 2
@@ -244,7 +244,7 @@ class RowProgram:
         in any order; a sum is not."""
         defined = {a.name: a.expression.tree.body for a in self.assignments}
         defined.update({r.name: r.argument.tree.body for r in self.reductions})
-        read = [n for r in self.reductions if r.kind in ("max", "min") for n in r.argument.names]
+        read = [n for r in self.reductions if r.kind in DECIDING_REDUCTIONS for n in r.argument.names]
         read += [n for tree in defined.values() for operand in decision_operands(tree) for n in value_names(operand)]
         reached: set[str] = set()
         while read:
