@@ -1165,3 +1165,54 @@ def test_a_weight_named_after_the_kernels_workspace_builds_and_computes(tmp_path
     text = (REPO / "specs" / "rms_norm.yaml").read_text().replace("op: rms_norm", "op: rms_workspace")
     text = re.sub(r"\bw\b", "workspace", text)
     assert_generated_tests_pass(tmp_path, {"rms_workspace.yaml": text}, ["rms_workspace"], "matches_reference or gradients_match")
+
+
+def test_tuning_tries_the_row_length_compiled_in_where_it_is_a_power_of_two():
+    import torch.fx.experimental.symbolic_shapes as symbolic
+    from torch._dynamo.source import ConstantSource
+    from tilegen import tune
+    from tilegen.runtime import ReductionSpace
+    from tilegen.runtime.configs import fixed_row_length
+
+    space = ReductionSpace("BLOCK_N", [1024, 8192], [])
+    key = (32768, 4096, 2)
+    assert all("FIXED_N" not in c for c in space.candidates(FACTS, key))  # the heuristic's: read at run time
+    explored = space.candidates(FACTS, key, explore=True)
+    plain = [c for c in explored if "FIXED_N" not in c]
+    assert sorted(map(str, [c for c in explored if c.get("FIXED_N")])) == sorted(str({**c, "FIXED_N": 1}) for c in plain)
+    # Its length is no power of two: no kernel of its own to try.
+    assert all("FIXED_N" not in c for c in space.candidates(FACTS, (30000, 4096, 2), explore=True))
+    # The first pass times each launch read at run time; the leading launches' twins come with warps.
+    first = tune.first_pass(space.candidates(FACTS, key), explored)
+    assert first and all("FIXED_N" not in c for c in first)
+    # A spec's configs.fixed.FIXED_N is the only one.
+    assert {c.get("FIXED_N") for c in ReductionSpace("BLOCK_N", [1024], [4], fixed_n=[1]).candidates(FACTS, key)} == {1}
+    # The launch compiles the length in only where asked, for a power of two, never a traced symbol.
+    assert fixed_row_length({"FIXED_N": 1}, 4096) == 4096
+    assert fixed_row_length({"FIXED_N": 1}, 4000) == fixed_row_length({"FIXED_N": 0}, 4096) == fixed_row_length({}, 4096) == 0
+    shapes = symbolic.ShapeEnv()
+    symbol = shapes.create_symintnode(shapes.create_symbol(4096, source=ConstantSource("n")), hint=4096)
+    assert fixed_row_length({"FIXED_N": 1}, symbol) == 0
+
+
+@pytest.mark.parametrize("length, config", [
+    (1024, dict(BLOCK_N=256, ROWS=1, num_warps=2, UNROLL=0, FIXED_N=1)),
+    (2048, dict(BLOCK_N=256, ROWS=1, num_warps=2, UNROLL=2, FIXED_N=1)),
+    (1024, dict(BLOCK_N=1024, ROWS=2, num_warps=4, UNROLL=0, FIXED_N=1)),
+    (1000, dict(BLOCK_N=256, ROWS=1, num_warps=2, UNROLL=0, FIXED_N=1)),
+], ids=["looped_one_trip", "looped_four_trips", "whole_rows", "no_power_of_two"])
+def test_a_row_length_compiled_in_computes_what_the_run_time_length_does(monkeypatch, length, config):
+    # FIXED_N: the row length a constant of the kernel (its loops' trip counts known, whole blocks'
+    # masks folded away), in every op's forward and backward, looped and whole; a length that is
+    # no power of two is read at run time (an entry compiles one kernel, not one per length).
+    from tilegen.runtime.launch import Kernel
+
+    seen = set()
+    launch = Kernel.launch
+
+    def recording(self, grid, args, varying, constexprs, *rest, **options):
+        seen.add(constexprs.get("FIXED_N"))
+        return launch(self, grid, args, varying, constexprs, *rest, **options)
+    monkeypatch.setattr(Kernel, "launch", recording)
+    _every_row_op_on_three_multiprocessors(monkeypatch, length, config, seed=21, forward=True)
+    assert seen == ({length} if length & (length - 1) == 0 else {0})

@@ -43,8 +43,12 @@ def _warm_up_gpu(seconds: float = 1.0) -> None:
 SWEEPS = 3
 # Launches (a tile and how it launches) kept from the first pass whose warps and stages are then varied.
 REFINED_LAUNCHES = 4
+# On/off fields the first pass leaves off and the second tries. A reduction's row length compiled
+# in (FIXED_N) moves its time as warps do (in 8192 blocks, 16 warps gained 15% with it where 32
+# gained 2%: bench/probes/reduction_pipelining.txt), and compiles a kernel per length.
+SECOND_PASS_FLAGS = ("FIXED_N",)
 # What the second pass varies; everything else of a config is its launch, ranked in the first.
-REFINED_FIELDS = ("num_warps", "num_stages")
+REFINED_FIELDS = ("num_warps", "num_stages") + SECOND_PASS_FLAGS
 # The leading configs of each shape are timed this many more times, until the leaders hold.
 FINALISTS = 3
 CONFIRM_ROUNDS = 2
@@ -102,6 +106,7 @@ def first_pass(base: list, explored: list) -> list:
         launches.setdefault(launch_of(config), []).append(config)
     first = []
     for group in launches.values():
+        group = [c for c in group if not any(c.get(f) for f in SECOND_PASS_FLAGS)] or group
         default = defaults.get(tile_of(group[0]))
         first += [c for c in group if tuple(c.get(f) for f in REFINED_FIELDS) == default] or group
     return first

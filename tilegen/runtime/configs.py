@@ -243,6 +243,18 @@ def row_unroll(unroll, n, block, warps, rows=1):
     return max(1, min(unroll, cdiv(n, block)))
 
 
+def fixed_row_length(config, n):
+    """The row length a reduction kernel compiles in as a constant (its FIXED_N), or 0 where it
+    reads it at run time. A config's FIXED_N asks for it: the loops along the row then have known
+    trip counts and whole blocks' masks fold away, as in TorchInductor's kernels (a kernel per
+    length, so tuning tries it and tables say where it measured faster). It applies where `n` is a
+    power of two, its table key's own length, so that an entry compiles one kernel, not one per
+    length in its bucket; a length traced as a symbol (dynamic shapes) stays a run-time value."""
+    if not config.get("FIXED_N") or type(n) is not int or n < 1 or n & (n - 1):
+        return 0
+    return n
+
+
 def reduction_warps(elements):
     # About 16 elements of the tile per thread for short tiles, up to 64 for the longest rows.
     return max(1, min(16, elements // 512))
@@ -308,9 +320,9 @@ class ReductionSpace:
     at 4096x32768 on the H200 took 264 us a program a row block, 147 us with PER_SM 1, against
     171 looping (bench/results/h200/reductions/per_sm/); and a weight is loaded once a program."""
 
-    def __init__(self, block, blocks, warps, rows=(), backward=False, unroll=(), per_sm=()):
+    def __init__(self, block, blocks, warps, rows=(), backward=False, unroll=(), per_sm=(), fixed_n=()):
         self.block, self.blocks, self.warps, self.rows = block, list(blocks), list(warps), list(rows)
-        self.unroll, self.per_sm = list(unroll), list(per_sm)
+        self.unroll, self.per_sm, self.fixed_n = list(unroll), list(per_sm), list(fixed_n)
         self.max_tile = MAX_BACKWARD_ROW_TILE if backward else MAX_ROW_TILE
         self.backward = backward
         self.names = (block,)
@@ -349,6 +361,13 @@ class ReductionSpace:
             return self.per_sm
         return [0] + [p for p in PER_SM_COUNTS if p * warps <= 64] if explore else [0]
 
+    def _fixed_n_options(self, n, explore):
+        # The row length compiled in (fixed_row_length): tuning tries it beside every config where
+        # it applies (FIXED_N is refined like warps: tune.REFINED_FIELDS).
+        if self.fixed_n:
+            return self.fixed_n
+        return [0, 1] if explore and fixed_row_length({"FIXED_N": 1}, n) else [0]
+
     def _looped_rows_options(self, block, explore):
         # A backward that sums columns (a weight's gradient) reads and writes its workspace row's
         # block on every block of a looped row: a few rows a step share that traffic. Tuning
@@ -373,7 +392,8 @@ class ReductionSpace:
                     for w in self._warp_options(b * 2 * rows, explore):
                         for u in self._unroll_options(n, b, w, rows, explore):
                             out.append({self.block: b, "ROWS": rows, "num_warps": w, "UNROLL": u})
-        return out
+        fixed = self._fixed_n_options(n, explore)
+        return [{**c, **({"FIXED_N": f} if f else {})} for c in out for f in fixed]
 
     def heuristic(self, fitting, facts, key):
         """Whole rows where they fit a tile, with the default rows per program; else the largest

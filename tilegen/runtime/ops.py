@@ -15,7 +15,8 @@ from .axis import reduce_along
 from .batch import batch_shape, folded, matrices
 from .callpath import CallPath
 from .checks import broadcast_leading, float64_math
-from .configs import ACROSS_ROWS, ConfigChooser, across_rows_config, column_sums_tile, lighter_forms, row_unroll
+from .configs import (ACROSS_ROWS, ConfigChooser, across_rows_config, column_sums_tile, fixed_row_length,
+                      lighter_forms, row_unroll)
 from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
 from .sizes import hint, known, smaller
@@ -595,7 +596,8 @@ class ReductionOp(Op):
         strides = [s for view in views for s in view.stride()]
         constexprs.update({self.block: block, "ROWS": per_program, "ONE_TILE": not looped,
                            "AHEAD": not looped and bool(per_sm or sums),
-                           "UNROLL": row_unroll(config.get("UNROLL", 0), hint(n), block, config["num_warps"], per_program)})
+                           "UNROLL": row_unroll(config.get("UNROLL", 0), hint(n), block, config["num_warps"], per_program),
+                           "FIXED_N": fixed_row_length(config, n)})
         varying = len(head) + len(views) + len(scalars)
         return self.kernel.launch((blocks,), (*head, *pointers, *scalars, rows, n, *strides), varying, constexprs,
                                   config["num_warps"])

@@ -1,0 +1,67 @@
+"""The row length compiled in (FIXED_N) or read at run time: each reduction op's forward kernel,
+and its backward kernel in a training step, with the config it launches today and that config's
+FIXED_N twin, timed in alternating rounds (do_bench, L2 emptied; the median of the rounds).
+
+    PYTHONPATH=. python3 bench/probes/fixed_row_length.py [OPS] [SHAPES] [DTYPES] [ROUNDS]
+    e.g. ... rms_norm,layer_norm 4096x32768,32768x4096 float16,float32 3
+
+A line per op, shape, dtype and direction: both times and their ratio (above 1: FIXED_N faster),
+printed as measured, so a run cut short keeps what it timed. Each config's result is checked
+against PyTorch's as `tilegen tune` checks a candidate.
+"""
+import statistics
+import sys
+
+import torch
+from triton.testing import do_bench
+
+from tilegen.measure import load_bench_modules
+from tilegen.runtime import callpath
+from tilegen.tune import backward_calls, forward_calls
+
+OPS = "rms_norm,add_rms_norm,layer_norm,log_softmax,softmax"
+SHAPES = "4096x32768,512x32768,32768x4096"
+DTYPES = "float16,float32"
+
+
+def compare(label, chooser, call, check, rounds):
+    """Time `call` with the config `chooser` picks today and with its FIXED_N twin."""
+    with chooser.recording() as chosen:
+        call()
+    today = dict(chosen[-1][1])
+    today.pop("FIXED_N", None)
+    twins = {"run time": today, "FIXED_N": dict(today, FIXED_N=1)}
+    times = {name: [] for name in twins}
+    for name, config in twins.items():  # compiled and checked before any timing
+        with chooser.forcing(config):
+            check(call(), f"{label} {config}")
+    for _ in range(rounds):
+        for name, config in twins.items():
+            with chooser.forcing(config):
+                times[name].append(do_bench(call, warmup=10, rep=40, return_mode="median"))
+    slow, fast = (statistics.median(times[name]) * 1e3 for name in twins)
+    print(f"{label} {today}: run time {slow:.1f} us, FIXED_N {fast:.1f} us, {slow / fast:.3f}x", flush=True)
+
+
+def main(ops=OPS, shapes=SHAPES, dtypes=DTYPES, rounds="3"):
+    callpath.load(wait=True)  # (repeat calls take the compiled call path, as a user's do)
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
+    for op in ops.split(","):
+        module = load_bench_modules([op], "generated")[0]
+        generated = sys.modules[f"generated.{op}"]
+        for shape_text in shapes.split(","):
+            shape = tuple(int(s) for s in shape_text.split("x"))
+            for dtype_name in dtypes.split(","):
+                dtype = getattr(torch, dtype_name)
+                inputs = module.make_inputs(shape, dtype)
+                label = f"{op} {shape_text} {dtype_name}"
+                try:
+                    compare(f"{label} forward", generated._OP.configs, *forward_calls(module, inputs, dtype), int(rounds))
+                    compare(f"{label} backward", generated._BACKWARD.configs, *backward_calls(module, inputs, dtype),
+                            int(rounds))
+                except Exception as error:  # noqa: BLE001 - a config that does not launch is a result too
+                    print(f"{label}: {type(error).__name__}: {error}", flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
