@@ -847,3 +847,52 @@ def test_a_backward_decides_each_kink_as_the_forward_did(tmp_path):
         assert "_OP.product(a, b, exact=True)" in code[op]
     # relu's kink read from the output c (its sign is the forward's): nothing kept.
     assert "keep_acc" not in code["mm_bias_relu"] and "_backward_math(c, _g_c, MATH_64)" in code["mm_bias_relu"]
+
+
+# The accumulator itself, where its threshold lets it through: c = acc wherever t is -inf.
+TIE_AT_THRESHOLD = """
+op: mm_tie
+kind: matmul
+inputs:
+  a: {shape: [M, K], dtype: [float32]}
+  b: {shape: [K, N], dtype: a}
+  t: {shape: [M, N], dtype: a}
+outputs:
+  c: {shape: [M, N], dtype: a}
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+configs:
+  mode: autotune
+  key: [M]
+epilogue:
+  c: where(acc > t, acc, t)
+"""
+
+
+def test_a_recomputed_accumulator_adds_up_as_the_forwards_did(tmp_path):
+    """A backward that recomputes the float32 accumulator (the registered op's, which torch.compile
+    and export trace: no training call kept it) decides its kinks on it. Recomputed with the
+    backward products' own config, its K steps added up in another order (a split of K where the
+    forward, keyed by M alone, reused an unsplit config): 226 of 1024 ties at the threshold went the
+    other way, so t's gradient and every element of a's and b's differed from the kept
+    accumulator's backward. It now takes the forward's chooser: the same sums, bit for bit."""
+    device = _device()
+    with built_package(tmp_path, "tie_ops", {"mm_tie.yaml": TIE_AT_THRESHOLD}) as package:
+        module = importlib.import_module(f"{package.__name__}.mm_tie")
+        gen = torch.Generator().manual_seed(0)
+        m, k = 32, 256
+        # The first call at M = 32 picks the config of every later call at M = 32 (configs.key:
+        # [M]): wide, so unsplit; a later narrow product on its own would split K.
+        wide = [torch.randn(*shape, generator=gen).to(device) for shape in ((m, k), (k, 8192))]
+        module.mm_tie(*wide, torch.full((m, 8192), -float("inf"), device=device))
+        a, b = (torch.randn(*shape, generator=gen).to(device) for shape in ((m, k), (k, 32)))
+        acc = module.mm_tie(a, b, torch.full((m, 32), -float("inf"), device=device))  # the forward's sums
+        # Every element at its threshold: the forward's own sums let no gradient through acc.
+        g = torch.ones(m, 32, device=device)
+        kept = module._mm_tie_backward(a, b, acc.clone(), acc, g)
+        recomputed = module._mm_tie_backward(a, b, acc.clone(), None, g)
+        assert not kept[0].any() and not kept[1].any() and torch.equal(kept[2], g)
+        for name, mine, theirs in zip("abt", recomputed, kept):
+            assert torch.equal(mine, theirs), f"{name}: {(mine != theirs).sum().item()} elements differ"

@@ -207,7 +207,11 @@ class MatmulOp(Op):
         axes broadcast), with this op's kernel, tables and heuristics, its epilogue off: the
         products of the backward (dA = dZ @ B^T, dB = A^T @ dZ, a recomputed A @ B). `exact`: in
         float32, the accumulator as the forward's epilogue saw it (a backward that decides on
-        it: derivatives.decided_beyond_sign). Repeat calls take the compiled call path."""
+        it: derivatives.decided_beyond_sign), so with the forward's own chooser and masks: the
+        config the forward launched, whose K steps add up in the same order (the products' own
+        choice, a split of K or another K block, would round some elements differently, and a
+        decision at them would route their gradients unlike the forward's output). Repeat calls
+        take the compiled call path."""
         if self.ranks is None:
             raise ValueError(f"{self.name}: a backward product needs the op's tensor ranks (MatmulOp(ranks=...))")
         call = (x, y, *self.placeholders)
@@ -222,7 +226,8 @@ class MatmulOp(Op):
         # and the placeholders for its scalars.
         tensors = [out] * len(self.ranks)
         tensors[self.operands[0]], tensors[self.operands[1]] = x, y
-        self._run(tensors, self.placeholders, M, y.shape[-1], K, ("auto",) * 3, self.products, call=call,
+        masks, chooser = (self.masks, self.configs) if exact else (("auto",) * 3, self.products)
+        self._run(tensors, self.placeholders, M, y.shape[-1], K, masks, chooser, call=call,
                   result=out, epilogue=False, batch=batch, path=path)
         return out
 
