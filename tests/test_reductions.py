@@ -1187,6 +1187,12 @@ def test_tuning_tries_the_row_length_compiled_in_where_it_is_a_power_of_two():
     assert first and all("FIXED_N" not in c for c in first)
     # A spec's configs.fixed.FIXED_N is the only one.
     assert {c.get("FIXED_N") for c in ReductionSpace("BLOCK_N", [1024], [4], fixed_n=[1]).candidates(FACTS, key)} == {1}
+    # Cache hints (EVICT) likewise, beside every looped config, never a whole row (no later pass).
+    assert {c.get("EVICT", 0) for c in explored if c["BLOCK_N"] < 32768} == {0, 1}
+    assert {c.get("EVICT", 0) for c in explored if c["BLOCK_N"] == 32768} == {0}
+    assert all("EVICT" not in c for c in space.candidates(FACTS, key) + first)
+    hinted = ReductionSpace("BLOCK_N", [1024], [4], evict=[1]).candidates(FACTS, key)
+    assert {c.get("EVICT") for c in hinted if c["BLOCK_N"] == 1024} == {1}
     # The launch compiles the length in only where asked, for a power of two, never a traced symbol.
     assert fixed_row_length({"FIXED_N": 1}, 4096) == 4096
     assert fixed_row_length({"FIXED_N": 1}, 4000) == fixed_row_length({"FIXED_N": 0}, 4096) == fixed_row_length({}, 4096) == 0
@@ -1197,22 +1203,24 @@ def test_tuning_tries_the_row_length_compiled_in_where_it_is_a_power_of_two():
 
 @pytest.mark.parametrize("length, config", [
     (1024, dict(BLOCK_N=256, ROWS=1, num_warps=2, UNROLL=0, FIXED_N=1)),
-    (2048, dict(BLOCK_N=256, ROWS=1, num_warps=2, UNROLL=2, FIXED_N=1)),
-    (1024, dict(BLOCK_N=1024, ROWS=2, num_warps=4, UNROLL=0, FIXED_N=1)),
-    (1000, dict(BLOCK_N=256, ROWS=1, num_warps=2, UNROLL=0, FIXED_N=1)),
-], ids=["looped_one_trip", "looped_four_trips", "whole_rows", "no_power_of_two"])
+    (2048, dict(BLOCK_N=256, ROWS=1, num_warps=2, UNROLL=2, FIXED_N=1, EVICT=1)),
+    (1024, dict(BLOCK_N=1024, ROWS=2, num_warps=4, UNROLL=0, FIXED_N=1, EVICT=1)),
+    (1000, dict(BLOCK_N=256, ROWS=1, num_warps=2, UNROLL=0, FIXED_N=1, EVICT=1)),
+], ids=["looped_one_trip", "looped_four_trips_hinted", "whole_rows", "no_power_of_two_hinted"])
 def test_a_row_length_compiled_in_computes_what_the_run_time_length_does(monkeypatch, length, config):
     # FIXED_N: the row length a constant of the kernel (its loops' trip counts known, whole blocks'
     # masks folded away), in every op's forward and backward, looped and whole; a length that is
     # no power of two is read at run time (an entry compiles one kernel, not one per length).
+    # EVICT: a looped row's loads hint the cache (a whole row has no later pass to keep it for).
     from tilegen.runtime.launch import Kernel
 
     seen = set()
     launch = Kernel.launch
 
     def recording(self, grid, args, varying, constexprs, *rest, **options):
-        seen.add(constexprs.get("FIXED_N"))
+        seen.add((constexprs.get("FIXED_N"), constexprs.get("EVICT")))
         return launch(self, grid, args, varying, constexprs, *rest, **options)
     monkeypatch.setattr(Kernel, "launch", recording)
     _every_row_op_on_three_multiprocessors(monkeypatch, length, config, seed=21, forward=True)
-    assert seen == ({length} if length & (length - 1) == 0 else {0})
+    hinted = bool(config.get("EVICT")) and config["BLOCK_N"] < length
+    assert seen == {(length if length & (length - 1) == 0 else 0, hinted)}

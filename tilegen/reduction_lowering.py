@@ -51,8 +51,15 @@ def _address(name: str, role: str, rows: str = "rows") -> str:
     return _ADDRESS[role].format(n=name, rows=rows)
 
 
-def _load(name: str, role: str) -> str:
-    return f"{name} = tl.load({_address(name, role)}, mask={_MASK[role]}).to(compute)"
+# A looped row's cache hints, where the config asks (EVICT), as TorchInductor gives its loops': a
+# pass before the outputs' keeps what it loads in L2 for the next pass (evict_last); the outputs'
+# pass reads the row for the last time (evict_first) and a weight every row reads again (evict_last).
+_KEEP = 'eviction_policy="evict_last" if EVICT else ""'
+_LAST = 'eviction_policy="evict_first" if EVICT else ""'
+
+
+def _load(name: str, role: str, hint: str = "") -> str:
+    return f"{name} = tl.load({_address(name, role)}, mask={_MASK[role]}{', ' + hint if hint else ''}).to(compute)"
 
 
 def _load_ahead(name: str) -> str:
@@ -87,7 +94,7 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
             continue
         step = stage_pass(program, stage, block)
         what = f"stages {stage} and {stage + 1} (its sums online)" if program.folded(stage + 1) else f"stage {stage}"
-        passes.append(dict(loads=[_load(n, along[n]) for n in step.loads], before=list(step.before),
+        passes.append(dict(loads=[_load(n, along[n], _KEEP) for n in step.loads], before=list(step.before),
                            body=list(step.body), after=list(step.after), what=what))
     final = output_pass(program, elements)
     # A long row's column sums are left to the kernel's column phase (column_phase): the passes
@@ -137,7 +144,7 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         sum_cols=SUM_COLS,
         first_lines=first_row_lines(program),
         passes=passes,
-        output_loads=[_load(n, along[n]) for n in final.loads],
+        output_loads=[_load(n, along[n], _LAST if along[n] == "element" else _KEEP) for n in final.loads],
         output_lines=list(final.body),
         values_store=values_store,
         writes_along=bool(elements),
@@ -188,8 +195,9 @@ def _space(spec: Spec, backward: bool = False, sums_columns: bool = False) -> st
     unroll = f", unroll={[fixed['UNROLL']]}" if "UNROLL" in fixed else ""
     per_sm = f", per_sm={[fixed['PER_SM']]}" if "PER_SM" in fixed else ""
     fixed_n = f", fixed_n={[fixed['FIXED_N']]}" if "FIXED_N" in fixed else ""
+    evict = f", evict={[fixed['EVICT']]}" if "EVICT" in fixed else ""
     return (f"rt.ReductionSpace({tile.block!r}, {fixed_or(spec, tile.block, tile.sizes)}, "
-            f"{fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows}{longest}{unroll}{per_sm}{fixed_n})")
+            f"{fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows}{longest}{unroll}{per_sm}{fixed_n}{evict})")
 
 
 def forward_program(spec: Spec, kept: list[tuple[str, str]] = ()) -> RowProgram:

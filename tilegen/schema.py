@@ -16,23 +16,24 @@ The rule that tells calls apart (which calls may repeat a learned launch) lives 
 # `row_values`, and a backward kernel that sums columns takes COLS and COL_ROWS; 8: a reduction's
 # finish calls tilegen.runtime.sync.finish_share; 9: rt.ReductionOp takes `column_reads`; 10: a
 # reduction kernel takes AHEAD, its whole rows' loads issued a step ahead; 11: a reduction's wrapper
-# calls rt.ReductionOp.along for `dim=`; 12: a reduction kernel takes FIXED_N).
+# calls rt.ReductionOp.along for `dim=`; 12: a reduction kernel takes FIXED_N and EVICT).
 RUNTIME_VERSION = 12
 
 # Each kind's config fields, block fields first, under their canonical (table file) names.
 BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",), "reduction": ("BLOCK",)}
 CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stages", "TMA", "PERSISTENT",
                             "FLATTEN", "TMA_STORE"),
-                 "elementwise": ("BLOCK", "num_warps"), "reduction": ("BLOCK", "ROWS", "num_warps", "UNROLL", "PER_SM", "FIXED_N")}
+                 "elementwise": ("BLOCK", "num_warps"), "reduction": ("BLOCK", "ROWS", "num_warps", "UNROLL", "PER_SM", "FIXED_N",
+                               "EVICT")}
 # Fields that say how a tile is computed, not which: an entry applies to an op whose candidates
 # hold its other fields, whatever these say.
 SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA", "PERSISTENT", "FLATTEN", "TMA_STORE", "UNROLL", "PER_SM",
-                   "FIXED_N")
+                   "FIXED_N", "EVICT")
 # On/off fields of a config (1: on), named by themselves where a config is shown.
-FLAG_FIELDS = ("TMA", "PERSISTENT", "FLATTEN", "TMA_STORE", "FIXED_N")
+FLAG_FIELDS = ("TMA", "PERSISTENT", "FLATTEN", "TMA_STORE", "FIXED_N", "EVICT")
 # Fields that entries written before the field existed leave out, with the value they meant.
 FIELD_DEFAULTS = {"SPLIT_K": 1, "TMA": 0, "PERSISTENT": 0, "FLATTEN": 0, "TMA_STORE": 0, "UNROLL": 0, "PER_SM": 0,
-                  "FIXED_N": 0}
+                  "FIXED_N": 0, "EVICT": 0}
 # A reduction's UNROLL (blocks a loop trip along a row) where a config names it; 0 leaves it to
 # the launch (tilegen.runtime.configs.row_unroll).
 UNROLL_SIZES = (1, 2, 4, 8)

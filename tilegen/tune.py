@@ -45,8 +45,10 @@ SWEEPS = 3
 REFINED_LAUNCHES = 4
 # On/off fields the first pass leaves off and the second tries. A reduction's row length compiled
 # in (FIXED_N) moves its time as warps do (in 8192 blocks, 16 warps gained 15% with it where 32
-# gained 2%: bench/probes/reduction_pipelining.txt), and compiles a kernel per length.
-SECOND_PASS_FLAGS = ("FIXED_N",)
+# gained 2%: bench/probes/reduction_pipelining.txt), and compiles a kernel per length; a looped
+# row's cache hints (EVICT) pay with it and cost without it
+# (bench/results/h200/reductions/fixed_row_length/).
+SECOND_PASS_FLAGS = ("FIXED_N", "EVICT")
 # What the second pass varies; everything else of a config is its launch, ranked in the first.
 REFINED_FIELDS = ("num_warps", "num_stages") + SECOND_PASS_FLAGS
 # The leading configs of each shape are timed this many more times, until the leaders hold.

@@ -51,7 +51,8 @@ RESERVED_OP_NAMES = RESERVED | KERNEL_HELPERS | TEST_MODULE_NAMES | {"generated"
 RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "MATH_64", "NUM_SMS", "DOT_PRECISION", "EPILOGUE",
                                   "SAVE_ACC", "SPLIT_K", "USE_TMA", "USE_TMA_STORE", "TRANS_A", "TRANS_B", "PEEL_K",
                                   "PERSISTENT", "FLATTEN", "BATCHED", "EVEN",
-                                  "ROWS", "ONE_TILE", "UNROLL", "AHEAD", "PER_SM", "FIXED_N", "SHARED_FINISH",
+                                  "ROWS", "ONE_TILE", "UNROLL", "AHEAD", "PER_SM", "FIXED_N", "EVICT",
+                                  "SHARED_FINISH",
                                   "COLS", "COL_ROWS"})
 RESERVED_BLOCK_PREFIXES = ("EVEN_", "MASK_", "HAS_", "OUT_", "IN_")
 RESERVED_BLOCK_SUFFIXES = ("_FACTOR",)  # a size's or a stride's known factor (M_FACTOR, STRIDE_A_0_FACTOR)
@@ -590,9 +591,14 @@ class _Validator(ShapeRules):
                     self.error(key, f"{_show(value)} is not allowed",
                                "1: the row length compiled in where it is a power of two, or 0: read at run time")
                     continue
+            elif name == "EVICT" and self.kind == "reduction":
+                if type(value) is not int or value not in (0, 1):
+                    self.error(key, f"{_show(value)} is not allowed",
+                               "1: a looped row's loads hint the cache, or 0: no hints")
+                    continue
             else:
                 self.unknown_key(key, name, list(sizes) + ["num_warps", "num_stages"]
-                                 + (["ROWS", "UNROLL", "PER_SM", "FIXED_N"] if self.kind == "reduction" else []))
+                                 + (["ROWS", "UNROLL", "PER_SM", "FIXED_N", "EVICT"] if self.kind == "reduction" else []))
                 continue
             out[name] = value
         for block in sizes:

@@ -320,9 +320,9 @@ class ReductionSpace:
     at 4096x32768 on the H200 took 264 us a program a row block, 147 us with PER_SM 1, against
     171 looping (bench/results/h200/reductions/per_sm/); and a weight is loaded once a program."""
 
-    def __init__(self, block, blocks, warps, rows=(), backward=False, unroll=(), per_sm=(), fixed_n=()):
+    def __init__(self, block, blocks, warps, rows=(), backward=False, unroll=(), per_sm=(), fixed_n=(), evict=()):
         self.block, self.blocks, self.warps, self.rows = block, list(blocks), list(warps), list(rows)
-        self.unroll, self.per_sm, self.fixed_n = list(unroll), list(per_sm), list(fixed_n)
+        self.unroll, self.per_sm, self.fixed_n, self.evict = list(unroll), list(per_sm), list(fixed_n), list(evict)
         self.max_tile = MAX_BACKWARD_ROW_TILE if backward else MAX_ROW_TILE
         self.backward = backward
         self.names = (block,)
@@ -368,6 +368,13 @@ class ReductionSpace:
             return self.fixed_n
         return [0, 1] if explore and fixed_row_length({"FIXED_N": 1}, n) else [0]
 
+    def _evict_options(self, explore):
+        # A looped row's cache hints (EVICT): tuning tries them beside every looped config, as it
+        # does FIXED_N (tune.SECOND_PASS_FLAGS).
+        if self.evict:
+            return self.evict
+        return [0, 1] if explore else [0]
+
     def _looped_rows_options(self, block, explore):
         # A backward that sums columns (a weight's gradient) reads and writes its workspace row's
         # block on every block of a looped row: a few rows a step share that traffic. Tuning
@@ -391,7 +398,9 @@ class ReductionSpace:
                 for rows in self._looped_rows_options(b, explore):
                     for w in self._warp_options(b * 2 * rows, explore):
                         for u in self._unroll_options(n, b, w, rows, explore):
-                            out.append({self.block: b, "ROWS": rows, "num_warps": w, "UNROLL": u})
+                            for e in self._evict_options(explore):
+                                out.append({self.block: b, "ROWS": rows, "num_warps": w, "UNROLL": u,
+                                            **({"EVICT": e} if e else {})})
         fixed = self._fixed_n_options(n, explore)
         return [{**c, **({"FIXED_N": f} if f else {})} for c in out for f in fixed]
 

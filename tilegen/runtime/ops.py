@@ -420,7 +420,9 @@ class ReductionOp(Op):
     a longer one in block-sized steps, UNROLL blocks a loop trip (configs.row_unroll): the
     trip's blocks are a tl.static_range, so their loads are issued together. Rows held whole go
     to a program a row block, or to the config's PER_SM programs a multiprocessor, each issuing
-    its next block's loads before this block's math (AHEAD).
+    its next block's loads before this block's math (AHEAD). A config may compile a power-of-two
+    row length in (FIXED_N: configs.fixed_row_length) and give a looped row's loads cache hints
+    (EVICT: reduction_lowering's _KEEP and _LAST).
 
     `roles` gives each tensor (inputs, then outputs) its lie along the rows: "element" ([..., N]),
     "column" ([N], the same for every row), "row" ([...], one value per row), or, for a
@@ -602,7 +604,7 @@ class ReductionOp(Op):
         constexprs.update({self.block: block, "ROWS": per_program, "ONE_TILE": not looped,
                            "AHEAD": not looped and bool(per_sm or sums),
                            "UNROLL": row_unroll(config.get("UNROLL", 0), hint(n), block, config["num_warps"], per_program),
-                           "FIXED_N": fixed_row_length(config, n)})
+                           "FIXED_N": fixed_row_length(config, n), "EVICT": looped and bool(config.get("EVICT", 0))})
         varying = len(head) + len(views) + len(scalars)
         return self.kernel.launch((blocks,), (*head, *pointers, *scalars, rows, n, *strides), varying, constexprs,
                                   config["num_warps"])
