@@ -12,6 +12,7 @@ Hints without a constant length cost the half-precision forwards 7-10%
 kernel is the generated source with `eviction_policy=` added to its loads, compiled from a module
 of its own and launched with the arguments the op's own launch recorded.
 """
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -101,7 +102,9 @@ def main(ops=OPS, shapes=SHAPES, dtypes=DTYPES, loops=LOOPS, rounds="3"):
                 label = f"{op_name} {shape_text} {dtype_name}"
                 compiled = torch.compile(bench.run_torch, mode="max-autotune-no-cudagraphs")
                 compiled(inputs)
-                calls = {"torch.compile": lambda: compiled(inputs), "tilegen today": lambda: bench.run_tilegen(inputs)}
+                # name: (the config forced while it is timed, or None; the call)
+                calls = {"torch.compile": (None, lambda: compiled(inputs)),
+                         "tilegen today": (None, lambda: bench.run_tilegen(inputs))}
                 for text in loops.split(","):
                     b, w = (int(v) for v in text.split("/"))
                     config = {block: b, "ROWS": 1, "num_warps": w, "UNROLL": 0, "FIXED_N": 1}
@@ -116,15 +119,15 @@ def main(ops=OPS, shapes=SHAPES, dtypes=DTYPES, loops=LOOPS, rounds="3"):
                     hinted_call()
                     check_agreement(result, want, f"{label} {text} hinted")
 
-                    def plain_call(config=config):
-                        with op.configs.forcing(config):
-                            bench.run_tilegen(inputs)
-                    calls[f"{block}{b} w{w} FIXED_N"] = plain_call
-                    calls[f"{block}{b} w{w} FIXED_N hinted"] = hinted_call
+                    # (forced around the timing, not per call: forcing forgets the choices, and the
+                    # compiled call path with them, so each call would take the Python path)
+                    calls[f"{block}{b} w{w} FIXED_N"] = (config, lambda: bench.run_tilegen(inputs))
+                    calls[f"{block}{b} w{w} FIXED_N hinted"] = (None, hinted_call)
                 times = {name: [] for name in calls}
                 for _ in range(int(rounds)):
-                    for name, call in calls.items():
-                        times[name].append(do_bench(call, warmup=10, rep=40, return_mode="median"))
+                    for name, (config, call) in calls.items():
+                        with op.configs.forcing(config) if config else contextlib.nullcontext():
+                            times[name].append(do_bench(call, warmup=10, rep=40, return_mode="median"))
                 for name in calls:
                     print(f"{label} {name}: {statistics.median(times[name]) * 1e3:.1f} us", flush=True)
 
