@@ -363,14 +363,14 @@ class ReductionSpace:
 
     def _fixed_n_options(self, n, explore):
         # The row length compiled in (fixed_row_length): tuning tries it beside every config where
-        # it applies (FIXED_N is refined like warps: tune.REFINED_FIELDS).
+        # it applies, in its second pass (tune.SECOND_PASS_FLAGS).
         if self.fixed_n:
             return self.fixed_n
         return [0, 1] if explore and fixed_row_length({"FIXED_N": 1}, n) else [0]
 
     def _evict_options(self, explore):
-        # A looped row's cache hints (EVICT): tuning tries them beside every looped config, as it
-        # does FIXED_N (tune.SECOND_PASS_FLAGS).
+        # A looped row's cache hints (EVICT): tuning tries them beside every looped config, also in
+        # its second pass.
         if self.evict:
             return self.evict
         return [0, 1] if explore else [0]
