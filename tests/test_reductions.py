@@ -1224,3 +1224,44 @@ def test_a_row_length_compiled_in_computes_what_the_run_time_length_does(monkeyp
     _every_row_op_on_three_multiprocessors(monkeypatch, length, config, seed=21, forward=True)
     hinted = bool(config.get("EVICT")) and config["BLOCK_N"] < length
     assert seen == {(length if length & (length - 1) == 0 else 0, hinted)}
+
+
+def test_a_compiled_graph_launches_the_row_length_compiled_in_and_the_cache_hints(monkeypatch):
+    # Traced (torch.compile: on a GPU TorchInductor launches the kernels through wrap_triton), a
+    # table's FIXED_N and EVICT reach the forward's and the backward's launches as constexprs.
+    from generated import layer_norm, softmax
+    from tilegen.runtime.launch import Kernel
+    from generated.layer_norm import _BACKWARD as _NORM_BACKWARD, _OP as _NORM
+    from generated.softmax import _BACKWARD as _SOFTMAX_BACKWARD, _OP as _SOFTMAX
+
+    backend = "inductor" if DEVICE == "cuda" else "aot_eager"
+    gen = torch.Generator().manual_seed(5)
+    x, w, b, g = (torch.randn(*shape, generator=gen, dtype=torch.float64).to(DEVICE, torch.float32)
+                  for shape in ((6, 1024), (1024,), (1024,), (6, 1024)))
+    looped = dict(BLOCK_N=256, ROWS=1, num_warps=2, UNROLL=0, FIXED_N=1, EVICT=1)
+    f = torch.nn.functional
+    cases = [(lambda x, w, b: layer_norm(x, w, b)[0], lambda x, w, b: f.layer_norm(x, (1024,), w, b, eps=1e-5),
+              (_NORM, _NORM_BACKWARD)),
+             (lambda x, w, b: softmax(x) * w + b, lambda x, w, b: torch.softmax(x, -1) * w + b,
+              (_SOFTMAX, _SOFTMAX_BACKWARD))]
+    seen = []
+    launch = Kernel.launch
+
+    def recording(self, grid, args, varying, constexprs, *rest, **options):
+        seen.append((constexprs.get("FIXED_N"), constexprs.get("EVICT")))
+        return launch(self, grid, args, varying, constexprs, *rest, **options)
+    monkeypatch.setattr(Kernel, "launch", recording)
+    for op, reference, choosers in cases:
+        torch._dynamo.reset()
+        seen.clear()
+        got = [t.clone().requires_grad_() for t in (x, w, b)]
+        want = [t.clone().requires_grad_() for t in (x, w, b)]
+        with choosers[0].configs.forcing(looped), choosers[1].configs.forcing(looped):
+            y = torch.compile(op, fullgraph=True, backend=backend)(*got)
+            y.backward(g)
+        expected = reference(*want)
+        expected.backward(g)
+        torch.testing.assert_close(y, expected)
+        for mine, theirs in zip(got, want):
+            torch.testing.assert_close(mine.grad, theirs.grad)
+        assert len(seen) >= 2 and set(seen) == {(1024, True)}  # the forward's launch and the backward's
