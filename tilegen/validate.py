@@ -52,9 +52,11 @@ RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "MATH_64", "NUM_SMS", "
                                   "SAVE_ACC", "SPLIT_K", "USE_TMA", "USE_TMA_STORE", "TRANS_A", "TRANS_B", "PEEL_K",
                                   "PERSISTENT", "FLATTEN", "BATCHED", "EVEN",
                                   "ROWS", "ONE_TILE", "UNROLL", "AHEAD", "PER_SM", "FIXED_N", "EVICT",
-                                  "SHARED_FINISH",
-                                  "COLS", "COL_ROWS"})
+                                  "SHARED_FINISH", "COLS", "COL_ROWS"})
 RESERVED_BLOCK_PREFIXES = ("EVEN_", "MASK_", "HAS_", "OUT_", "IN_")
+# A reduction's on/off config fields, each with what its values mean.
+REDUCTION_FLAGS = {"FIXED_N": "1: the row length compiled in where it is a power of two, or 0: read at run time",
+                   "EVICT": "1: a looped row's loads hint the cache, or 0: no hints"}
 RESERVED_BLOCK_SUFFIXES = ("_FACTOR",)  # a size's or a stride's known factor (M_FACTOR, STRIDE_A_0_FACTOR)
 MAX_SIZES = 8
 MAX_TEST_SHAPES = 32
@@ -586,19 +588,13 @@ class _Validator(ShapeRules):
                     self.error(key, f"{_show(value)} is not allowed",
                                "programs a multiprocessor: 1, 2 or 4, or 0 for a program a row block")
                     continue
-            elif name == "FIXED_N" and self.kind == "reduction":
+            elif name in REDUCTION_FLAGS and self.kind == "reduction":
                 if type(value) is not int or value not in (0, 1):
-                    self.error(key, f"{_show(value)} is not allowed",
-                               "1: the row length compiled in where it is a power of two, or 0: read at run time")
-                    continue
-            elif name == "EVICT" and self.kind == "reduction":
-                if type(value) is not int or value not in (0, 1):
-                    self.error(key, f"{_show(value)} is not allowed",
-                               "1: a looped row's loads hint the cache, or 0: no hints")
+                    self.error(key, f"{_show(value)} is not allowed", REDUCTION_FLAGS[name])
                     continue
             else:
                 self.unknown_key(key, name, list(sizes) + ["num_warps", "num_stages"]
-                                 + (["ROWS", "UNROLL", "PER_SM", "FIXED_N", "EVICT"] if self.kind == "reduction" else []))
+                                 + (["ROWS", "UNROLL", "PER_SM", *REDUCTION_FLAGS] if self.kind == "reduction" else []))
                 continue
             out[name] = value
         for block in sizes:
