@@ -24,6 +24,7 @@
 #   OUT=/tmp/check STEPS="reductions:forward reductions:backward" bash bench/h200_check.sh  # about 6 minutes
 #   OUT=/tmp/check STEPS="batched:forward batched:backward" bash bench/h200_check.sh   # about 3 minutes
 #   OUT=/tmp/check STEPS="fp8" bash bench/h200_check.sh                  # about 3 minutes
+#   OUT=/tmp/check STEPS="broadcast" bash bench/h200_check.sh            # about 2 minutes
 #   OUT=/tmp/check STEPS="build callpath" bash bench/h200_check.sh       # the compiled call path's tests alone
 #   OUT=/tmp/check STEPS="reductions:forward_compile" REDUCE_SHAPES=16384x1024,32768x4096 bash bench/h200_check.sh
 #   OUT=/tmp/check STEPS="reductions:tune build reductions:forward" bash bench/h200_check.sh  # about 8 minutes
@@ -158,6 +159,9 @@ step batched:compile 560 python3 -m tilegen bench bmm --compile --out "$out/batc
 # TFLOP/s, fraction of the fp8 peak), and the fp8 ops' bench (about 3 minutes; not default steps).
 step fp8:probe 200 python3 bench/probes/fp8_scaled_mm.py "$out/fp8/probe"
 step fp8:bench 200 python3 -m tilegen bench fp8_scaled_mm fp8_linear_gelu --out "$out/fp8/bench"
+# Broadcast elementwise calls against same-shape ones, and with the strided kernel's blocks across
+# lines (LINES off), eager and torch.compile beside (about 2 minutes; not a default step).
+step broadcast 200 python3 bench/probes/broadcast_bandwidth.py "$out/broadcast"
 # matmul against cuBLAS again, each point the median of five turns (about 2 minutes; not a default step).
 step rounds 240 python3 -m tilegen bench matmul --rounds 5 --out "$out/matmul_rounds"
 # max-autotune compiles each shape afresh (about 16 s a shape): one op per step, each about 5 minutes.

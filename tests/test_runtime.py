@@ -667,16 +667,20 @@ def test_broadcast_shape_follows_pytorch_and_names_what_does_not_broadcast():
                                "of 'a', 'b', broadcast together; shapes broadcast as in PyTorch)")
 
 
-@pytest.mark.parametrize("shape, block", [((5, 256), 64), ((3, 4, 128), 64), ((5, 200), 64), ((7, 96), 64),
-                                          ((4, 64), 256)],
-                         ids=["tiles_in_one_run", "runs_of_three_axes", "runs_across_tiles",
-                              "tail_tile", "tile_longer_than_a_run"])
-def test_the_strided_kernel_indexes_every_tile_right_in_one_run_of_the_last_axis_or_across_runs(shape, block):
-    # A row [N] broadcast over x, and x laid out transposed, with tiles that fall within one run
-    # of the last axis, straddle two, end in a tail, or are longer than a run: each element's
-    # indices divided out of its flat offset. Against eager math.
+@pytest.mark.parametrize("shape, block", [((5, 256), 64), ((3, 4, 128), 64), ((2, 3, 5, 80), 64), ((5, 200), 64),
+                                          ((7, 96), 64), ((4, 64), 256), ((3, 5, 48), 64)],
+                         ids=["blocks_tile_a_line", "lines_of_three_axes", "lines_of_four_axes",
+                              "a_line_ends_in_a_part_block", "lines_shorter_than_two_blocks", "block_longer_than_a_line",
+                              "blocks_across_lines_of_three_axes"])
+def test_the_strided_kernel_indexes_every_block_right_along_lines_of_the_last_axis_or_across_them(shape, block):
+    # A row [N] broadcast over x, and x laid out transposed (its last axis then runs across the
+    # lines of the others), with blocks that tile a line of the last axis, end a line part full,
+    # or are longer than a line (then each element's indices are divided out of its flat offset,
+    # runtime.strided). Against eager math.
     from generated import scaled_silu_mul
     from generated.scaled_silu_mul import _OP
+
+    assert _OP._by_lines(shape[-1], block) == (shape[-1] >= block)
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gen = torch.Generator().manual_seed(5)
@@ -687,6 +691,39 @@ def test_the_strided_kernel_indexes_every_tile_right_in_one_run_of_the_last_axis
     with _OP.configs.forcing({"BLOCK": block, "num_warps": 4}):
         for a, b in ((x, row), (x, transposed), (transposed, row)):
             torch.testing.assert_close(scaled_silu_mul(a, b), torch.nn.functional.silu(a.double()).mul(b.double()).float())
+
+
+def test_a_broadcast_call_launches_a_block_long_enough_for_the_bytes_its_threads_stream(monkeypatch):
+    from tilegen.runtime.configs import MIN_STREAMED_BYTES, block_for_streams
+
+    offered = {1024, 2048, 4096}
+    # 128 threads: half-precision x and output stream 4 bytes an element, float32 8.
+    assert block_for_streams(1024, offered, 128, 4) == 2048  # 32 bytes a thread: doubled to 64
+    assert block_for_streams(1024, offered, 128, 8) == 1024  # 64 bytes: enough
+    assert block_for_streams(1024, offered, 128, 2) == 4096  # one half-precision stream: 16 -> 64
+    assert block_for_streams(1024, offered, 256, 2) == 4096  # 8192 is not the op's to launch
+    assert block_for_streams(1024, offered, 128, 6) == 1024 and 1024 // 128 * 6 == MIN_STREAMED_BYTES
+
+    from generated import scaled_silu_mul
+    from generated.scaled_silu_mul import _OP
+
+    launched = []
+    original = _OP._launch
+    monkeypatch.setattr(_OP, "_launch", lambda *args: launched.append(args[-1]["BLOCK"]) or original(*args))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator().manual_seed(2)
+    for dtype, row_block in ((torch.float16, 2048), (torch.float32, 1024)):
+        x = torch.randn(3, 4096, generator=gen).to(device, dtype)
+        row, full = torch.randn(4096, generator=gen).to(device, dtype), torch.randn(3, 4096, generator=gen).to(device, dtype)
+        transposed = torch.randn(4096, 3, generator=gen).to(device, dtype).t()
+        launched.clear()
+        # The forced config is what a table would hold: each call launches it as its layout says.
+        with _OP.configs.forcing({"BLOCK": 1024, "num_warps": 4}):
+            for b in (row, full, transposed):
+                want = torch.nn.functional.silu(x.double()).mul(b.double()).to(dtype)
+                torch.testing.assert_close(scaled_silu_mul(x, b), want)
+        # Beside a row [N] only x and the output stream; the other calls stream all three.
+        assert launched == [row_block, 1024, 1024], dtype
 
 
 def test_declared_axes_are_checked_by_rank_and_size_naming_both_arguments():

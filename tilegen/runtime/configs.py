@@ -63,7 +63,8 @@ class ConfigChooser:
 
     @contextlib.contextmanager
     def forcing(self, config):
-        """Launch with `config` inside the block, whatever the mode would pick."""
+        """Launch with `config` inside the block, whatever the mode would pick (a broadcast
+        elementwise call as it launches any config: ElementwiseOp._for_broadcast)."""
         self._forced = config
         self.reset()
         try:
@@ -173,6 +174,26 @@ def lighter_forms(config):
 def default_warps(block):
     # 8 to 16 elements per thread: enough bytes in flight per load, few enough registers.
     return max(1, min(8, block // 256))
+
+
+# The bytes of streamed tensors (read or written whole, not broadcast) a thread of a strided
+# elementwise call keeps in flight a block, at least: three 16-byte vectors, what the tables'
+# half-precision configs (tuned on same-shape calls) move a thread at 103-108% of a copy's speed.
+MIN_STREAMED_BYTES = 48
+
+
+def block_for_streams(block, offered, threads, streamed_bytes):
+    """The block a call launches whose tensors not broadcast take `streamed_bytes` an element
+    (each one's element size, summed) where its config says `block` (a table's entry, measured on
+    calls that stream every tensor): doubled while a thread of `threads` moves fewer than
+    MIN_STREAMED_BYTES a block and the op offers the double (`offered`). A row [N] broadcast
+    over x [rows, N] is read from cache, and the table's block left half-precision threads 32
+    bytes. On the H200, scaled_silu_mul with b such a row, at 2^26 and 2^28 elements: the table's
+    1024 elements, 4 warps, at 88-93% of a copy's speed, 2048 at 99-101%; in float32 the table's
+    block (64 bytes a thread) at 97-100%, doubled at 94-98% (bench/results/h200/broadcast/lines/)."""
+    while block * streamed_bytes < MIN_STREAMED_BYTES * threads and block * 2 in offered:
+        block *= 2
+    return block
 
 
 class ElementwiseSpace:

@@ -15,8 +15,8 @@ from .axis import reduce_along
 from .batch import batch_shape, folded, matrices
 from .callpath import CallPath
 from .checks import broadcast_leading, float64_math
-from .configs import (ACROSS_ROWS, ConfigChooser, across_rows_config, column_sums_tile, fixed_row_length,
-                      lighter_forms, row_unroll)
+from .configs import (ACROSS_ROWS, ConfigChooser, across_rows_config, block_for_streams, column_sums_tile,
+                      fixed_row_length, lighter_forms, row_unroll)
 from .device import cdiv, device_facts
 from .launch import Kernel, split_k_workspace
 from .sizes import hint, known, smaller
@@ -118,27 +118,65 @@ class ElementwiseOp(Op):
                 return
         key = (hint(numel) if self.exact_key else bucket(hint(numel)), inputs[0].element_size())
 
+        facts = device_facts(outputs[0].device)
+
         def launch(config):
+            if layout is not None:
+                config = self._for_broadcast(config, tensors, layout[1], key, facts)
             return self._launch(tensors, scalars, numel, layout, config)
 
         traced = library.traced(tensors)
-        config = self.configs.choose(key, device_facts(outputs[0].device), None if traced else launch)
+        config = self.configs.choose(key, facts, None if traced else launch)
         self._learn(call, launch(config), result)
+
+    def _for_broadcast(self, config, tensors, strides, key, facts):
+        """`config` as a call launches it: its block longer where inputs are broadcast (a stride 0
+        in the collapsed layout; runtime.configs.block_for_streams). Every choice goes through
+        here (a table's, the heuristic's, autotune's timings, a forced one, tune's), so tables
+        hold what a call that streams every tensor takes."""
+        streamed = [t for t, per_tensor in zip(tensors, strides) if not any(known(s == 0) for s in per_tensor)]
+        if len(streamed) == len(tensors):
+            return config
+        offered = {c[self.block] for c in self.configs.candidates(facts, key)}
+        block = block_for_streams(config[self.block], offered, 32 * config["num_warps"],
+                                  sum(t.element_size() for t in streamed))
+        return config if block == config[self.block] else {**config, self.block: block}
 
     def _launch(self, tensors, scalars, numel, layout, config):
         block = config[self.block]
-        even = {"always": False, "never": True}.get(self.mask, known(numel % block == 0))
-        constexprs = {self.block: block, "EVEN": even, "INDEX_64": needs_int64(*tensors, extra=block),
+        constexprs = {self.block: block, "EVEN": self._even(numel, block),
+                      "INDEX_64": needs_int64(*tensors, extra=block),
                       "MATH_64": float64_math(self.name, self.compute == tl.float64, tensors)}
-        grid = (cdiv(numel, block),)
         varying = len(tensors) + len(scalars)
         if layout is None:
-            return self.kernel.launch(grid, (*tensors, *scalars, numel), varying, constexprs, config["num_warps"])
+            return self.kernel.launch((cdiv(numel, block),), (*tensors, *scalars, numel), varying, constexprs,
+                                      config["num_warps"])
         sizes, strides = layout
         sizes = pad_after_first(sizes, MAX_STRIDED_RANK, 1)
         flat_strides = [s for per_tensor in strides for s in pad_after_first(per_tensor, MAX_STRIDED_RANK, 0)]
+        line = sizes[-1]
+        lines = self._by_lines(line, block)
+        if lines:
+            constexprs["EVEN"] = self._even(line, block)
+            grid = ((numel // line) * cdiv(line, block),)
+        else:
+            grid = (cdiv(numel, block),)
         args = (*tensors, *scalars, numel, *sizes[1:], *flat_strides)
-        return self.strided_kernel.launch(grid, args, varying, constexprs, config["num_warps"])
+        return self.strided_kernel.launch(grid, args, varying, {**constexprs, "LINES": lines}, config["num_warps"])
+
+    def _even(self, length, block):
+        """Whether blocks tile `length` exactly (the kernel then masks nothing): as the spec's mask
+        policy says ("never": the wrapper checked the op's size divides the block)."""
+        return {"always": False, "never": True}.get(self.mask, known(length % block == 0))
+
+    def _by_lines(self, line, block):
+        """Whether the strided kernel's blocks lie along lines of its last dim (`line` elements,
+        runtime.strided): where a line holds a block, so each program's indices in the other dims
+        are one division each, not one an element. Under the mask policy "never" only where blocks
+        tile a line exactly (the kernel then has no mask)."""
+        if self.mask == "never":
+            return known(line % block == 0)
+        return known(line >= block)
 
 
 class MatmulOp(Op):
