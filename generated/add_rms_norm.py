@@ -17,6 +17,7 @@ _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,)
 # Measured best configs per GPU and (row length bucket, row count bucket, element size), from `tilegen tune`.
 _TABLE = {
     'NVIDIA H200': {
+        (4096, 32768, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1),
         (32768, 512, 2): dict(BLOCK_N=32768, ROWS=1, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=0),
         (32768, 512, 4): dict(BLOCK_N=32768, ROWS=1, num_warps=16, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=0),
         (32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1),

@@ -26,6 +26,8 @@ _TABLE = {
         (1024, 131072, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=1, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0),
         (1024, 131072, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0),
         (4096, 256, 4): dict(BLOCK_N=4096, ROWS=1, num_warps=8, UNROLL=0, PER_SM=4, FIXED_N=0, EVICT=0),
+        (4096, 32768, 2): dict(BLOCK_N=2048, ROWS=1, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1),
+        (4096, 32768, 4): dict(BLOCK_N=2048, ROWS=1, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1),
         (32768, 512, 2): dict(BLOCK_N=32768, ROWS=1, num_warps=16, UNROLL=0, PER_SM=1, FIXED_N=0, EVICT=0),
         (32768, 512, 4): dict(BLOCK_N=32768, ROWS=1, num_warps=16, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=0),
         (32768, 4096, 2): dict(BLOCK_N=32768, ROWS=1, num_warps=16, UNROLL=0, PER_SM=1, FIXED_N=0, EVICT=0),
