@@ -189,7 +189,7 @@ def block_for_streams(block, offered, threads, streamed_bytes):
     MIN_STREAMED_BYTES a block and the op offers the double (`offered`). A row [N] broadcast
     over x [rows, N] is read from cache, and the table's block left half-precision threads 32
     bytes. On the H200, scaled_silu_mul with b such a row, at 2^26 and 2^28 elements: the table's
-    1024 elements, 4 warps, at 88-93% of a copy's speed, 2048 at 99-101%; in float32 the table's
+    1024 elements, 4 warps, at 88-93% of a copy's speed, 2048 at 98-101%; in float32 the table's
     block (64 bytes a thread) at 97-100%, doubled at 94-98% (bench/results/h200/broadcast/lines/)."""
     while block * streamed_bytes < MIN_STREAMED_BYTES * threads and block * 2 in offered:
         block *= 2
