@@ -23,7 +23,8 @@ def inductor_choices(seen):
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
     for tuner in gc.get_objects():
-        if not isinstance(tuner, CachingAutotuner) or id(tuner) in seen:
+        # (type(), not isinstance: the heap holds weak proxies, whose referents may be gone)
+        if not issubclass(type(tuner), CachingAutotuner) or id(tuner) in seen:
             continue
         seen.add(id(tuner))
         configs = [launcher.config for launcher in getattr(tuner, "launchers", [])]
