@@ -320,6 +320,31 @@ def test_config_chooser_modes():
     assert rt.ConfigChooser("auto", space, table).choose((1 << 20, 2), (132, 1 << 30, "Other"), None)["BLOCK"] == 1024
 
 
+def test_a_traced_launch_takes_the_pointer_twin_of_an_entry_measured_through_descriptors():
+    # Traced launches (torch.compile, export) load through pointers: an entry measured through
+    # tensor descriptors gives way to its twin, the fastest pointer launch its tune timed; without
+    # a twin it is left out (the nearest other entry, else the heuristic); other entries stand.
+    space = rt.MatmulSpace(("BM", "BN", "BK"), [64, 128], [64, 128], [32, 64], [], [], exact=(False, False, False))
+    facts = (132, 232448, "GPU")
+    tiled = dict(BM=128, BN=128, BK=64, SPLIT_K=1, num_warps=4, num_stages=3)
+    described = dict(tiled, TMA=1, PERSISTENT=1, TMA_STORE=1)
+    twin = dict(BM=64, BN=128, BK=32, SPLIT_K=1, num_warps=8, num_stages=4)
+    key, bare, plain = (4096, 4096, 4096, 2), (256, 128, 128, 2), (128, 128, 128, 2)
+    table = {"GPU": {key: described, bare: dict(described, BM=64), plain: tiled},
+             rt.configs.traced_section("GPU"): {key: twin, plain: dict(twin, BK=64)}}
+    chooser = rt.ConfigChooser("auto", space, table)
+    assert chooser.choose(key, facts, None) == described
+    assert chooser.choose(key, facts, None, traced=True) == twin
+    assert chooser.choose(key, facts, None) == described  # (each kind of launch remembers its own)
+    assert chooser.choose(plain, facts, None, traced=True) == tiled  # a pointer entry: its twin is stale
+    # No twin: the entry is passed over for the nearest one through pointers (plain, within reach)...
+    assert chooser.choose(bare, facts, None) == table["GPU"][bare]
+    assert chooser.choose(bare, facts, None, traced=True) == tiled
+    # ... or, where none is within reach, the heuristic's config (never one that asks for descriptors).
+    assert not rt.ConfigChooser("auto", space, {"GPU": {bare: table["GPU"][bare]}}).choose(
+        bare, facts, None, traced=True).get("TMA")
+
+
 def test_a_gpu_without_a_table_borrows_the_one_tilegen_table_gpu_names(monkeypatch):
     space = rt.ElementwiseSpace("BLOCK", [1024, 4096], [4], exact=False)
     table = {"NVIDIA H200": {(1 << 20, 2): dict(BLOCK=4096, num_warps=4)}}
@@ -880,12 +905,16 @@ def test_every_entry_of_an_ops_own_table_is_launched_at_its_key(table):
     op = table[:-len("_backward")] if table.endswith("_backward") else table
     module = importlib.import_module(f"generated.{op}")
     runtime_op = module._BACKWARD if table == backward_op_name(op) else module._OP
-    for gpu, entries in load_table(table, scope="op").items():
-        facts = _TABLE_GPU_FACTS[gpu]
+    for section, entries in load_table(table, scope="op").items():
+        # A traced section's twins are what traced launches take where the entry loads through descriptors.
+        gpu = next(g for g in _TABLE_GPU_FACTS if section in (g, rt.configs.traced_section(g)))
+        traced = section != gpu
         for key_text in entries:
             key = parse_key(key_text)
-            entry = runtime_op.configs.table[gpu][key]
-            assert runtime_op.configs._pick(key, facts, None) == entry, (table, key_text, entry)
+            entry = runtime_op.configs.table[section][key]
+            if traced and not runtime_op.configs.table[gpu][key].get("TMA"):
+                continue  # (a stale twin: the entry itself loads through pointers, and stands)
+            assert runtime_op.configs._pick(key, _TABLE_GPU_FACTS[gpu], None, traced) == entry, (table, key_text, entry)
 
 
 def test_a_product_with_a_column_major_operand_through_descriptors_launches_persistent(monkeypatch, launches):
@@ -983,7 +1012,7 @@ def test_a_kernel_variant_short_of_shared_memory_launches_a_lighter_form_of_its_
                   for shape in ((64, 48), (48, 80), (80,)))
     config = dict(BM=64, BN=64, BK=32, SPLIT_K=1, num_warps=4, num_stages=3, TMA=0, PERSISTENT=0, TMA_STORE=0)
     with monkeypatch.context() as patch:
-        patch.setattr(op.configs, "_pick", lambda key, facts, launch: dict(config))
+        patch.setattr(op.configs, "_pick", lambda key, facts, launch, traced=False: dict(config))
         op.configs.reset()
         leaves = [t.clone().requires_grad_() for t in (a, b, bias)]
         want_leaves = [t.double().requires_grad_() for t in (a, b, bias)]
@@ -1055,6 +1084,38 @@ def test_a_training_step_where_the_forwards_config_is_too_heavy_for_the_training
             assert any(form != config for config, form in lightened), "the training kernel launched the table's config"
     finally:
         chooser.reset()  # the choices made from a borrowed table go with it
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.compile of Triton kernels needs a GPU")
+def test_a_compiled_call_launches_the_pointer_twin_of_a_descriptor_entry(monkeypatch):
+    # Inside torch.compile a launch loads through pointers; an entry measured through descriptors
+    # (bmm's at 32x2048x2048x128 on the H200: 98 us, 208 us as a pointer launch) gives way to its
+    # twin. The eager call keeps the entry; both agree with torch.matmul.
+    import importlib
+
+    module = importlib.import_module("generated.bmm")
+    chooser = rt.op_of("generated.bmm").configs
+    g = torch.Generator(device="cuda").manual_seed(4)
+    a, b = (torch.randn(*shape, generator=g, device="cuda").half() for shape in ((4, 256, 64), (4, 64, 256)))
+    with chooser.recording() as chosen:
+        module.bmm(a, b)
+    key = chosen[-1][0]
+    entry = dict(BM=128, BN=128, BK=64, SPLIT_K=1, num_warps=4, num_stages=3, TMA=1, PERSISTENT=1, TMA_STORE=1)
+    twin = dict(BM=64, BN=128, BK=32, SPLIT_K=1, num_warps=4, num_stages=4, TMA=0, PERSISTENT=0, FLATTEN=0, TMA_STORE=0)
+    monkeypatch.setenv("TILEGEN_TABLE_GPU", "NVIDIA H200")
+    monkeypatch.setattr(chooser, "table", {"NVIDIA H200": {key: entry},
+                                           rt.configs.traced_section("NVIDIA H200"): {key: twin}})
+    chooser.reset()
+    try:
+        want = torch.matmul(a.float(), b.float())
+        for run in (module.bmm, torch.compile(lambda x, y: module.bmm(x, y), fullgraph=True)):
+            with chooser.recording() as chosen:
+                got = run(a, b)
+            torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=1e-2)
+            assert chosen and chosen[-1][1]["TMA"] == (run is module.bmm), chosen
+        assert chosen[-1][1] == twin
+    finally:
+        chooser.reset()
 
 
 def test_traced_sizes_are_read_without_guards():

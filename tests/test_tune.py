@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -116,6 +117,54 @@ def test_second_pass_varies_only_the_fastest_launches(monkeypatch):
     assert all(c["num_warps"] == 4 and c["num_stages"] == 4 for _, c in timed[:12])  # the defaults
     assert sorted(launches[12:]) == [((64, 64), 0, 0)] * 2 + [((64, 64), 1, 0)] * 2 and len(timed) == 16
     assert "of 16 candidates" in lines[-1]
+
+
+def test_a_key_won_through_descriptors_gets_its_fastest_pointer_launch_as_the_twin_for_traced_launches(monkeypatch):
+    # Traced launches (torch.compile) load through pointers (configs.traced_entries): where the
+    # winner loads through descriptors, the fastest pointer launch the tune timed comes with it.
+    def fp16(config):
+        if (config["BM"], config["BN"]) == (128, 128) and config.get("TMA_STORE"):
+            return 2.0  # the winner: descriptor loads and stores
+        return {(64, 128): 4.0, (128, 64): 6.0}.get((config["BM"], config["BN"]), 9.0) + config.get("TMA", 0)
+    module, op_module, _, do_bench = stand_in({torch.float16: fp16}, [torch.float16])
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(tune, "SWEEPS", 1)
+    reported, lines = [], []
+    tune.tune_module(module, op_module, None, lines.append, on_key=lambda *heard: reported.append(heard))
+    [(key, config, twin)] = reported
+    assert config["TMA"] and config["TMA_STORE"] and (config["BM"], config["BN"]) == (128, 128)
+    assert (twin["BM"], twin["BN"]) == (64, 128) and not twin.get("TMA") and not twin.get("TMA_STORE")
+    assert any("traced launches (through pointers) take BM64 BN128" in line for line in lines)
+    # A pointer launch that wins has no twin: traced launches take the entry itself.
+    module, op_module, _, do_bench = stand_in({torch.float16: lambda c: fp16(c) + 9 * c.get("TMA", 0)}, [torch.float16])
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    reported.clear()
+    tune.tune_module(module, op_module, None, lines.append, on_key=lambda *heard: reported.append(heard))
+    [(key, config, twin)] = reported
+    assert (config["BM"], config["BN"]) == (64, 128) and not config.get("TMA") and twin is None
+
+
+def test_the_twin_is_written_beside_the_entry_in_the_tables_traced_section(monkeypatch, tmp_path):
+    written = {"entry": dict(BM=128, BN=128, BK=64, TMA=1), "twin": dict(BM=64, BN=128, BK=32)}
+
+    def tune_module(module, op, shapes, progress, dtypes, compiler, on_key, calls):
+        on_key("4096x4096x4096x2", written["entry"], written["twin"])
+        on_key("128x128x128x2", dict(written["twin"], BK=64), None)
+
+    chooser = rt.ConfigChooser("auto", rt.MatmulSpace(("BM", "BN", "BK"), [64, 128], [64, 128], [32, 64], [], [],
+                                                      (False,) * 3))
+    module = SimpleNamespace(OP="stand_in", KIND="matmul", SHAPES=[(1, 1, 1)], DTYPES=[torch.float16])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "GPU")
+    monkeypatch.setattr(tune, "load_bench_modules", lambda ops, package: [module])
+    monkeypatch.setattr(tune, "_target", lambda package, op, backward: (SimpleNamespace(configs=chooser), None))
+    monkeypatch.setattr(tune, "settle_call_path", lambda: None)
+    monkeypatch.setattr(tune, "_warm_up_gpu", lambda: None)
+    monkeypatch.setattr(tune, "tune_module", tune_module)
+    [path] = tune.run(["stand_in"], "generated", None, tmp_path)
+    table = json.loads(path.read_text())
+    assert table["GPU"]["4096x4096x4096x2"]["TMA"] == 1 and table["GPU"]["128x128x128x2"]["BK"] == 64
+    assert table[rt.configs.traced_section("GPU")] == {"4096x4096x4096x2": written["twin"]}
 
 
 def test_every_launch_of_every_tile_is_timed_before_any_is_dropped(monkeypatch):
@@ -464,7 +513,7 @@ def test_each_key_is_reported_when_its_shape_is_done_so_a_run_cut_short_keeps_it
     reported = []
     with pytest.raises(KeyboardInterrupt):
         tune.tune_module(module, op, [(32768, 4096), (1024, 16384)], lambda line: None,
-                         on_key=lambda key, config: reported.append((key, config["BLOCK_N"])))
+                         on_key=lambda key, config, twin: reported.append((key, config["BLOCK_N"])))
     # The first shape's key, decided over both dtypes that share it, was written before the stop.
     assert reported == [("4096x32768x2", 4096)]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from .measure import (BenchError, as_tuple, check_agreement, check_dtype_names, dtype_name, issue_ms,
                       load_bench_modules, module_dtypes, parse_shapes, settle_call_path, shape_label)
 from .runtime import backward_op_of, device_facts, op_of
+from .runtime.configs import traced_section
 from .schema import BLOCK_FIELDS, FIELD_DEFAULTS, FLAG_FIELDS, rename_blocks, tile_of
 from .tables import SCOPES, TABLE_DIR, backward_table_name, format_key, merge_entries
 
@@ -177,8 +178,10 @@ def backward_calls(module, inputs, dtype):
 
 def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=None,
                 calls=forward_calls) -> dict[str, dict]:
-    """{key: best config} for one op over its dtypes and shapes; `on_key(key, config)` hears of
-    each key as soon as its shape is done in every dtype (so a run cut short keeps what it found).
+    """{key: best config} for one op over its dtypes and shapes; `on_key(key, config, twin)` hears
+    of each key as soon as its shape is done in every dtype (so a run cut short keeps what it
+    found), with the fastest config that loads through pointers where the best loads through
+    descriptors (its twin for traced launches: configs.traced_entries), else None.
 
     Two passes per shape: every candidate launch (a tile and how it launches: descriptor loads
     and stores, persistent, flattened) with its tile's default warps and stages (and every tile
@@ -349,8 +352,14 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
             everywhere = {config: sum(times) for config, times in per_config.items() if len(times) == runs}
             text = format_key(key)
             best[text] = configs[min(everywhere, key=everywhere.get)]
+            # A traced launch cannot load through descriptors (configs.traced_entries): where the
+            # winner does, the fastest pointer launch timed here is its twin for those launches.
+            pointers = {ident: t for ident, t in everywhere.items() if not configs[ident].get("TMA")}
+            twin = configs[min(pointers, key=pointers.get)] if best[text].get("TMA") and pointers else None
+            if twin is not None:
+                progress(f"{module.OP} {text}: traced launches (through pointers) take {brief(twin)}")
             if on_key is not None:
-                on_key(text, best[text])
+                on_key(text, best[text], twin)
     return best
 
 
@@ -499,9 +508,12 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
         spec_names = op.configs.space.names
         name = module.KIND if scope == "kind" else backward_table_name(module.OP) if backward else module.OP
 
-        def on_key(key, config):
+        def on_key(key, config, twin):
             entry = {key: rename_blocks(config, spec_names, BLOCK_FIELDS[module.KIND])}
             written[name] = merge_entries(name, gpu, entry, tables, scope)
+            if twin is not None:
+                entry = {key: rename_blocks(twin, spec_names, BLOCK_FIELDS[module.KIND])}
+                merge_entries(name, traced_section(gpu), entry, tables, scope)
             progress(f"{module.OP}: wrote {key} into {written[name]}")
         return on_key
 

@@ -96,9 +96,10 @@ class ConfigChooser:
         finally:
             self._records.remove(chosen)
 
-    def choose(self, key, facts, launch):
+    def choose(self, key, facts, launch, traced=False):
         """The config for `key`; `launch(config)` runs one launch (autotune times it; None where
-        nothing can be timed, as while tracing: then the table or the heuristic decides)."""
+        nothing can be timed, as while tracing: then the table or the heuristic decides).
+        A `traced` launch (torch.compile, export) reads the table as traced_entries says."""
         if self._forced is not None:
             config = self._forced
         else:
@@ -108,14 +109,16 @@ class ConfigChooser:
                 # matmul's key, before the element size) always tells configs apart.
                 keep = self.key_mask[:-1] + (True,) * (len(key) - len(self.key_mask) + 1)
                 cache_key = tuple(part if kept else None for part, kept in zip(key, keep))
+            if traced:
+                cache_key = (cache_key, "traced")
             config = self.cache.get(cache_key)
             if config is None:
-                config = self.cache[cache_key] = self._pick(key, facts, launch)
+                config = self.cache[cache_key] = self._pick(key, facts, launch, traced)
         for chosen in self._records:
             chosen.append((key, config))
         return config
 
-    def _pick(self, key, facts, launch):
+    def _pick(self, key, facts, launch, traced=False):
         fitting = self.candidates(facts, key)
         if not fitting:
             raise ValueError(f"no launch config fits key {key}")
@@ -128,11 +131,32 @@ class ConfigChooser:
             return min(timings)[2]
         if self.mode == "fixed":
             return fitting[0]
-        entries = self.table.get(table_gpu(facts[2]), {})
+        gpu = table_gpu(facts[2])
+        entries = self.table.get(gpu, {})
+        if traced:
+            entries = traced_entries(entries, self.table.get(traced_section(gpu), {}))
         # A table entry may hold a tile only tuning tries (several rows a program): it stands if
         # it is among the explored candidates, every one of which launches.
         tuned = nearest_entry(entries, key, self.candidates(facts, key, explore=True)) if entries else None
         return tuned if tuned is not None else self.space.heuristic(fitting, facts, key)
+
+
+def traced_section(gpu):
+    """The table section holding `gpu`'s pointer-load twins of its descriptor entries (see
+    traced_entries), which `tilegen tune` writes beside them."""
+    return f"{gpu} traced"
+
+
+def traced_entries(entries, twins):
+    """The entries a traced launch (torch.compile, export) reads. Such a launch loads through
+    pointers: PyTorch records a Triton kernel's call outside Dynamo without capturing tensor
+    descriptors, and the data it will see is not at hand. An entry measured with descriptor loads
+    (TMA) can be a poor pointer launch (bmm's 128x128 tiles at 32x2048x2048x128 on the H200: 98 us
+    through descriptors, 208 through pointers), so it gives way to its twin, the fastest launch
+    through pointers that the same tune timed (`twins`, the table's traced_section), or where
+    there is none it is left out: the nearest other entry, or the heuristic, decides."""
+    return {key: twins[key] if config.get("TMA") else config
+            for key, config in entries.items() if not config.get("TMA") or key in twins}
 
 
 def nearest_entry(entries, key, fitting):

@@ -126,7 +126,7 @@ class ElementwiseOp(Op):
             return self._launch(tensors, scalars, numel, layout, config)
 
         traced = library.traced(tensors)
-        config = self.configs.choose(key, facts, None if traced else launch)
+        config = self.configs.choose(key, facts, None if traced else launch, traced)
         self._learn(call, launch(config), result)
 
     def _for_broadcast(self, config, tensors, strides, key, facts):
@@ -302,7 +302,7 @@ class MatmulOp(Op):
         def launch(config):
             return self._launch(pointers, views, scalars, rows, N, K, config, traced, masks, saved, epilogue, count)
 
-        config = configs.choose(key, device_facts(a.device), None if traced else launch)
+        config = configs.choose(key, device_facts(a.device), None if traced else launch, traced)
         variant = (key, epilogue, saved is not None)
         fitted = self._lighter.get(variant)
         if fitted is not None and fitted[0] is config:
@@ -588,7 +588,7 @@ class ReductionOp(Op):
             views[index] = pointers[index] = views[index].contiguous()
             copied = True
         if config is None:
-            config = self.configs.choose(key, device_facts(views[0].device), None if traced else launch)
+            config = self.configs.choose(key, device_facts(views[0].device), None if traced else launch, traced)
         launched = launch(config)
         for tensor, fresh in write_back:
             tensor.copy_(fresh.view(tensor.shape))
