@@ -27,7 +27,8 @@ def inductor_choices(seen):
         if not issubclass(type(tuner), CachingAutotuner) or id(tuner) in seen:
             continue
         seen.add(id(tuner))
-        configs = [launcher.config for launcher in getattr(tuner, "launchers", [])]
+        configs = [dict(launcher.config.kwargs, num_warps=launcher.config.num_warps,
+                        num_stages=launcher.config.num_stages) for launcher in getattr(tuner, "launchers", [])]
         name = getattr(tuner.fn, "__name__", "?")
         source = getattr(tuner.fn, "src", "") or ""
         yield name, configs, source
