@@ -1265,3 +1265,34 @@ def test_a_compiled_graph_launches_the_row_length_compiled_in_and_the_cache_hint
         for mine, theirs in zip(got, want):
             torch.testing.assert_close(mine.grad, theirs.grad)
         assert len(seen) >= 2 and set(seen) == {(1024, True)}  # the forward's launch and the backward's
+
+
+@pytest.mark.parametrize("dtype, exact", [(torch.float32, True), (torch.float64, True), (torch.float16, False)])
+def test_a_looped_rows_output_is_stored_by_the_first_pass_and_read_back_where_that_is_exact(launches, dtype, exact):
+    # add_rms_norm's h = x + residual is an output the first pass can store: the outputs' pass then
+    # loads h (one stream) instead of x and residual (two), as TorchInductor's loops do. That reads
+    # y's input back in the output's dtype: the launch does it only where that dtype is the math's
+    # (float32, float64), so a half-precision h (a rounded sum) never feeds y. A whole row has no
+    # later pass. Both agree with PyTorch either way.
+    from generated import add_rms_norm
+    from generated.add_rms_norm import _OP
+    from tilegen.build import load_specs
+    from tilegen.reduction_lowering import forward_program
+    from tilegen.rows import output_pass, read_back
+
+    [source] = load_specs([REPO / "specs" / "add_rms_norm.yaml"])
+    program = forward_program(source.spec)
+    back = read_back(program, ["h", "y"])
+    assert back.outputs == ("h",) and back.rest == ("y",)
+    assert back.final.loads == ("h", "w") and output_pass(program, ["h", "y"]).loads == ("x", "residual", "w")
+    gen = torch.Generator().manual_seed(31)
+    x, r = (torch.randn(5, 1024, generator=gen, dtype=torch.float64).to(DEVICE, dtype) for _ in range(2))
+    w = torch.randn(1024, generator=gen, dtype=torch.float64).to(DEVICE, dtype)
+    want = torch.nn.functional.rms_norm((x.double() + r.double()), (1024,), w.double(), eps=1e-6)
+    for block, looped in ((256, True), (1024, False)):
+        with _OP.configs.forcing(dict(BLOCK_N=block, ROWS=1, num_warps=2, UNROLL=0)):
+            h, y = add_rms_norm(x, r, w)
+        assert launches[-1].constexprs["READ_BACK"] == (looped and exact)
+        torch.testing.assert_close(h, x + r, rtol=0, atol=0)
+        tolerance = {torch.float16: 2e-3, torch.float32: 1e-5, torch.float64: 1e-12}[dtype]
+        torch.testing.assert_close(y.double(), want, rtol=tolerance, atol=tolerance)

@@ -10,7 +10,7 @@ from .expressions import expression_of
 from .naming import backward_op_name
 from .lowering import (common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula, input_checks,
                        output_context, output_records, scalar_params, tuple_source)
-from .rows import ELEMENT, ROW, KeptValues, RowProgram, first_row_lines, output_pass, stage_pass, whole_row_lines
+from .rows import ELEMENT, ROW, KeptValues, RowProgram, first_row_lines, output_pass, read_back, stage_pass, whole_row_lines
 from .spec import Spec
 
 # The tensor roles along the rows (Spec.row_roles) and how a kernel addresses each.
@@ -56,6 +56,9 @@ def _address(name: str, role: str, rows: str = "rows") -> str:
 # pass reads the row for the last time (evict_first) and a weight every row reads again (evict_last).
 _KEEP = 'eviction_policy="evict_last" if EVICT else ""'
 _LAST = 'eviction_policy="evict_first" if EVICT else ""'
+# A first pass's load of an input that only the outputs' pass reads again: read for the last time
+# where that pass loads the outputs back instead (READ_BACK).
+_KEEP_UNLESS_READ_BACK = 'eviction_policy=("evict_first" if READ_BACK else "evict_last") if EVICT else ""'
 
 
 def _load(name: str, role: str, hint: str = "") -> str:
@@ -76,9 +79,37 @@ def _strides(name: str, role: str) -> list[str]:
     return [f"stride_{name}_0", f"stride_{name}_1"] if role == "element" else [f"stride_{name}_0"]
 
 
+def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], final) -> dict | None:
+    """A long row's outputs stored by its first pass and loaded back by the outputs' pass
+    (rows.read_back), where that pass then loads fewer tensors along the row; else None."""
+    back = read_back(program, elements)
+    if back is None:
+        return None
+    streams = [n for n in back.final.loads if n in back.outputs or along[n] == "element"]
+    if len(streams) >= len([n for n in final.loads if along[n] == "element"]):
+        return None
+    loads = [_load(n, "element" if n in back.outputs else along[n], _LAST if n in streams else _KEEP)
+             for n in back.final.loads]
+    stores = [_store(n, "element") for n in back.rest]
+    return dict(
+        outputs=list(back.outputs),
+        # The stored outputs the outputs' pass loads: exact where each keeps the math's dtype
+        # (the launch checks). Those the first pass only stores early ask nothing of their dtype.
+        loaded=[n for n in back.final.loads if n in back.outputs],
+        loads_of=list(back.final.loads),
+        first=[*back.lines, *(_store(n, "element") for n in back.outputs)],
+        loads=loads,
+        lines=list(back.final.body),
+        # (every output stored by the first pass: the outputs' pass has nothing left to do)
+        stores=stores if loads or back.final.body or stores else ["pass"],
+    )
+
+
 def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: dict[str, str],
-               scalars: list[str], block: str, float_scalars: list[str] = ()) -> dict:
-    """The pieces of one reduction kernel: `inputs` and `outputs` map names to roles."""
+               scalars: list[str], block: str, float_scalars: list[str] = (), reads_back: bool = False) -> dict:
+    """The pieces of one reduction kernel: `inputs` and `outputs` map names to roles. With
+    `reads_back`, a long row's outputs may be stored by its first pass and loaded back by the
+    outputs' pass (_read_back), where the launch says that is exact (READ_BACK)."""
     tensors = {**inputs, **outputs}
     reads_row = [n for n, role in inputs.items() if role == "row"]
     along = {n: role for n, role in inputs.items() if role != "row"}
@@ -88,15 +119,19 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     arguments = [n for r in program.reductions for n in r.argument.names]
     whole_reads = program.inputs_read(program.assignments, arguments)
     whole_elements = [n for n in whole_reads if along[n] == "element"]
-    passes = []
-    for stage in range(1, program.last_stage + 1):
-        if program.folded(stage):  # its sums run online in the previous stage's pass
-            continue
-        step = stage_pass(program, stage, block)
-        what = f"stages {stage} and {stage + 1} (its sums online)" if program.folded(stage + 1) else f"stage {stage}"
-        passes.append(dict(loads=[_load(n, along[n], _KEEP) for n in step.loads], before=list(step.before),
-                           body=list(step.body), after=list(step.after), what=what))
+    steps = [(stage, stage_pass(program, stage, block)) for stage in range(1, program.last_stage + 1)
+             if not program.folded(stage)]  # (a folded stage's sums run online in the previous stage's pass)
     final = output_pass(program, elements)
+    back = _read_back(program, along, elements, final) if reads_back and steps else None
+    # The first pass's inputs that nothing after it reads where the outputs' pass reads back.
+    last_read = set(steps[0][1].loads) - {n for _, step in steps[1:] for n in step.loads} - set(back["loads_of"]) \
+        if back else set()
+    passes = []
+    for index, (stage, step) in enumerate(steps):
+        what = f"stages {stage} and {stage + 1} (its sums online)" if program.folded(stage + 1) else f"stage {stage}"
+        hints = [_KEEP_UNLESS_READ_BACK if index == 0 and n in last_read else _KEEP for n in step.loads]
+        passes.append(dict(loads=[_load(n, along[n], h) for n, h in zip(step.loads, hints)], before=list(step.before),
+                           body=list(step.body), after=list(step.after), what=what))
     # A long row's column sums are left to the kernel's column phase (column_phase): the passes
     # store the row values those sums read into the workspace, one row of it each.
     values = program.row_values_read(sums) if sums else []
@@ -146,6 +181,7 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         passes=passes,
         output_loads=[_load(n, along[n], _LAST if along[n] == "element" else _KEEP) for n in final.loads],
         output_lines=list(final.body),
+        read_back=back,
         values_store=values_store,
         writes_along=bool(elements),
         columns=column_phase(program, inputs, outputs, values) if sums else None,
@@ -339,10 +375,13 @@ def reduction_context(spec: Spec, header: str) -> dict:
     for out in outs:
         out["shape"] = "_lead" if roles[out["name"]] == "row" else "(*_lead, _n)"
     tile = spec.tiles[0]
+    kernel = row_kernel(spec.op, program, {n: roles[n] for n in inputs},
+                        {**{n: roles[n] for n in outputs}, **{k: "row" for k in kept}}, scalars, tile.block,
+                        _floats(spec), reads_back=True)
     ctx.update(
-        kernel=row_kernel(spec.op, program, {n: roles[n] for n in inputs},
-                          {**{n: roles[n] for n in outputs}, **{k: "row" for k in kept}}, scalars, tile.block,
-                          _floats(spec)),
+        kernel=kernel,
+        read_back=tuple_source(str((inputs + outputs).index(n)) for n in kernel["read_back"]["loaded"])
+        if kernel["read_back"] else None,
         block=tile.block,
         roles=tuple_source(repr(roles[n]) for n in inputs + outputs),
         kept=kept,

@@ -507,3 +507,57 @@ def output_pass(program: RowProgram, outputs: list[str], prefix: str = "_o") -> 
     values = program.output_values(outputs)
     body = _lines([(a.name, a.expression) for a in values], prefix)
     return Pass(tuple(program.inputs_read(values, outputs)), (), tuple(body), ())
+
+
+@dataclass(frozen=True)
+class ReadBack:
+    """Outputs along the row that a long row's first pass can store and its outputs' pass load
+    back in place of the inputs they are computed from (add_rms_norm's sum h = x + residual: one
+    stream read again instead of two; TorchInductor's loops do the same). `outputs` are stored
+    by the first pass after `lines` compute them; `final` is the outputs' pass that loads them
+    and computes and stores the other outputs (`rest`). Exact only where a stored output keeps
+    the math's dtype (the launch decides: READ_BACK)."""
+
+    outputs: tuple[str, ...]
+    lines: tuple[str, ...]
+    final: Pass
+    rest: tuple[str, ...]
+
+
+def read_back(program: RowProgram, outputs: list[str], prefix: str = "_b") -> ReadBack | None:
+    """The ReadBack of `outputs` (the element outputs), or None where no output qualifies: one
+    that reads no reduction and no input the first pass does not load. Elsewhere in the outputs'
+    pass, a value equal to a stored output (the same tree written out down to the inputs) is that
+    output, loaded; what it was computed from is then loaded only if something else reads it."""
+    if program.last_stage < 1:
+        return None
+    first = stage_pass(program, 1, "BLOCK")  # (the block's name does not change what it loads)
+    by_name = {a.name: a for a in program.assignments}
+    stored = [o for o in outputs if by_name[o].stage == 0 and by_name[o].level == ELEMENT
+              and set(program.inputs_read(program._needed([o]), [o])) <= set(first.loads)]
+    if not stored:
+        return None
+    trees = {ast.dump(program._canonical[o]): o for o in stored}
+    # Each element value equal to a stored output, and which output holds it.
+    held = {a.name: trees[ast.dump(program._canonical[a.name])] for a in program.assignments
+            if a.level == ELEMENT and ast.dump(program._canonical[a.name]) in trees}
+    rest = [o for o in outputs if o not in stored]
+    wanted, stack = set(), list(rest)
+    while stack:
+        name = stack.pop()
+        if name in wanted or name not in by_name or by_name[name].level != ELEMENT:
+            continue
+        wanted.add(name)
+        if name not in held:
+            stack.extend(by_name[name].expression.names)
+    values = [a for a in program.assignments if a.name in wanted]
+    computed = [a for a in values if a.name not in held]
+    loaded = sorted({held[a.name] for a in values if a.name in held}, key=stored.index)
+    aliases = [(a.name, expression_of(ast.Name(held[a.name], ast.Load()))) for a in values
+               if a.name in held and a.name != held[a.name]]
+    body = _lines(aliases + [(a.name, a.expression) for a in computed], prefix)
+    final = Pass(tuple(loaded) + tuple(program.inputs_read(computed, rest)), (), tuple(body), ())
+    # The stored outputs' own lines in the first pass: what its body does not compute already.
+    in_first = {a.name for a in program.pass_values(1)}
+    lines = _lines([(a.name, a.expression) for a in program._needed(stored) if a.name not in in_first], f"{prefix}f_")
+    return ReadBack(tuple(stored), tuple(lines), final, tuple(rest))

@@ -480,8 +480,13 @@ class ReductionOp(Op):
     SUM_PROGRAMS_PER_SM = 2
 
     def __init__(self, name, kernel, configs, *, roles, block="BLOCK", compute=tl.float32, listed=True,
-                 row_values=0, column_reads=0, kept=0, fp_fusion=True):
+                 row_values=0, column_reads=0, kept=0, read_back=None, fp_fusion=True):
         super().__init__(name, configs, kernel, listed, fp_fusion)
+        # None, or the outputs a looped row's outputs' pass loads back in place of the inputs they
+        # are computed from (rows.read_back), after its first pass stored them (with any other
+        # outputs it can store early): done where exact, each stored in the math's own dtype
+        # (float32, or float64 where the math runs in it).
+        self.read_back = None if read_back is None else tuple(read_back)
         self.kernel = self._kernel(kernel)
         self.row_values = row_values  # a backward's: the values a long row leaves for its column sums
         self.column_reads = column_reads  # and the inputs along the rows its column phase reads
@@ -643,6 +648,9 @@ class ReductionOp(Op):
                            "AHEAD": not looped and bool(per_sm or sums),
                            "UNROLL": row_unroll(config.get("UNROLL", 0), hint(n), block, config["num_warps"], per_program),
                            "FIXED_N": fixed_row_length(config, n), "EVICT": looped and bool(config.get("EVICT", 0))})
+        if self.read_back is not None:
+            math = torch.float64 if math_64 else torch.float32
+            constexprs["READ_BACK"] = looped and all(views[i].dtype == math for i in self.read_back)
         varying = len(head) + len(views) + len(scalars)
         return self.kernel.launch((blocks,), (*head, *pointers, *scalars, rows, n, *strides), varying, constexprs,
                                   config["num_warps"])
