@@ -1,0 +1,20 @@
+#!/bin/bash
+# A looped row's outputs stored by its first pass and loaded back (READ_BACK), on the H200: the
+# reduction tests compiled, then add_rms_norm's and rms_norm's float32 rows of 32768 with looped
+# configs beside the whole row and torch.compile, and Inductor's rms_norm config there.
+#   OUT=... bash bench/results/h200/reductions/read_back/run.sh   (PYTHONPATH at the checkout)
+set -u
+export PYTHONPATH=$PWD
+out=${OUT:-/tmp/read_back}; mkdir -p "$out"
+timeout 200 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_reductions.py generated/tests/test_add_rms_norm.py \
+    > "$out/tests.log" 2>&1
+echo "tests: $? ($(tail -1 "$out/tests.log"))"
+COMPILE=1 timeout 150 python3 bench/probes/fixed_row_length.py add_rms_norm 4096x32768,512x32768 float32 3 \
+    2048/8/1,4096/8/1,4096/16/1,8192/16/1,8192/32/1 > "$out/add_rms_norm_loops.txt" 2>&1
+echo "add_rms_norm loops: $?"
+COMPILE=1 timeout 100 python3 bench/probes/fixed_row_length.py rms_norm 4096x32768 float32 3 \
+    1024/16/1,2048/16/1,2048/32/1,4096/32/1 > "$out/rms_norm_loops.txt" 2>&1
+echo "rms_norm loops: $?"
+MODE=max-autotune-no-cudagraphs timeout 60 python3 bench/probes/compiled_kernels.py rms_norm 4096x32768 float32 \
+    > "$out/rms_norm_inductor.log" 2>&1
+echo "inductor: $?"
