@@ -19,9 +19,9 @@ _TABLE = {
     'NVIDIA H200': {
         (4096, 32768, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1),
         (32768, 512, 2): dict(BLOCK_N=32768, ROWS=1, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=0),
-        (32768, 512, 4): dict(BLOCK_N=32768, ROWS=1, num_warps=16, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=0),
+        (32768, 512, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1),
         (32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1),
-        (32768, 4096, 4): dict(BLOCK_N=32768, ROWS=1, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=0),
+        (32768, 4096, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1),
     },
 }
 # The backward kernel's own measured configs (`tilegen tune --backward`); the forward's do not

@@ -6,6 +6,7 @@
 set -u
 export PYTHONPATH=$PWD
 out=${OUT:-/tmp/read_back}; mkdir -p "$out"
+if [[ ${STAGE:-1} == 1 ]]; then
 timeout 200 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_reductions.py generated/tests/test_add_rms_norm.py \
     > "$out/tests.log" 2>&1
 echo "tests: $? ($(tail -1 "$out/tests.log"))"
@@ -18,3 +19,14 @@ echo "rms_norm loops: $?"
 MODE=max-autotune-no-cudagraphs timeout 60 python3 bench/probes/compiled_kernels.py rms_norm 4096x32768 float32 \
     > "$out/rms_norm_inductor.log" 2>&1
 echo "inductor: $?"
+fi
+# Second call, after add_rms_norm's float32 rows of 32768 took 8192-element blocks, 32 warps, FIXED_N, EVICT:
+#   OUT=... STAGE=2 bash bench/results/h200/reductions/read_back/run.sh
+if [[ ${STAGE:-1} == 2 ]]; then
+    COMPILE=1 timeout 120 python3 bench/probes/fixed_row_length.py rms_norm 4096x32768,512x32768 float32 3 \
+        32768/32/0,16384/32/1,8192/32/1 > "$out/rms_norm_whole_32.txt" 2>&1
+    echo "rms_norm whole row, 32 warps: $?"
+    timeout 200 python3 -m tilegen bench add_rms_norm --compile --dtype float32 --shapes 512x32768,4096x32768 \
+        --out "$out/bench_add_rms_norm" > "$out/bench_add_rms_norm.log" 2>&1
+    echo "bench add_rms_norm: $?"
+fi
