@@ -10,8 +10,8 @@ FIXED_N twin, timed in alternating rounds (do_bench, L2 emptied; the median of t
 A line per op, shape, dtype and direction: both times and their ratio (above 1: FIXED_N faster),
 printed as measured, so a run cut short keeps what it timed. LOOPS (block/warps[/evict],
 comma-separated) adds forward configs looping along the row in those blocks with those warps, one
-row a program, FIXED_N on (and EVICT, the loads' cache hints, where the third field is 1), timed
-in the same rounds (a line each), and leaves the backward out. COMPILE=1 (with LOOPS) times
+row a program, FIXED_N on (and EVICT, the loads' cache hints, where the third field is 1; a block
+as long as the row holds it whole, with those warps), timed in the same rounds (a line each), and leaves the backward out. COMPILE=1 (with LOOPS) times
 torch.compile of the bench's PyTorch call in the same rounds (max-autotune-no-cudagraphs, as
 `tilegen bench --compile`). Each config's result is checked against PyTorch's as `tilegen tune`
 checks a candidate.
@@ -83,7 +83,7 @@ def main(ops=OPS, shapes=SHAPES, dtypes=DTYPES, rounds="3", loops=""):
                     compiled = lambda: run_torch(inputs)  # noqa: E731, B023 - called in this iteration
                 try:
                     compare(f"{label} forward", generated._OP.configs, *forward_calls(module, inputs, dtype), int(rounds),
-                            [(b, w, e) for b, w, e in loops if b < shape[-1]], compiled)
+                            [(b, w, e) for b, w, e in loops if b <= shape[-1]], compiled)
                     if not loops:  # (LOOPS asks about the forward alone)
                         compare(f"{label} backward", generated._BACKWARD.configs,
                                 *backward_calls(module, inputs, dtype), int(rounds))

@@ -30,3 +30,11 @@ if [[ ${STAGE:-1} == 2 ]]; then
         --out "$out/bench_add_rms_norm" > "$out/bench_add_rms_norm.log" 2>&1
     echo "bench add_rms_norm: $?"
 fi
+# Third call: whole rows with 32 warps (Inductor's rms_norm config at 4096x32768 float32), beside
+# 16384-element loops, for the float32 rows of 32768 of rms_norm, softmax, log_softmax, layer_norm.
+#   OUT=... STAGE=3 bash bench/results/h200/reductions/read_back/run.sh
+if [[ ${STAGE:-1} == 3 ]]; then
+    COMPILE=1 timeout 300 python3 bench/probes/fixed_row_length.py rms_norm,softmax,log_softmax,layer_norm \
+        4096x32768,512x32768 float32 3 32768/32,16384/32/1,16384/16/1 > "$out/float32_rows_32768.txt" 2>&1
+    echo "float32 rows of 32768: $?"
+fi
