@@ -38,3 +38,16 @@ if [[ ${STAGE:-1} == 3 ]]; then
         4096x32768,512x32768 float32 3 32768/32,16384/32/1,16384/16/1 > "$out/float32_rows_32768.txt" 2>&1
     echo "float32 rows of 32768: $?"
 fi
+# Fourth call, with the float32 tables at rows of 32768 changed (16384 blocks, 32 warps, FIXED_N,
+# EVICT; the specs offering 16384): the changed ops' generated tests and the runtime tests,
+# compiled, then the bench of every reduction op there beside eager and torch.compile.
+#   OUT=... STAGE=4 bash bench/results/h200/reductions/read_back/run.sh
+if [[ ${STAGE:-1} == 4 ]]; then
+    timeout 230 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_runtime.py generated/tests/test_rms_norm.py \
+        generated/tests/test_softmax.py generated/tests/test_log_softmax.py generated/tests/test_layer_norm.py \
+        > "$out/tests_tables.log" 2>&1
+    echo "tests: $? ($(tail -1 "$out/tests_tables.log"))"
+    timeout 220 python3 -m tilegen bench softmax log_softmax rms_norm layer_norm add_rms_norm --compile --dtype float32 \
+        --shapes 512x32768,4096x32768 --out "$out/bench_float32" > "$out/bench_float32.log" 2>&1
+    echo "bench: $?"
+fi
