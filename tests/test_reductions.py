@@ -1296,3 +1296,44 @@ def test_a_looped_rows_output_is_stored_by_the_first_pass_and_read_back_where_th
         torch.testing.assert_close(h, x + r, rtol=0, atol=0)
         tolerance = {torch.float16: 2e-3, torch.float32: 1e-5, torch.float64: 1e-12}[dtype]
         torch.testing.assert_close(y.double(), want, rtol=tolerance, atol=tolerance)
+
+
+READ_BACK_SPEC = """\
+op: sum_then_norm
+kind: reduction
+inputs:
+  x: {dtype: [float32, float64, float16], shape: [..., N]}
+  y: {dtype: x, shape: [..., N]}
+  w: {dtype: x, shape: [N]}
+outputs:
+  u: {dtype: x, shape: [..., N]}
+  v: {dtype: x, shape: [..., N]}
+steps:
+  s: x * w + y
+  d: s - mean(s)
+compute:
+  u: s
+  v: d * rsqrt(mean(d * d) + 1.0e-5)
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+"""
+
+
+def test_an_output_read_back_over_two_passes_passes_its_generated_tests(tmp_path):
+    # u (two streams and a weight) is stored by the first of two passes (the mean's; the variance's
+    # pass computes u again from x and y) and read back by the outputs' pass, where v then needs
+    # neither x nor y nor w; a half-precision u is not read back. The generated tests run every
+    # candidate config (float32 rows of 69 looped in 16-element blocks: read back) and the
+    # oracle's checks in every dtype, with gradients.
+    from tilegen.build import load_specs
+    from tilegen.reduction_lowering import forward_program
+    from tilegen.rows import read_back
+
+    (tmp_path / "spec.yaml").write_text(READ_BACK_SPEC)
+    [source] = load_specs([tmp_path / "spec.yaml"])
+    back = read_back(forward_program(source.spec), ["u", "v"])
+    assert back.outputs == ("u",) and back.final.loads == ("u",) and back.rest == ("v",)
+    run = assert_generated_tests_pass(tmp_path / "package", {"sum_then_norm.yaml": READ_BACK_SPEC}, ["sum_then_norm"],
+                                      "reference or out_argument or gradients_match_autograd or nan_and_inf or every_candidate")
+    kernel = (tmp_path / "package" / "generated" / "sum_then_norm.py").read_text()
+    assert "READ_BACK: tl.constexpr" in kernel and "read_back=(3,)" in kernel, kernel
