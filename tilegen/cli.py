@@ -340,6 +340,9 @@ def tune(ops, package, shapes, tables, dtypes, jobs, scope, backward):
     three batches of calls, as a busy host only adds time). Each shape fills its table key
     (power-of-two bucket and element size): give one shape per key. Each key's entry is written
     as soon as its shape is done in every dtype, so a run stopped early keeps the shapes it finished.
+    Where the best config loads through tensor descriptors, the fastest one through pointers is
+    written beside it (the table's "<GPU> traced" section), for launches traced by torch.compile
+    or torch.export, which cannot take descriptors.
 
     Writes <kind>.json tables (with --scope op, ops/<op>.json; with --backward,
     ops/<op>_backward.json); run `tilegen build` afterwards so the ops launch the measured configs.
