@@ -338,9 +338,10 @@ class RowProgram:
 
     # ---- what each part of the kernel needs -----------------------------------------------------
 
-    def _needed(self, names) -> list[Assignment]:
+    def _needed(self, names, held=()) -> list[Assignment]:
         """The element-level assignments that computing `names` reads, in order (row values are
-        computed once, outside the passes)."""
+        computed once, outside the passes); those in `held` are needed, what they read is not
+        (their values come from elsewhere: read_back)."""
         by_name = {a.name: a for a in self.assignments}
         wanted, stack = set(), list(names)
         while stack:
@@ -348,7 +349,8 @@ class RowProgram:
             if name in wanted or name not in by_name or by_name[name].level != ELEMENT:
                 continue
             wanted.add(name)
-            stack.extend(by_name[name].expression.names)
+            if name not in held:
+                stack.extend(by_name[name].expression.names)
         return [a for a in self.assignments if a.name in wanted]
 
     def inputs_read(self, assigned: list[Assignment], extra=(), level: int = ELEMENT) -> list[str]:
@@ -542,15 +544,7 @@ def read_back(program: RowProgram, outputs: list[str], prefix: str = "_b") -> Re
     held = {a.name: trees[ast.dump(program._canonical[a.name])] for a in program.assignments
             if a.level == ELEMENT and ast.dump(program._canonical[a.name]) in trees}
     rest = [o for o in outputs if o not in stored]
-    wanted, stack = set(), list(rest)
-    while stack:
-        name = stack.pop()
-        if name in wanted or name not in by_name or by_name[name].level != ELEMENT:
-            continue
-        wanted.add(name)
-        if name not in held:
-            stack.extend(by_name[name].expression.names)
-    values = [a for a in program.assignments if a.name in wanted]
+    values = program._needed(rest, held)
     computed = [a for a in values if a.name not in held]
     loaded = sorted({held[a.name] for a in values if a.name in held}, key=stored.index)
     aliases = [(a.name, expression_of(ast.Name(held[a.name], ast.Load()))) for a in values
