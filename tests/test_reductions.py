@@ -1282,7 +1282,7 @@ def test_a_looped_rows_output_is_stored_by_the_first_pass_and_read_back_where_th
 
     [source] = load_specs([REPO / "specs" / "add_rms_norm.yaml"])
     program = forward_program(source.spec)
-    back = read_back(program, ["h", "y"])
+    back = read_back(program, ["h", "y"], stage_pass(program, 1, "BLOCK_N"))
     assert back.outputs == ("h",) and back.rest == ("y",)
     assert back.final.loads == ("h", "w") and output_pass(program, ["h", "y"]).loads == ("x", "residual", "w")
     gen = torch.Generator().manual_seed(31)
@@ -1331,7 +1331,8 @@ def test_an_output_read_back_over_two_passes_passes_its_generated_tests(tmp_path
 
     (tmp_path / "spec.yaml").write_text(READ_BACK_SPEC)
     [source] = load_specs([tmp_path / "spec.yaml"])
-    back = read_back(forward_program(source.spec), ["u", "v"])
+    program = forward_program(source.spec)
+    back = read_back(program, ["u", "v"], stage_pass(program, 1, "BLOCK_N"))
     assert back.outputs == ("u",) and back.final.loads == ("u",) and back.rest == ("v",)
     assert_generated_tests_pass(tmp_path / "package", {"sum_then_norm.yaml": READ_BACK_SPEC}, ["sum_then_norm"],
                                 "reference or out_argument or gradients_match_autograd or nan_and_inf or every_candidate")

@@ -79,10 +79,10 @@ def _strides(name: str, role: str) -> list[str]:
     return [f"stride_{name}_0", f"stride_{name}_1"] if role == "element" else [f"stride_{name}_0"]
 
 
-def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], final) -> dict | None:
-    """A long row's outputs stored by its first pass and loaded back by the outputs' pass
-    (rows.read_back), where that pass then loads fewer tensors along the row; else None."""
-    back = read_back(program, elements)
+def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], first, final) -> dict | None:
+    """A long row's outputs stored by its `first` pass and loaded back by the outputs' pass
+    (rows.read_back), where that pass then loads fewer tensors along the row than `final`; else None."""
+    back = read_back(program, elements, first)
     if back is None:
         return None
     streams = [n for n in back.final.loads if n in back.outputs or along[n] == "element"]
@@ -122,7 +122,7 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     steps = [(stage, stage_pass(program, stage, block)) for stage in range(1, program.last_stage + 1)
              if not program.folded(stage)]  # (a folded stage's sums run online in the previous stage's pass)
     final = output_pass(program, elements)
-    back = _read_back(program, along, elements, final) if reads_back and steps else None
+    back = _read_back(program, along, elements, steps[0][1], final) if reads_back and steps else None
     # The first pass's inputs that nothing after it reads where the outputs' pass reads back.
     last_read = set(steps[0][1].loads) - {n for _, step in steps[1:] for n in step.loads} - set(back["loads_of"]) \
         if back else set()

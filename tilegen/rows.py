@@ -526,14 +526,12 @@ class ReadBack:
     rest: tuple[str, ...]
 
 
-def read_back(program: RowProgram, outputs: list[str], prefix: str = "_b") -> ReadBack | None:
-    """The ReadBack of `outputs` (the element outputs), or None where no output qualifies: one
-    that reads no reduction and no input the first pass does not load. Elsewhere in the outputs'
-    pass, a value equal to a stored output (the same tree written out down to the inputs) is that
-    output, loaded; what it was computed from is then loaded only if something else reads it."""
-    if program.last_stage < 1:
-        return None
-    first = stage_pass(program, 1, "BLOCK")  # (the block's name does not change what it loads)
+def read_back(program: RowProgram, outputs: list[str], first: Pass, prefix: str = "_b") -> ReadBack | None:
+    """The ReadBack of `outputs` (the element outputs) given the `first` pass (stage 1's), or
+    None where no output qualifies: one that reads no reduction and no input the first pass does
+    not load. Elsewhere in the outputs' pass, a value equal to a stored output (the same tree
+    written out down to the inputs) is that output, loaded; what it was computed from is then
+    loaded only if something else reads it."""
     by_name = {a.name: a for a in program.assignments}
     stored = [o for o in outputs if by_name[o].stage == 0 and by_name[o].level == ELEMENT
               and set(program.inputs_read(program._needed([o]), [o])) <= set(first.loads)]
