@@ -33,7 +33,7 @@ def test_kinds_promote_as_in_pytorch(source, expected):
     ("exp(i)", "exp() of an int value"), ("sqrt(i + j)", "sqrt() of an int value"), ("gelu(m)", "gelu() of a bool"),
     ("where(f, i, j)", "the condition of where() is float"), ("where(i, i, j)", "the condition of where() is int"),
     ("m + m", "+ of two bool values"), ("-m", "negation of a bool value"), ("abs(m)", "abs() of a bool value"),
-    ("m ** 2", "** of a bool value"),
+    ("m ** 2", "** of a bool value"), ("f - m", "- with a bool value"), ("m - 1", "- with a bool value"),
 ])
 def test_math_not_defined_for_a_kind_is_one_error_naming_it(source, words):
     with pytest.raises(CategoryError, match=words.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")

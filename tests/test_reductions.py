@@ -1338,3 +1338,55 @@ def test_an_output_read_back_over_two_passes_passes_its_generated_tests(tmp_path
                                 "reference or out_argument or gradients_match_autograd or nan_and_inf or every_candidate")
     kernel = (tmp_path / "package" / "generated" / "sum_then_norm.py").read_text()
     assert "READ_BACK: tl.constexpr" in kernel and "read_back=(3,)" in kernel, kernel
+
+
+BOOL_STEPS_SPEC = """\
+op: shift_above
+kind: reduction
+doc: rows holding a negative value shifted to start at zero, and the mean of the values above the row's mean.
+inputs:
+  x: {dtype: [float32, float64, float16], shape: [..., N]}
+  w: {dtype: x, shape: [N]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+  z: {dtype: x, shape: [..., N]}
+  above: {dtype: [float32], shape: [...]}
+steps:
+  lo: min(x)
+  negative: lo < 0.0
+  keep: x > mean(x)
+  count: sum(where(keep, 1.0, 0.0))
+compute:
+  y: where(negative, x - lo, x) * w
+  z: keep * x + negative * w
+  above: sum(where(keep, x, 0.0)) / count
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+"""
+
+
+def test_a_step_that_compares_holds_bool_values_and_passes_its_generated_tests(tmp_path):
+    # A comparison step (per element and per row) is read by where() and in products as PyTorch's
+    # bool tensors are: the kernel keeps it an int1 value, the oracle a bool tensor, and the
+    # backward routes no gradient through it. Rows of 69 loop in 16-element blocks.
+    spec, errors = validated(tmp_path, BOOL_STEPS_SPEC)
+    assert errors == [], errors
+    kinds = spec.number_kinds()
+    assert [kinds[name].category for name, _ in spec.steps] == ["float", "bool", "bool", "float"]
+    assert_generated_tests_pass(tmp_path / "package", {"shift_above.yaml": BOOL_STEPS_SPEC}, ["shift_above"],
+                                "reference or gradients_match_autograd or nan_and_inf or every_candidate")
+
+
+@pytest.mark.parametrize("old, new, key, words", [
+    ("count: sum(where(keep, 1.0, 0.0))", "count: sum(keep)", "steps.count", "sum() of a bool value"),
+    ("count: sum(where(keep, 1.0, 0.0))", "count: mean(keep * 1.0) + max(keep)", "steps.count",
+     "max() of a bool value"),
+    ("z: keep * x + negative * w", "z: x - keep", "compute.z", "- with a bool value"),
+    ("z: keep * x + negative * w", "z: where(count, x, w)", "compute.z", "the condition of where() is float"),
+    ("count: sum(where(keep, 1.0, 0.0))", "count: sum(exp(keep))", "steps.count", "exp() of a bool value"),
+])
+def test_a_bool_step_is_refused_where_its_math_is_not_defined(tmp_path, old, new, key, words):
+    assert old in BOOL_STEPS_SPEC
+    spec, errors = validated(tmp_path, BOOL_STEPS_SPEC.replace(old, new))
+    assert spec is None and len(errors) == 1, errors
+    assert f": {key}: " in errors[0] and words in errors[0], errors

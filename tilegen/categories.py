@@ -21,6 +21,9 @@ _RANK = {BOOL: 0, INT: 1, FLOAT: 2}
 FLOAT_ONLY = frozenset({"exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf", "sigmoid", "tanh", "silu", "gelu"})
 # Functions defined for numbers, not for bool values.
 NUMERIC = frozenset({"abs", "relu", "maximum", "minimum"})
+# A reduction's row reductions: float math over numbers (a bool value, a comparison such as a
+# step `keep: x > m`, is counted with where(): PyTorch's mean of a bool tensor is an error).
+ROW_REDUCTIONS = frozenset({"sum", "mean", "max", "min"})
 
 
 class CategoryError(ValueError):
@@ -90,6 +93,9 @@ class _Walk:
             if left.kind.category == BOOL and right.kind.category == BOOL:
                 symbol = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(node.op)]
                 raise CategoryError(f"{symbol} of two bool values", "compute on numbers, or select with where()")
+            if isinstance(node.op, ast.Sub) and BOOL in (left.kind.category, right.kind.category):
+                # (PyTorch refuses it: "Subtraction ... with a bool tensor is not supported")
+                raise CategoryError("- with a bool value", "select with where(): where(m, x - 1.0, x)")
             if isinstance(node.op, ast.Div):  # true division, as in PyTorch
                 return _Part(Kind(FLOAT, left.kind.weak and right.kind.weak))
             return self.combine([left, right])
@@ -111,6 +117,10 @@ class _Walk:
                         raise CategoryError(f"{name}() of {article} {arg.kind.category} value: {name}() is defined "
                                             "for float values", "float inputs, or an int one made float first (x * 1.0)")
                 return _Part(_promote(*(arg.kind for arg in args)))
+            if name in ROW_REDUCTIONS:
+                if args[0].kind.category == BOOL:
+                    raise CategoryError(f"{name}() of a bool value", "reduce numbers, e.g. where(keep, 1.0, 0.0)")
+                return _Part(Kind(FLOAT, False))
             if name in NUMERIC:
                 for arg in args:
                     if arg.kind.category == BOOL:

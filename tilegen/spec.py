@@ -154,12 +154,16 @@ class Spec:
         return tuple(-(-size // unit) * unit for size, unit in zip(shape, units))
 
     def number_kinds(self) -> dict:
-        """The kind of number each input and scalar holds (categories.Kind), for the emitters."""
-        from .categories import FLOAT, INT, Kind
+        """The kind of number each input, scalar and step holds (categories.Kind), for the
+        emitters: a step is float math, or bool where it compares (`keep: x > m`)."""
+        from .categories import FLOAT, INT, Kind, category_of
         from .dtypes import category
 
-        return {**{t.name: Kind(category(t.dtypes[0]), False) for t in self.inputs},
-                **{s.name: Kind(FLOAT if s.type == "float" else INT, True) for s in self.scalars}}
+        kinds = {**{t.name: Kind(category(t.dtypes[0]), False) for t in self.inputs},
+                 **{s.name: Kind(FLOAT if s.type == "float" else INT, True) for s in self.scalars}}
+        for name, expression in self.steps:  # (each reads the ones before it)
+            kinds[name] = Kind(category_of(expression.tree.body, kinds), False)
+        return kinds
 
     def int_scalars_met(self) -> dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]]:
         """Each int scalar's int tensors (categories.int_scalars_met) as two lists of (label,
@@ -172,7 +176,7 @@ class Spec:
         from .categories import FLOAT, Kind, int_scalars_met
         from .dtypes import DTYPES, narrowest_int
 
-        # Names beyond the inputs and scalars (a matmul's acc, a reduction's steps) hold floats.
+        # Names beyond the inputs, scalars and steps (a matmul's acc) hold floats.
         kinds = defaultdict(lambda: Kind(FLOAT, False), self.number_kinds())
         met: dict[str, set[str]] = {}
         for name, expression in self.body:

@@ -87,6 +87,8 @@ class _Validator(ShapeRules):
         # an expression that reads one, or a `compute` entry for one, is not reported again.
         self.refused_names: set = set()
         self.step_levels: dict | None = None
+        # Each step's kind of number (categories.Kind): float math, or bool where it compares.
+        self.step_kinds: dict[str, Kind] = {}
         self.dtypes: dict = {}  # each tensor's accepted dtypes, once resolved
 
     def error(self, key: str, message: str, allowed: str = "") -> None:
@@ -629,12 +631,36 @@ class _Validator(ShapeRules):
             taken[name] = "step"
             expression = self.reduction_expression(key, source, names | set(later[index:]), names)
             names.add(name)
-            if expression is None:
+            kind = None if expression is None or set(expression.names) & self.broken_steps else \
+                self.step_kind(key, expression, scalars)
+            if kind is None:
                 self.broken_steps.add(name)
             else:
                 out[name] = expression
+                self.step_kinds[name] = kind
         self.step_levels = self.levels_of(inputs, scalars, out)
         return out
+
+    def step_kind(self, key: str, expression: Expression, scalars: dict) -> Kind | None:
+        """The kind of number a step holds (bool where it is a comparison: `keep: x > m`, read by a
+        later where()), or None with its error, where its math is not defined for its arguments."""
+        names = self.value_kinds(scalars)
+        if any(n not in names for n in expression.names):
+            return Kind(FLOAT, False)  # an unresolved dtype: its own error
+        try:
+            return Kind(category_of(expression.tree.body, names), False)
+        except CategoryError as exc:
+            self.error(key, exc.message, exc.allowed)
+            return None
+
+    def value_kinds(self, scalars: dict) -> dict[str, Kind]:
+        """The kind of number of each name an expression may read: tensors by their dtypes, the
+        accumulator, scalars (Python numbers: weak), and a reduction's steps known so far."""
+        names = {name: Kind(category(found[0][0]), False) for name, found in self.dtypes.items()}
+        names["acc"] = Kind(FLOAT, False)
+        names.update({name: Kind(FLOAT if s.type == "float" else "int", True) for name, s in scalars.items()})
+        names.update(self.step_kinds)
+        return names
 
     def reduction_expression(self, key: str, source, readable: set, defined: set) -> Expression | None:
         """Parse one expression of a reduction; a name of a step defined later (or the step itself)
@@ -689,7 +715,7 @@ class _Validator(ShapeRules):
                 self.error(key, f"output {name!r} has one value per row (shape [...]) but its expression "
                            f"{LEVEL_NAMES[ELEMENT]}", "reduce it (sum, mean, max, min), or give the output the rows' shape")
                 continue
-            if not problems and self.categories_hold(key, name, expression, scalars, steps):
+            if not problems and self.categories_hold(key, name, expression, scalars):
                 out.append((name, expression))
         return tuple(out)
 
@@ -770,15 +796,11 @@ class _Validator(ShapeRules):
                 if name not in entries:
                     self.error(section, f"no expression for output {name!r}")
 
-    def categories_hold(self, key: str, output: str, expression: Expression, scalars: dict,
-                        steps: dict | None = None) -> bool:
+    def categories_hold(self, key: str, output: str, expression: Expression, scalars: dict) -> bool:
         """Whether the expression's math is defined for its arguments' kinds of number (bool,
         int, float) and `output` can hold its result; if not, say so once."""
         dtypes = self.dtypes
-        names = {name: Kind(category(found[0][0]), False) for name, found in dtypes.items()}
-        names["acc"] = Kind(FLOAT, False)
-        names.update({name: Kind(FLOAT if s.type == "float" else "int", True) for name, s in scalars.items()})
-        names.update({name: Kind(FLOAT, False) for name in steps or {}})  # a reduction's steps: float math
+        names = self.value_kinds(scalars)
         if output not in dtypes or any(n not in names for n in expression.names):
             return True  # an unresolved dtype: its own error
         try:
