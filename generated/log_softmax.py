@@ -15,33 +15,33 @@ _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,)
 # Measured best configs per GPU and (row length bucket, row count bucket, element size), from `tilegen tune`.
 _TABLE = {
     'NVIDIA H200': {
-        (128, 8192, 4): dict(BLOCK_N=128, ROWS=16, num_warps=8, UNROLL=0, PER_SM=4, FIXED_N=0, EVICT=0),
-        (128, 131072, 4): dict(BLOCK_N=128, ROWS=8, num_warps=1, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0),
-        (128, 1048576, 4): dict(BLOCK_N=128, ROWS=16, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0),
-        (512, 131072, 2): dict(BLOCK_N=512, ROWS=2, num_warps=1, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0),
-        (512, 131072, 4): dict(BLOCK_N=512, ROWS=2, num_warps=4, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0),
-        (1024, 1024, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0),
-        (1024, 16384, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=1, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0),
-        (1024, 16384, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0),
-        (1024, 131072, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=1, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0),
-        (1024, 131072, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0),
-        (4096, 256, 4): dict(BLOCK_N=4096, ROWS=1, num_warps=8, UNROLL=0, PER_SM=4, FIXED_N=0, EVICT=0),
-        (4096, 32768, 2): dict(BLOCK_N=2048, ROWS=1, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1),
-        (4096, 32768, 4): dict(BLOCK_N=2048, ROWS=1, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1),
-        (32768, 512, 2): dict(BLOCK_N=32768, ROWS=1, num_warps=16, UNROLL=0, PER_SM=1, FIXED_N=0, EVICT=0),
-        (32768, 512, 4): dict(BLOCK_N=16384, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1),
-        (32768, 4096, 2): dict(BLOCK_N=32768, ROWS=1, num_warps=16, UNROLL=0, PER_SM=1, FIXED_N=0, EVICT=0),
-        (32768, 4096, 4): dict(BLOCK_N=16384, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1),
+        (128, 8192, 4): dict(BLOCK_N=128, ROWS=16, num_warps=8, UNROLL=0, PER_SM=4, FIXED_N=0, EVICT=0, LOOP=0),
+        (128, 131072, 4): dict(BLOCK_N=128, ROWS=8, num_warps=1, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0, LOOP=0),
+        (128, 1048576, 4): dict(BLOCK_N=128, ROWS=16, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0, LOOP=0),
+        (512, 131072, 2): dict(BLOCK_N=512, ROWS=2, num_warps=1, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0, LOOP=0),
+        (512, 131072, 4): dict(BLOCK_N=512, ROWS=2, num_warps=4, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0, LOOP=0),
+        (1024, 1024, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0, LOOP=0),
+        (1024, 16384, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=1, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0, LOOP=0),
+        (1024, 16384, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0, LOOP=0),
+        (1024, 131072, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=1, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0, LOOP=0),
+        (1024, 131072, 4): dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0, LOOP=0),
+        (4096, 256, 4): dict(BLOCK_N=4096, ROWS=1, num_warps=8, UNROLL=0, PER_SM=4, FIXED_N=0, EVICT=0, LOOP=0),
+        (4096, 32768, 2): dict(BLOCK_N=2048, ROWS=1, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1, LOOP=0),
+        (4096, 32768, 4): dict(BLOCK_N=2048, ROWS=1, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1, LOOP=0),
+        (32768, 512, 2): dict(BLOCK_N=32768, ROWS=1, num_warps=16, UNROLL=0, PER_SM=1, FIXED_N=0, EVICT=0, LOOP=0),
+        (32768, 512, 4): dict(BLOCK_N=16384, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1, LOOP=0),
+        (32768, 4096, 2): dict(BLOCK_N=32768, ROWS=1, num_warps=16, UNROLL=0, PER_SM=1, FIXED_N=0, EVICT=0, LOOP=0),
+        (32768, 4096, 4): dict(BLOCK_N=16384, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1, LOOP=0),
     },
 }
 # The backward kernel's own measured configs (`tilegen tune --backward`); the forward's do not
 # stand for it (it holds more of each row live).
 _BACKWARD_TABLE = {
     'NVIDIA H200': {
-        (32768, 512, 2): dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=2, PER_SM=0, FIXED_N=1, EVICT=0),
-        (32768, 512, 4): dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=0),
-        (32768, 4096, 2): dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0),
-        (32768, 4096, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=2, PER_SM=0, FIXED_N=0, EVICT=0),
+        (32768, 512, 2): dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=2, PER_SM=0, FIXED_N=1, EVICT=0, LOOP=0),
+        (32768, 512, 4): dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=0, LOOP=0),
+        (32768, 4096, 2): dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0, LOOP=0),
+        (32768, 4096, 4): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=2, PER_SM=0, FIXED_N=0, EVICT=0, LOOP=0),
     },
 }
 

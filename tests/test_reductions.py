@@ -1187,9 +1187,9 @@ def test_tuning_tries_the_row_length_compiled_in_where_it_is_a_power_of_two():
     assert first and all("FIXED_N" not in c for c in first)
     # A spec's configs.fixed.FIXED_N is the only one.
     assert {c.get("FIXED_N") for c in ReductionSpace("BLOCK_N", [1024], [4], fixed_n=[1]).candidates(FACTS, key)} == {1}
-    # Cache hints (EVICT) likewise, beside every looped config, never a whole row (no later pass).
+    # Cache hints (EVICT) likewise, beside every looped config, never a row held whole (no later pass).
     assert {c.get("EVICT", 0) for c in explored if c["BLOCK_N"] < 32768} == {0, 1}
-    assert {c.get("EVICT", 0) for c in explored if c["BLOCK_N"] == 32768} == {0}
+    assert {c.get("EVICT", 0) for c in explored if c["BLOCK_N"] == 32768 and not c.get("LOOP")} == {0}
     assert all("EVICT" not in c for c in space.candidates(FACTS, key) + first)
     hinted = ReductionSpace("BLOCK_N", [1024], [4], evict=[1]).candidates(FACTS, key)
     assert {c.get("EVICT") for c in hinted if c["BLOCK_N"] == 1024} == {1}
@@ -1390,3 +1390,45 @@ def test_a_bool_step_is_refused_where_its_math_is_not_defined(tmp_path, old, new
     spec, errors = validated(tmp_path, BOOL_STEPS_SPEC.replace(old, new))
     assert spec is None and len(errors) == 1, errors
     assert f": {key}: " in errors[0] and words in errors[0], errors
+
+
+@pytest.mark.parametrize("config", [
+    dict(BLOCK_N=256, ROWS=1, num_warps=2, UNROLL=0, LOOP=1),
+    dict(BLOCK_N=256, ROWS=1, num_warps=4, UNROLL=0, LOOP=1, FIXED_N=1, EVICT=1),
+], ids=["run_time_length", "fixed_length_hinted"])
+def test_a_row_its_block_holds_passed_over_as_a_longer_one_computes_the_same(monkeypatch, config):
+    # LOOP: a row of 256 in a 256-element block runs the looped kernel (a pass a stage, a trip
+    # each, the outputs' pass loading the row again), in every op's forward and backward.
+    from tilegen.runtime.launch import Kernel
+
+    seen = set()
+    launch = Kernel.launch
+
+    def recording(self, grid, args, varying, constexprs, *rest, **options):
+        seen.add((constexprs.get("ONE_TILE"), constexprs.get("EVICT")))
+        return launch(self, grid, args, varying, constexprs, *rest, **options)
+    monkeypatch.setattr(Kernel, "launch", recording)
+    _every_row_op_on_three_multiprocessors(monkeypatch, 256, config, seed=23, forward=True)
+    assert seen == {(False, bool(config.get("EVICT")))}
+
+
+def test_tuning_tries_a_long_row_its_block_holds_passed_over_in_the_forward_only():
+    from tilegen.runtime import ReductionSpace
+    from tilegen.runtime.configs import LOOP_ROWS_FROM
+
+    key = (32768, 4096, 4)
+    explored = ReductionSpace("BLOCK_N", [1024, 8192], []).candidates(FACTS, key, explore=True)
+    passed = [c for c in explored if c.get("LOOP")]
+    # One row a program in the whole row's block, with each warp count and cache hint tried.
+    assert passed and {(c["BLOCK_N"], c["ROWS"]) for c in passed} == {(32768, 1)}
+    assert {c.get("EVICT", 0) for c in passed} == {0, 1} and len({c["num_warps"] for c in passed}) > 1
+    # Not the heuristic's, nor for shorter rows, nor in a backward; a spec's configs.fixed.LOOP is the only one.
+    assert not any(c.get("LOOP") for c in ReductionSpace("BLOCK_N", [1024, 8192], []).candidates(FACTS, key))
+    short = (LOOP_ROWS_FROM // 2, 4096, 4)
+    assert not any(c.get("LOOP") for c in ReductionSpace("BLOCK_N", [1024], []).candidates(FACTS, short, explore=True))
+    backward = ReductionSpace("BLOCK_N", [1024], [], backward=True).candidates(FACTS, (8192, 4096, 4), explore=True)
+    assert not any(c.get("LOOP") for c in backward)
+    only = ReductionSpace("BLOCK_N", [1024], [], loop=[1]).candidates(FACTS, short, explore=True)
+    assert all(c.get("LOOP") == 1 for c in only if c["BLOCK_N"] >= short[0])
+    space = ReductionSpace("BLOCK_N", [1024, 8192], [])
+    assert not space.heuristic(explored, FACTS, key).get("LOOP")

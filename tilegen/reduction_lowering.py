@@ -232,8 +232,9 @@ def _space(spec: Spec, backward: bool = False, sums_columns: bool = False) -> st
     per_sm = f", per_sm={[fixed['PER_SM']]}" if "PER_SM" in fixed else ""
     fixed_n = f", fixed_n={[fixed['FIXED_N']]}" if "FIXED_N" in fixed else ""
     evict = f", evict={[fixed['EVICT']]}" if "EVICT" in fixed else ""
+    loop = f", loop={[fixed['LOOP']]}" if "LOOP" in fixed else ""
     return (f"rt.ReductionSpace({tile.block!r}, {fixed_or(spec, tile.block, tile.sizes)}, "
-            f"{fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows}{longest}{unroll}{per_sm}{fixed_n}{evict})")
+            f"{fixed_or(spec, 'num_warps', spec.configs.num_warps)}, {rows}{longest}{unroll}{per_sm}{fixed_n}{evict}{loop})")
 
 
 def forward_program(spec: Spec, kept: list[tuple[str, str]] = ()) -> RowProgram:

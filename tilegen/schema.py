@@ -25,16 +25,16 @@ BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",), "reduct
 CONFIG_FIELDS = {"matmul": ("BM", "BN", "BK", "SPLIT_K", "num_warps", "num_stages", "TMA", "PERSISTENT",
                             "FLATTEN", "TMA_STORE"),
                  "elementwise": ("BLOCK", "num_warps"), "reduction": ("BLOCK", "ROWS", "num_warps", "UNROLL", "PER_SM", "FIXED_N",
-                               "EVICT")}
+                               "EVICT", "LOOP")}
 # Fields that say how a tile is computed, not which: an entry applies to an op whose candidates
 # hold its other fields, whatever these say.
 SCHEDULE_FIELDS = ("num_warps", "num_stages", "TMA", "PERSISTENT", "FLATTEN", "TMA_STORE", "UNROLL", "PER_SM",
-                   "FIXED_N", "EVICT")
+                   "FIXED_N", "EVICT", "LOOP")
 # On/off fields of a config (1: on), named by themselves where a config is shown.
-FLAG_FIELDS = ("TMA", "PERSISTENT", "FLATTEN", "TMA_STORE", "FIXED_N", "EVICT")
+FLAG_FIELDS = ("TMA", "PERSISTENT", "FLATTEN", "TMA_STORE", "FIXED_N", "EVICT", "LOOP")
 # Fields that entries written before the field existed leave out, with the value they meant.
 FIELD_DEFAULTS = {"SPLIT_K": 1, "TMA": 0, "PERSISTENT": 0, "FLATTEN": 0, "TMA_STORE": 0, "UNROLL": 0, "PER_SM": 0,
-                  "FIXED_N": 0, "EVICT": 0}
+                  "FIXED_N": 0, "EVICT": 0, "LOOP": 0}
 # A reduction's UNROLL (blocks a loop trip along a row) where a config names it; 0 leaves it to
 # the launch (tilegen.runtime.configs.row_unroll).
 UNROLL_SIZES = (1, 2, 4, 8)

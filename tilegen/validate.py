@@ -56,7 +56,8 @@ RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "MATH_64", "NUM_SMS", "
 RESERVED_BLOCK_PREFIXES = ("EVEN_", "MASK_", "HAS_", "OUT_", "IN_")
 # A reduction's on/off config fields, each with what its values mean.
 REDUCTION_FLAGS = {"FIXED_N": "1: the row length compiled in where it is a power of two, or 0: read at run time",
-                   "EVICT": "1: a looped row's loads hint the cache, or 0: no hints"}
+                   "EVICT": "1: a looped row's loads hint the cache, or 0: no hints",
+                   "LOOP": "1: pass over a row its block holds as over a longer one, or 0: hold it whole"}
 RESERVED_BLOCK_SUFFIXES = ("_FACTOR",)  # a size's or a stride's known factor (M_FACTOR, STRIDE_A_0_FACTOR)
 MAX_SIZES = 8
 MAX_TEST_SHAPES = 32

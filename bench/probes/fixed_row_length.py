@@ -6,12 +6,14 @@ FIXED_N twin, timed in alternating rounds (do_bench, L2 emptied; the median of t
     e.g. ... rms_norm,layer_norm 4096x32768,32768x4096 float16,float32 3
     ... rms_norm float32 4096x32768 3 4096/16,8192/16,8192/32   # and looped forwards, FIXED_N
     ... rms_norm float32 4096x32768 3 2048/8/1,4096/8/1          # ... with EVICT too
+    ... rms_norm float32 4096x32768 3 32768/32/1/1               # ... a row its block holds, passed over (LOOP)
 
 A line per op, shape, dtype and direction: both times and their ratio (above 1: FIXED_N faster),
 printed as measured, so a run cut short keeps what it timed. LOOPS (block/warps[/evict],
 comma-separated) adds forward configs looping along the row in those blocks with those warps, one
 row a program, FIXED_N on (and EVICT, the loads' cache hints, where the third field is 1; a block
-as long as the row holds it whole, with those warps), timed in the same rounds (a line each), and leaves the backward out. COMPILE=1 (with LOOPS) times
+as long as the row holds it whole, with those warps, or, where the fourth field is 1, passes over
+it as over a longer row: LOOP), timed in the same rounds (a line each), and leaves the backward out. COMPILE=1 (with LOOPS) times
 torch.compile of the bench's PyTorch call in the same rounds (max-autotune-no-cudagraphs, as
 `tilegen bench --compile`). Each config's result is checked against PyTorch's as `tilegen tune`
 checks a candidate.
@@ -41,9 +43,9 @@ def compare(label, chooser, call, check, rounds, loops=(), compiled=None):
     today.pop("FIXED_N", None)
     twins = {"run time": today, "FIXED_N": dict(today, FIXED_N=1)}
     block = chooser.space.block
-    twins.update({f"{block}{b} w{w} FIXED_N{' EVICT' if e else ''}":
-                  {block: b, "ROWS": 1, "num_warps": w, "UNROLL": 0, "FIXED_N": 1, "EVICT": e}
-                  for b, w, e in loops})
+    twins.update({f"{block}{b} w{w} FIXED_N{' EVICT' if e else ''}{' LOOP' if p else ''}":
+                  {block: b, "ROWS": 1, "num_warps": w, "UNROLL": 0, "FIXED_N": 1, "EVICT": e, "LOOP": p}
+                  for b, w, e, p in loops})
     times = {name: [] for name in twins}
     for name, config in twins.items():  # compiled and checked before any timing
         with chooser.forcing(config):
@@ -65,7 +67,7 @@ def compare(label, chooser, call, check, rounds, loops=(), compiled=None):
 
 
 def main(ops=OPS, shapes=SHAPES, dtypes=DTYPES, rounds="3", loops=""):
-    loops = [tuple(int(v) for v in (text + "/0").split("/")[:3]) for text in loops.split(",") if text]
+    loops = [tuple(int(v) for v in (text + "/0/0").split("/")[:4]) for text in loops.split(",") if text]
     callpath.load(wait=True)  # (repeat calls take the compiled call path, as a user's do)
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
     for op in ops.split(","):
@@ -83,7 +85,7 @@ def main(ops=OPS, shapes=SHAPES, dtypes=DTYPES, rounds="3", loops=""):
                     compiled = lambda: run_torch(inputs)  # noqa: E731, B023 - called in this iteration
                 try:
                     compare(f"{label} forward", generated._OP.configs, *forward_calls(module, inputs, dtype), int(rounds),
-                            [(b, w, e) for b, w, e in loops if b <= shape[-1]], compiled)
+                            [loop for loop in loops if loop[0] <= shape[-1]], compiled)
                     if not loops:  # (LOOPS asks about the forward alone)
                         compare(f"{label} backward", generated._BACKWARD.configs,
                                 *backward_calls(module, inputs, dtype), int(rounds))

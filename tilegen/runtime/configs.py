@@ -266,6 +266,10 @@ MAX_BACKWARD_LOOP_BLOCK = 4096
 # A long row's column phase loads at most this many elements of each input a thread a step
 # (column_sums_tile).
 COLUMN_ELEMENTS_PER_THREAD = 32
+# A forward's rows this long and longer: tuning also tries passing over a row its block holds
+# (ReductionSpace._loop_options).
+LOOP_ROWS_FROM = 8192
+
 # A looped row goes UNROLL blocks a loop trip, a tl.static_range each, so that a trip's loads
 # are issued together (Triton pipelines no loop along a row). A config's UNROLL of 0 leaves it to
 # the rule: the row's blocks, at most MAX_UNROLL (more would only lengthen the compile) and at
@@ -365,9 +369,11 @@ class ReductionSpace:
     at 4096x32768 on the H200 took 264 us a program a row block, 147 us with PER_SM 1, against
     171 looping (bench/results/h200/reductions/per_sm/); and a weight is loaded once a program."""
 
-    def __init__(self, block, blocks, warps, rows=(), backward=False, unroll=(), per_sm=(), fixed_n=(), evict=()):
+    def __init__(self, block, blocks, warps, rows=(), backward=False, unroll=(), per_sm=(), fixed_n=(), evict=(),
+                 loop=()):
         self.block, self.blocks, self.warps, self.rows = block, list(blocks), list(warps), list(rows)
         self.unroll, self.per_sm, self.fixed_n, self.evict = list(unroll), list(per_sm), list(fixed_n), list(evict)
+        self.loop = list(loop)
         self.max_tile = MAX_BACKWARD_ROW_TILE if backward else MAX_ROW_TILE
         self.backward = backward
         self.names = (block,)
@@ -420,6 +426,15 @@ class ReductionSpace:
             return self.evict
         return [0, 1] if explore else [0]
 
+    def _loop_options(self, n, explore):
+        # A row its block holds, passed over as a longer one (LOOP: a pass a stage, each loading
+        # the row again, from L2 after the first; TorchInductor's float32 rms_norm at 4096x32768
+        # runs so, R0_BLOCK 32768: bench/results/h200/anchors/). Tuning tries it for a forward's
+        # rows of LOOP_ROWS_FROM and longer, where a row held whole fills a thread's registers.
+        if self.loop:
+            return self.loop
+        return [0, 1] if explore and not self.backward and n >= LOOP_ROWS_FROM else [0]
+
     def _looped_rows_options(self, block, explore):
         # A backward that sums columns (a weight's gradient) reads and writes its workspace row's
         # block on every block of a looped row: a few rows a step share that traffic. Tuning
@@ -432,12 +447,18 @@ class ReductionSpace:
         n, count = key[0], key[1]
         out = []
         whole = max(n, 16)
-        if whole <= self.max_tile:
+        loops = self._loop_options(n, explore) if whole <= self.max_tile else []
+        if 0 in loops:
             for rows in self._rows_options(whole, count, explore):
                 for w in self._warp_options(rows * whole, explore):
                     for p in self._per_sm_options(w, explore):
                         out.append({self.block: whole, "ROWS": rows, "num_warps": w, "UNROLL": 0,
                                     **({"PER_SM": p} if p else {})})
+        if 1 in loops:
+            for w in self._warp_options(whole, explore):
+                for e in self._evict_options(explore):
+                    out.append({self.block: whole, "ROWS": 1, "num_warps": w, "UNROLL": 0, "LOOP": 1,
+                                **({"EVICT": e} if e else {})})
         for b in self.blocks:
             if b < n:
                 for rows in self._looped_rows_options(b, explore):
@@ -453,7 +474,7 @@ class ReductionSpace:
         """Whole rows where they fit a tile, with the default rows per program; else the largest
         block, looping (a backward's: up to MAX_BACKWARD_LOOP_BLOCK)."""
         n, count = key[0], key[1]
-        whole = [c for c in fitting if c[self.block] >= n]
+        whole = [c for c in fitting if c[self.block] >= n and not c.get("LOOP")]
         if whole:
             rows = self._default_rows(whole[0][self.block], count)
             return min(whole, key=lambda c: (abs(c["ROWS"] - rows), c["num_warps"]))

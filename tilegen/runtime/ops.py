@@ -459,8 +459,8 @@ class ReductionOp(Op):
     trip's blocks are a tl.static_range, so their loads are issued together. Rows held whole go
     to a program a row block, or to the config's PER_SM programs a multiprocessor, each issuing
     its next block's loads before this block's math (AHEAD). A config may compile a power-of-two
-    row length in (FIXED_N: configs.fixed_row_length) and give a looped row's loads cache hints
-    (EVICT: reduction_lowering's _KEEP and _LAST).
+    row length in (FIXED_N: configs.fixed_row_length), give a looped row's loads cache hints
+    (EVICT: reduction_lowering's _KEEP and _LAST), and loop along a row its block holds (LOOP).
 
     `roles` gives each tensor (inputs, then outputs) its lie along the rows: "element" ([..., N]),
     "column" ([N], the same for every row), "row" ([...], one value per row), or, for a
@@ -613,7 +613,9 @@ class ReductionOp(Op):
     def _launch(self, views, pointers, scalars, rows, n, config, sums=()):
         block, per_program = config[self.block], config["ROWS"]
         blocks = cdiv(rows, per_program)
-        looped = not known(n <= block)  # (traced: unless runtime.sizes.known says every row fits)
+        # (traced: unless runtime.sizes.known says every row fits). A config's LOOP passes over a
+        # row its block holds as over a longer one: a trip a pass, each loading the row again.
+        looped = bool(config.get("LOOP")) or not known(n <= block)
         head = ()
         math_64 = float64_math(self.name, self.compute == tl.float64, views)
         constexprs = {"INDEX_64": needs_int64(*views, extra=block * per_program), "MATH_64": math_64}
