@@ -77,10 +77,10 @@ def test_a_reductions_entries_carry_their_blocks_a_trip_and_programs_a_multiproc
                    "4096x4096x2": dict(BLOCK=4096, ROWS=1, num_warps=16, UNROLL=0, PER_SM=2),
                    "4096x32768x2": dict(BLOCK=1024, ROWS=1, num_warps=4)}}
     entries = table_for_spec(sources["rms_norm"], {}, own)["GPU"]
-    assert entries[(32768, 4096, 2)] == dict(BLOCK_N=8192, ROWS=1, num_warps=16, UNROLL=2, PER_SM=0, FIXED_N=1, EVICT=1)
-    assert entries[(4096, 4096, 2)] == dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=0, PER_SM=2, FIXED_N=0, EVICT=0)
-    assert entries[(4096, 32768, 2)] == dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0)
-    assert ("(32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=16, UNROLL=2, PER_SM=0, FIXED_N=1, EVICT=1),"
+    assert entries[(32768, 4096, 2)] == dict(BLOCK_N=8192, ROWS=1, num_warps=16, UNROLL=2, PER_SM=0, FIXED_N=1, EVICT=1, LOOP=0)
+    assert entries[(4096, 4096, 2)] == dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=0, PER_SM=2, FIXED_N=0, EVICT=0, LOOP=0)
+    assert entries[(4096, 32768, 2)] == dict(BLOCK_N=1024, ROWS=1, num_warps=4, UNROLL=0, PER_SM=0, FIXED_N=0, EVICT=0, LOOP=0)
+    assert ("(32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=16, UNROLL=2, PER_SM=0, FIXED_N=1, EVICT=1, LOOP=0),"
             in render_table({"GPU": entries}))
 
 
@@ -116,7 +116,7 @@ def test_a_backward_kernel_reads_its_own_table_ahead_of_its_ops(sources, monkeyp
     monkeypatch.setattr(lowering, "load_table", lambda name, scope="kind": tables.get((name, scope), {}))
     spec = sources["rms_norm"]
     alone = table_for_spec(spec, {}, backward)["GPU"]
-    assert alone[(4096, 32768, 4)] == dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=4, PER_SM=0, FIXED_N=0, EVICT=0)
+    assert alone[(4096, 32768, 4)] == dict(BLOCK_N=4096, ROWS=1, num_warps=16, UNROLL=4, PER_SM=0, FIXED_N=0, EVICT=0, LOOP=0)
     assert alone[(512, 32768, 4)]["BLOCK_N"] == 2048
     context = reduction_context(spec, "")
     assert context["backward_table"] == render_table({"GPU": alone})

@@ -18,3 +18,18 @@ timeout 140 python3 bench/probes/fixed_row_length.py softmax,log_softmax,rms_nor
     512x32768 float16 3 32768/16/1/1,32768/32/1/1 > "$out/float16.txt" 2>&1
 echo "float16: $?"
 fi
+# Second call, with the tables' float32 rms_norm and add_rms_norm rows of 32768 passed over in one
+# 32768-element block (LOOP; and add_rms_norm's half-precision 512x32768): their tests compiled,
+# add_rms_norm's half-precision 4096x32768 forced, then both benched beside eager and torch.compile.
+#   OUT=... STAGE=2 bash bench/results/h200/reductions/loop_held_rows/run.sh
+if [[ ${STAGE:-1} == 2 ]]; then
+    timeout 150 python3 -m pytest -q -n 16 -p no:cacheprovider generated/tests/test_rms_norm.py \
+        generated/tests/test_add_rms_norm.py tests/test_runtime.py > "$out/tests_tables.log" 2>&1
+    echo "tests: $? ($(tail -1 "$out/tests_tables.log"))"
+    timeout 60 python3 bench/probes/fixed_row_length.py add_rms_norm 4096x32768 float16 3 \
+        32768/32/1/1,32768/16/1/1,32768/32/0/1 > "$out/add_rms_norm_float16.txt" 2>&1
+    echo "add_rms_norm float16: $?"
+    timeout 300 python3 -m tilegen bench rms_norm add_rms_norm --compile --dtype float32 --dtype float16 \
+        --shapes 512x32768,4096x32768 --out "$out/bench" > "$out/bench.log" 2>&1
+    echo "bench: $?"
+fi
