@@ -20,7 +20,7 @@ _TABLE = {
         (4096, 32768, 2): dict(BLOCK_N=1024, ROWS=1, num_warps=8, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1, LOOP=0),
         (32768, 512, 2): dict(BLOCK_N=32768, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1, LOOP=1),
         (32768, 512, 4): dict(BLOCK_N=32768, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1, LOOP=1),
-        (32768, 4096, 2): dict(BLOCK_N=8192, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1, LOOP=0),
+        (32768, 4096, 2): dict(BLOCK_N=32768, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=1, LOOP=1),
         (32768, 4096, 4): dict(BLOCK_N=32768, ROWS=1, num_warps=32, UNROLL=0, PER_SM=0, FIXED_N=1, EVICT=0, LOOP=1),
     },
 }
