@@ -147,7 +147,7 @@ def test_a_key_won_through_descriptors_gets_its_fastest_pointer_launch_as_the_tw
 def test_the_twin_is_written_beside_the_entry_in_the_tables_traced_section(monkeypatch, tmp_path):
     written = {"entry": dict(BM=128, BN=128, BK=64, TMA=1), "twin": dict(BM=64, BN=128, BK=32)}
 
-    def tune_module(module, op, shapes, progress, dtypes, compiler, on_key, calls):
+    def tune_module(module, op, shapes, progress, dtypes, compiler, on_key, calls, traced):
         on_key("4096x4096x4096x2", written["entry"], written["twin"])
         on_key("128x128x128x2", dict(written["twin"], BK=64), None)
 
@@ -614,3 +614,42 @@ def test_configs_whose_calls_the_call_path_never_served_are_named(monkeypatch):
     lines.clear()
     tune.tune_module(module, op_module, None, lines.append)
     assert not any("took Triton's launch" in line for line in lines)
+
+
+def test_traced_tuning_times_launches_through_pointers_only_into_the_traced_section(monkeypatch, tmp_path):
+    # `tilegen tune --traced`: the twin of an entry tuned through descriptors before tuning wrote
+    # twins. No candidate loads or stores through a descriptor; the entry stays as it was.
+    def fp16(config):
+        return 1.0 if config.get("TMA") or config.get("TMA_STORE") else {(64, 128): 4.0}.get((config["BM"], config["BN"]), 9.0)
+    module, op_module, timed, do_bench = stand_in({torch.float16: fp16}, [torch.float16])
+    monkeypatch.setattr(triton.testing, "do_bench", do_bench)
+    monkeypatch.setattr(tune, "SWEEPS", 1)
+    reported = []
+    best = tune.tune_module(module, op_module, None, lambda line: None, traced=True,
+                            on_key=lambda *heard: reported.append(heard))
+    assert timed and all(tune.through_pointers(c) for _, c in timed)
+    [(key, config, twin)] = reported
+    assert (config["BM"], config["BN"]) == (64, 128) and tune.through_pointers(config) and twin is None
+    assert best == {key: config}
+
+    entry = dict(BM=128, BN=128, BK=64, TMA=1)
+    (tmp_path / "matmul.json").write_text(json.dumps({"GPU": {key: entry}}))
+
+    def tuned(module, op, shapes, progress, dtypes, compiler, on_key, calls, traced):
+        assert traced
+        on_key(key, dict(BM=64, BN=128, BK=32), None)
+
+    chooser = rt.ConfigChooser("auto", rt.MatmulSpace(("BM", "BN", "BK"), [64, 128], [64, 128], [32, 64], [], [],
+                                                      (False,) * 3))
+    stand = SimpleNamespace(OP="stand_in", KIND="matmul", SHAPES=[(1, 1, 1)], DTYPES=[torch.float16])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "GPU")
+    monkeypatch.setattr(tune, "load_bench_modules", lambda ops, package: [stand])
+    monkeypatch.setattr(tune, "_target", lambda package, op, backward: (SimpleNamespace(configs=chooser), None))
+    monkeypatch.setattr(tune, "settle_call_path", lambda: None)
+    monkeypatch.setattr(tune, "_warm_up_gpu", lambda: None)
+    monkeypatch.setattr(tune, "tune_module", tuned)
+    [path] = tune.run(["stand_in"], "generated", None, tmp_path, traced=True)
+    table = json.loads(path.read_text())
+    assert table["GPU"] == {key: entry}
+    assert table[rt.configs.traced_section("GPU")] == {key: dict(BM=64, BN=128, BK=32)}

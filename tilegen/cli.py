@@ -327,7 +327,10 @@ def bench(ops, out_dir, package, shapes, compile_too, dtypes, cold_start, rounds
 @click.option("--backward", is_flag=True, help="Tune each op's backward kernel (an elementwise or reduction "
               "op's), timing the backward of a training step, into tables/ops/<op>_backward.json (scope op); "
               "without one an elementwise backward reads the op's entries, a reduction's the heuristic.")
-def tune(ops, package, shapes, tables, dtypes, jobs, scope, backward):
+@click.option("--traced", is_flag=True, help="Tune only the launches through pointers, which torch.compile and "
+              "torch.export take, into the tables' \"<GPU> traced\" sections alone (the entries stay): for keys "
+              "whose entry loads through descriptors and has no traced twin yet.")
+def tune(ops, package, shapes, tables, dtypes, jobs, scope, backward, traced):
     """Measure candidate configs of OPS (default: matmul, add) on this GPU; record the best.
 
     Every candidate tile is timed in each way it can launch (descriptor loads and stores,
@@ -342,7 +345,8 @@ def tune(ops, package, shapes, tables, dtypes, jobs, scope, backward):
     as soon as its shape is done in every dtype, so a run stopped early keeps the shapes it finished.
     Where the best config loads through tensor descriptors, the fastest one through pointers is
     written beside it (the table's "<GPU> traced" section), for launches traced by torch.compile
-    or torch.export, which cannot take descriptors.
+    or torch.export, which cannot take descriptors; --traced tunes that section alone, from
+    launches through pointers only, leaving the entries as they are.
 
     Writes <kind>.json tables (with --scope op, ops/<op>.json; with --backward,
     ops/<op>_backward.json); run `tilegen build` afterwards so the ops launch the measured configs.
@@ -352,13 +356,14 @@ def tune(ops, package, shapes, tables, dtypes, jobs, scope, backward):
       tilegen tune matmul add && tilegen build specs/
       tilegen tune matmul_residual_scaled --scope op --shapes 128x4096x4096 && tilegen build specs/
       tilegen tune softmax --backward --shapes 4096x32768 && tilegen build specs/
+      tilegen tune matmul --traced --shapes 4096x4096x4096 && tilegen build specs/
     """
     from . import tune as tune_module
     from .bench import BenchError
 
     try:
         written = tune_module.run(list(ops), package, shapes, Path(tables) if tables else TABLE_DIR,
-                                  list(dtypes), jobs, scope or ("op" if backward else "kind"), backward)
+                                  list(dtypes), jobs, scope or ("op" if backward else "kind"), backward, traced)
     except BenchError as exc:
         _fail(f"tilegen tune: {exc}")
     click.echo(f"wrote {', '.join(str(p) for p in written)}; now run `tilegen build`")

@@ -176,12 +176,19 @@ def backward_calls(module, inputs, dtype):
             lambda got, label: gradients_agree(got, want(), tolerance, label))
 
 
+def through_pointers(config: dict) -> bool:
+    """Whether `config` launches with no tensor descriptor (a traced launch's only kind)."""
+    return not config.get("TMA") and not config.get("TMA_STORE")
+
+
 def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=None,
-                calls=forward_calls) -> dict[str, dict]:
+                calls=forward_calls, traced=False) -> dict[str, dict]:
     """{key: best config} for one op over its dtypes and shapes; `on_key(key, config, twin)` hears
     of each key as soon as its shape is done in every dtype (so a run cut short keeps what it
     found), with the fastest config that loads through pointers where the best loads through
-    descriptors (its twin for traced launches: configs.traced_entries), else None.
+    descriptors (its twin for traced launches: configs.traced_entries), else None. With `traced`
+    only launches through pointers are candidates: the best of them is what traced launches
+    (torch.compile, export) of that key should take.
 
     Two passes per shape: every candidate launch (a tile and how it launches: descriptor loads
     and stores, persistent, flattened) with its tile's default warps and stages (and every tile
@@ -292,10 +299,13 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
                 return sorted(samples, key=lambda ident: rank_ms(ident, floor))  # stable: ties keep timing order
 
             explored = chooser.candidates(facts, key, explore=True)
+            if traced:
+                explored = [c for c in explored if through_pointers(c)]
             # Tiles only tuning tries (a reduction's other rows per program) have no default warps to
             # stand for them: each comes with all of its own, or one poor pick would drop the tile
             # (layer_norm 32768x4096: four rows a program ran 138 us with 8 warps, 213 with 16).
-            first = first_pass(chooser.candidates(facts, key), explored)
+            first = first_pass([c for c in chooser.candidates(facts, key) if not traced or through_pointers(c)],
+                               explored)
             measure(first)
             best_launches = list(dict.fromkeys(launch_of(configs[ident]) for ident in ranked()))
             seen = {identity(c) for c in first}
@@ -354,7 +364,7 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
             best[text] = configs[min(everywhere, key=everywhere.get)]
             # A traced launch cannot load through descriptors (configs.traced_entries): where the
             # winner does, the fastest pointer launch timed here is its twin for those launches.
-            pointers = {ident: t for ident, t in everywhere.items() if not configs[ident].get("TMA")}
+            pointers = {ident: t for ident, t in everywhere.items() if through_pointers(configs[ident])}
             twin = configs[min(pointers, key=pointers.get)] if best[text].get("TMA") and pointers else None
             if twin is not None:
                 progress(f"{module.OP} {text}: traced launches (through pointers) take {brief(twin)}")
@@ -474,8 +484,11 @@ def _refuse_backward_without_kernel(module, package) -> None:
 
 
 def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TABLE_DIR,
-        dtypes: list[str] | None = None, jobs: int = 1, scope: str = "kind", backward: bool = False) -> list[Path]:
-    """Tune `ops` (their backward kernels with `backward`, into tables of their own: scope "op")."""
+        dtypes: list[str] | None = None, jobs: int = 1, scope: str = "kind", backward: bool = False,
+        traced: bool = False) -> list[Path]:
+    """Tune `ops` (their backward kernels with `backward`, into tables of their own: scope "op"). With
+    `traced`, only launches through pointers, into the tables' traced sections alone: the twins of
+    entries tuned through descriptors before twins were written."""
     import torch
 
     # As bench: the flags first, then the GPU, then what needs the package (ops, their dtypes).
@@ -510,6 +523,10 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
 
         def on_key(key, config, twin):
             entry = {key: rename_blocks(config, spec_names, BLOCK_FIELDS[module.KIND])}
+            if traced:  # (the entry itself stays as it was)
+                written[name] = merge_entries(name, traced_section(gpu), entry, tables, scope)
+                progress(f"{module.OP}: wrote {key} into {written[name]} (traced launches)")
+                return
             written[name] = merge_entries(name, gpu, entry, tables, scope)
             if twin is not None:
                 entry = {key: rename_blocks(twin, spec_names, BLOCK_FIELDS[module.KIND])}
@@ -521,7 +538,8 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
         for module in modules:
             op, calls = _target(package, module.OP, backward)
             shapes = parse_shapes(shapes_text, module.KIND, getattr(module, "BATCHED", False))
-            tune_module(module, op, shapes, progress, dtypes or (), compiler, on_key=writer(module, op), calls=calls)
+            tune_module(module, op, shapes, progress, dtypes or (), compiler, on_key=writer(module, op), calls=calls,
+                        traced=traced)
     finally:
         if compiler is not None:
             compiler.close()

@@ -1,0 +1,17 @@
+#!/bin/bash
+# Traced twins for the matmul kind's descriptor entries (4096^3 and 8192^3, element size 2), tuned
+# through pointers only (`tilegen tune --traced`), then matmul_relu benched beside eager and
+# torch.compile there (its 'in compile' column: the op inside torch.compile, launching the twin).
+#   OUT=... bash bench/results/h200/traced_tune/run.sh   (PYTHONPATH at the checkout)
+set -u
+export PYTHONPATH=$PWD
+out=${OUT:-/tmp/traced_tune}; mkdir -p "$out"
+timeout 330 python3 -m tilegen tune matmul --traced --dtype float16 --jobs 14 \
+    --shapes 4096x4096x4096,8192x8192x8192 > "$out/tune_matmul.log" 2>&1
+echo "tune: $?"
+cp tilegen/tables/matmul.json "$out/matmul.json"
+python3 -m tilegen build specs/ > "$out/build.log" 2>&1
+echo "build: $?"
+timeout 200 python3 -m tilegen bench matmul_relu matmul --compile --dtype float16 --shapes 4096x4096x4096,8192x8192x8192 \
+    --out "$out/bench" > "$out/bench.log" 2>&1
+echo "bench: $?"
