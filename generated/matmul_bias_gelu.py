@@ -34,8 +34,8 @@ _TABLE = {
         (8192, 8192, 8192, 2): dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=4, TMA=1, PERSISTENT=0, FLATTEN=0, TMA_STORE=0),
     },
     'NVIDIA H200 traced': {
-        (4096, 4096, 4096, 2): dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=4, TMA=0, PERSISTENT=1, FLATTEN=1, TMA_STORE=0),
-        (8192, 8192, 8192, 2): dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=4, TMA=0, PERSISTENT=1, FLATTEN=1, TMA_STORE=0),
+        (4096, 4096, 4096, 2): dict(BM=128, BN=256, BK=32, SPLIT_K=1, num_warps=8, num_stages=5, TMA=0, PERSISTENT=0, FLATTEN=0, TMA_STORE=0),
+        (8192, 8192, 8192, 2): dict(BM=128, BN=256, BK=64, SPLIT_K=1, num_warps=8, num_stages=3, TMA=0, PERSISTENT=0, FLATTEN=0, TMA_STORE=0),
     },
 }
 
