@@ -1432,3 +1432,39 @@ def test_tuning_tries_a_long_row_its_block_holds_passed_over_in_the_forward_only
     assert all(c.get("LOOP") == 1 for c in only if c["BLOCK_N"] >= short[0])
     space = ReductionSpace("BLOCK_N", [1024, 8192], [])
     assert not space.heuristic(explored, FACTS, key).get("LOOP")
+
+
+NO_GRADIENT_SPEC = """\
+op: flag_rows
+kind: reduction
+doc: elements above the row mean as a float flag, the row's share of them, and whether it spans more than 1.
+inputs:
+  x: {dtype: [float16, float32], shape: [..., N]}
+outputs:
+  flag: {dtype: x, shape: [..., N]}
+  share: {dtype: [float32], shape: [...]}
+  wide: {dtype: x, shape: [...]}
+steps:
+  keep: x > mean(x)
+  spans: max(x) - min(x) > 1.0
+compute:
+  flag: keep
+  share: mean(where(keep, 1.0, 0.0))
+  wide: spans
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+"""
+
+
+def test_an_op_whose_outputs_give_no_input_a_gradient_passes_its_generated_tests(tmp_path):
+    # Comparisons and counts of them: a call that records autograd has gradients of zero and no
+    # backward kernel, so the generated tests hold none that launches one.
+    from tilegen.build import load_specs
+    from tilegen.reduction_lowering import has_backward_kernel
+
+    (tmp_path / "spec.yaml").write_text(NO_GRADIENT_SPEC)
+    [source] = load_specs([tmp_path / "spec.yaml"])
+    assert not has_backward_kernel(source.spec)
+    assert_generated_tests_pass(tmp_path / "package", {"flag_rows.yaml": NO_GRADIENT_SPEC}, ["flag_rows"], "test_")
+    tests = (tmp_path / "package" / "generated" / "tests" / "test_flag_rows.py").read_text()
+    assert "_BACKWARD" not in tests

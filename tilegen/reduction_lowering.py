@@ -359,6 +359,12 @@ def _fewest_reads(spec: Spec, inputs: list[str], outputs: list[str], roles: dict
     return reading if read_along(reading) < read_along(from_inputs) else from_inputs
 
 
+def has_backward_kernel(spec: Spec) -> bool:
+    """Whether the op's backward launches a kernel: some input's gradient is computed (an op whose
+    outputs give no input a gradient, such as a share of elements above the mean, has none)."""
+    return bool(_backward(spec, spec.row_roles(), forward_program(spec))["results"])
+
+
 def reduction_context(spec: Spec, header: str) -> dict:
     roles = spec.row_roles()
     inputs = [t.name for t in spec.inputs]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from .dtypes import DTYPES
 from .expressions import assignments
 from .lowering import epilogue_backward, keeps_exact_accumulator, records_gradients
+from .reduction_lowering import has_backward_kernel
 from .rows import ELEMENT, level_of
 from .spec import SIZE_ONE, Spec
 
@@ -426,6 +427,7 @@ def reduction_test_context(spec: Spec, header: str, package: str) -> dict:
         output_shape_exprs=row_shape_exprs(spec, spec.outputs),
         shapes_literal=_shape_literal(dict.fromkeys(shapes + list(spec.test_shapes))),
         long_shape=long_shape,
+        backward_kernel=has_backward_kernel(spec),
         column=columns[0].public if columns else "",
         column_index=spec.inputs.index(columns[0]) if columns else -1,
         # The one output is a value per row ([...]): an out= of it has no row axis to transpose,
