@@ -492,6 +492,12 @@ def _matmul_backward(spec: Spec) -> dict:
             sources.append("None")
             continue
         sources.append(f'("result", {len(results) - 1})')
+    if not results:
+        # No input's gradient needs a backward op (an epilogue that is a threshold's flag gives the
+        # accumulator none): autograd's formula passes incoming gradients on, or gives none.
+        return dict(no_gradient="", reads_acc=False, exact_acc=False, training_name="", results=[], kernel_results=[],
+                    gradients=gradients_formula(None, inputs, [], sources, len(outputs), records=output_records(spec)),
+                    placeholders=placeholders)
     name = backward_op_name(spec.op)
     scalars = [sc.name for sc in spec.scalars]
     kernel_results = [backward.results[x] for x in computed]
