@@ -203,3 +203,25 @@ def test_shared_temporaries_compute_what_the_expression_says():
     exec("\n".join(assignments([("c", expression)], "torch")), scope)
     want = torch.relu(torch.nn.functional.gelu(a + b) ** 3) + torch.nn.functional.silu(a + b)
     torch.testing.assert_close(scope["c"], want)
+
+
+def test_inf_is_a_number_every_target_writes():
+    # `inf` (and `-inf`): the one named number, for masking (`where(keep, x, -inf)`); it is not
+    # a name the expression reads, and each target's code computes it.
+    from tilegen.expressions import assignments
+
+    expression = parse_expression("where(k > 0, x, -inf) + inf * 0.0", {"k", "x"})
+    assert expression.names == ("k", "x")
+    k, x = torch.tensor([1.0, -1.0], dtype=torch.float64), torch.tensor([2.0, 3.0], dtype=torch.float64)
+    for target in ("torch", "eager"):
+        [line] = assignments([("y", expression)], target)
+        scope = {"torch": torch, "k": k, "x": x}
+        exec(line, scope)  # noqa: S102 - code the emitter wrote from a checked tree
+        assert torch.isinf(scope["y"][1]) or torch.isnan(scope["y"][1])
+    [line] = assignments([("y", parse_expression("where(k > 0, x, -inf)", {"k", "x"}))], "triton")
+    assert "float('inf')" in line or 'float("inf")' in line
+    # A literal too large for a float is no infinity; Python's float("-inf") is pointed at inf.
+    with pytest.raises(ExpressionError, match="out of range"):
+        parse_expression("x + 1e400", {"x"})
+    with pytest.raises(ExpressionError, match="infinity as inf"):
+        parse_expression('where(k > 0, x, float("-inf"))', {"k", "x"})

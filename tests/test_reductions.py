@@ -1468,3 +1468,73 @@ def test_an_op_whose_outputs_give_no_input_a_gradient_passes_its_generated_tests
     assert_generated_tests_pass(tmp_path / "package", {"flag_rows.yaml": NO_GRADIENT_SPEC}, ["flag_rows"], "test_")
     tests = (tmp_path / "package" / "generated" / "tests" / "test_flag_rows.py").read_text()
     assert "_BACKWARD" not in tests
+
+
+MASKED_SPECS = {
+    "masked_softmax.yaml": """
+op: masked_softmax
+kind: reduction
+doc: softmax over the elements a mask keeps (a row that keeps none is NaN, as PyTorch's).
+inputs:
+  x: {dtype: [float16, float32, float64], shape: [..., N]}
+  keep: {dtype: [bool], shape: [..., N]}
+scalars:
+  scale: {type: float, default: 1.0}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+steps:
+  s: where(keep, x * scale, -inf)
+  m: max(s)
+  e: exp(s - m)
+compute:
+  y: e / sum(e)
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+reference:
+  y: softmax(where(keep, x * scale, -inf))
+""",
+    "masked_norm.yaml": """
+op: masked_norm
+kind: reduction
+doc: RMSNorm over the columns a [N] mask keeps; rows a [...] flag turns off are zero.
+inputs:
+  x: {dtype: [float16, float32], shape: [..., N]}
+  cols: {dtype: [bool], shape: [N]}
+  on: {dtype: [bool], shape: [...]}
+scalars:
+  eps: {type: float, default: 1.0e-6}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+steps:
+  v: where(cols, x, 0.0)
+  r: rsqrt(sum(v * v) / sum(where(cols, 1.0, 0.0)) + eps)
+compute:
+  y: where(on, v * r, 0.0)
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+""",
+}
+
+
+def test_bool_masks_of_elements_columns_and_rows_pass_their_generated_tests(tmp_path):
+    # A reduction's bool inputs are read as they are (int1: no cast to the math's dtype), carry no
+    # gradient, and mask with -inf as PyTorch's masked softmax does; rows of 69 loop in 16-element
+    # blocks, every candidate config runs, gradients against autograd of the oracle.
+    assert_generated_tests_pass(tmp_path, MASKED_SPECS, ["masked_softmax", "masked_norm"], "test_")
+    kernel = (tmp_path / "generated" / "masked_softmax.py").read_text()
+    loads = [line.strip() for line in kernel.splitlines() if line.strip().startswith("keep = ")]
+    assert loads and all(".to(compute)" not in line for line in loads), loads
+
+
+@pytest.mark.parametrize("old, new, key, words", [
+    ("y: {dtype: x, shape: [..., N]}", "y: {dtype: keep, shape: [..., N]}", "outputs.y.dtype",
+     "of a reduction holds bool values"),
+    ("m: max(s)", "m: max(s) + sum(keep)", "steps.m", "sum() of a bool value"),
+    ("keep: {dtype: [bool], shape: [..., N]}", "inf: {dtype: [bool], shape: [..., N]}", "inputs.inf",
+     "reserved: it is infinity"),
+])
+def test_a_bool_mask_is_refused_where_it_cannot_serve(tmp_path, old, new, key, words):
+    text = MASKED_SPECS["masked_softmax.yaml"]
+    assert old in text
+    spec, errors = validated(tmp_path, text.replace(old, new))
+    assert spec is None and errors and f": {key}: " in errors[0] and words in errors[0], errors

@@ -32,8 +32,9 @@ FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 # What elementwise ops take: every dtype but the 8-bit floats.
 ELEMENTWISE_DTYPES = tuple(d for d in DTYPES if d not in FP8_DTYPES)
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-# Reductions compute in float (their statistics are float whatever the input).
-REDUCTION_DTYPES = FLOAT_DTYPES
+# Reductions compute in float (their statistics are float whatever the input); an input may also
+# be a bool mask (`where(mask, x, float("-inf"))`), read as it is, never reduced.
+REDUCTION_DTYPES = FLOAT_DTYPES + ("bool",)
 # The values each int dtype holds: a literal computed with int inputs must fit their narrowest.
 INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 

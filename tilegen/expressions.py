@@ -19,6 +19,9 @@ MAX_EXPRESSION_CHARS = 2000
 MAX_NODES = 400
 MAX_DEPTH = 40
 MAX_LITERAL = 1e30
+# The one named number: infinity (`where(keep, x, -inf)`: a masked element that no max picks and
+# whose exp is 0), reserved as a value name.
+INFINITY = "inf"
 INTEGER_POWERS = range(1, 9)
 
 
@@ -83,7 +86,7 @@ _COMPARE = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=", ast.Eq: "=="
 
 
 def _allowed(functions) -> str:
-    return ("numbers, declared names, + - * / ** (integer power 1..8), unary -, "
+    return ("numbers, inf, declared names, + - * / ** (integer power 1..8), unary -, "
             "one comparison as the first argument of where(), and calls to " + ", ".join(sorted(functions)))
 
 
@@ -172,6 +175,7 @@ def parse_expression(source: object, names: set[str], reductions: bool = False, 
         raise ExpressionError(f"invalid syntax: {exc.msg}") from None
     except (RecursionError, MemoryError, ValueError):
         raise ExpressionError("expression is nested too deeply", f"at most {MAX_DEPTH} levels") from None
+    tree = _Infinity().visit(tree)
     functions = {**FUNCTIONS, **(REDUCTIONS if reductions else {}), **(ORACLES if oracles else {})}
     checker = _Checker(names, functions)
     try:
@@ -183,6 +187,18 @@ def parse_expression(source: object, names: set[str], reductions: bool = False, 
         first, *others = checker.problems
         raise ExpressionError(first.message, first.allowed, tuple(others), first.unknown_name)
     return Expression(text, tree, tuple(sorted(checker.used)))
+
+
+class _Infinity(ast.NodeTransformer):
+    """`inf` (the language's one named number; `-inf` is its negation) as a float constant,
+    marked so that the checker tells it from a literal too large for a float (`1e400`)."""
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id != INFINITY:
+            return node
+        constant = ast.copy_location(ast.Constant(float("inf")), node)
+        constant.infinity = True
+        return constant
 
 
 class _Checker:
@@ -211,8 +227,10 @@ class _Checker:
             value = node.value
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ExpressionError(f"literal {value!r} is not a number", self.allowed)
+            if getattr(node, "infinity", False):
+                return
             if abs(value) > MAX_LITERAL or value != value:
-                raise ExpressionError(f"literal {value!r} is out of range", f"|x| <= {MAX_LITERAL:g}")
+                raise ExpressionError(f"literal {value!r} is out of range", f"|x| <= {MAX_LITERAL:g}, or inf")
             return
         if isinstance(node, ast.Name):
             if node.id.startswith("_"):
@@ -251,6 +269,9 @@ class _Checker:
             func = node.func
             if not isinstance(func, ast.Name):
                 raise ExpressionError("only plain function calls are allowed", self.allowed)
+            if func.id == "float":  # float("-inf"), as Python writes it
+                raise ExpressionError("function 'float' is not allowed: write numbers as literals, and "
+                                      "infinity as inf (-inf)", self.allowed)
             if func.id not in self.functions:
                 self.note(ExpressionError(f"function {func.id!r} is not allowed", self.allowed))
                 for name in (n for arg in node.args for n in value_name_nodes(arg)):
@@ -363,6 +384,8 @@ class _Emitter:
             # (a * 2 + 1 on int32 stays int32) and takes it as a float beside floats.
             if self.target == "eager" and isinstance(value, int) and -2**63 <= value < 2**63:
                 return repr(value)
+            if value == float("inf"):  # (Python, Triton and PyTorch code alike)
+                return 'float("inf")'
             return repr(float(value))
         if isinstance(node, ast.Name):
             return node.id

@@ -61,8 +61,15 @@ _LAST = 'eviction_policy="evict_first" if EVICT else ""'
 _KEEP_UNLESS_READ_BACK = 'eviction_policy=("evict_first" if READ_BACK else "evict_last") if EVICT else ""'
 
 
-def _load(name: str, role: str, hint: str = "") -> str:
-    return f"{name} = tl.load({_address(name, role)}, mask={_MASK[role]}{', ' + hint if hint else ''}).to(compute)"
+def _load(name: str, role: str, hint: str = "", keep=()) -> str:
+    """A tensor's load, in the math's dtype but for the names in `keep` (bool masks: int1 as loaded)."""
+    cast = "" if name in keep else ".to(compute)"
+    return f"{name} = tl.load({_address(name, role)}, mask={_MASK[role]}{', ' + hint if hint else ''}){cast}"
+
+
+def _take(name: str, keep=()) -> str:
+    """A load issued a step ahead (_load_ahead), taken into the math's dtype (a bool mask as it is)."""
+    return f"{name} = _p_{name}" + ("" if name in keep else ".to(compute)")
 
 
 def _load_ahead(name: str) -> str:
@@ -79,7 +86,7 @@ def _strides(name: str, role: str) -> list[str]:
     return [f"stride_{name}_0", f"stride_{name}_1"] if role == "element" else [f"stride_{name}_0"]
 
 
-def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], first, final) -> dict | None:
+def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], first, final, keep=()) -> dict | None:
     """A long row's outputs stored by its `first` pass and loaded back by the outputs' pass
     (rows.read_back), where that pass then loads fewer tensors along the row than `final`; else None."""
     back = read_back(program, elements, first)
@@ -88,7 +95,7 @@ def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], 
     streams = [n for n in back.final.loads if n in back.outputs or along[n] == "element"]
     if len(streams) >= len([n for n in final.loads if along[n] == "element"]):
         return None
-    loads = [_load(n, "element" if n in back.outputs else along[n], _LAST if n in streams else _KEEP)
+    loads = [_load(n, "element" if n in back.outputs else along[n], _LAST if n in streams else _KEEP, keep)
              for n in back.final.loads]
     stores = [_store(n, "element") for n in back.rest]
     return dict(
@@ -106,10 +113,13 @@ def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], 
 
 
 def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: dict[str, str],
-               scalars: list[str], block: str, float_scalars: list[str] = (), reads_back: bool = False) -> dict:
-    """The pieces of one reduction kernel: `inputs` and `outputs` map names to roles. With
-    `reads_back`, a long row's outputs may be stored by its first pass and loaded back by the
-    outputs' pass (_read_back), where the launch says that is exact (READ_BACK)."""
+               scalars: list[str], block: str, float_scalars: list[str] = (), reads_back: bool = False,
+               masks=()) -> dict:
+    """The pieces of one reduction kernel: `inputs` and `outputs` map names to roles; `masks` are
+    the bool inputs, loaded as they are (int1), never cast to the math's dtype. With `reads_back`,
+    a long row's outputs may be stored by its first pass and loaded back by the outputs' pass
+    (_read_back), where the launch says that is exact (READ_BACK)."""
+    keep = frozenset(masks)
     tensors = {**inputs, **outputs}
     reads_row = [n for n, role in inputs.items() if role == "row"]
     along = {n: role for n, role in inputs.items() if role != "row"}
@@ -122,7 +132,7 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     steps = [(stage, stage_pass(program, stage, block)) for stage in range(1, program.last_stage + 1)
              if not program.folded(stage)]  # (a folded stage's sums run online in the previous stage's pass)
     final = output_pass(program, elements)
-    back = _read_back(program, along, elements, steps[0][1], final) if reads_back and steps else None
+    back = _read_back(program, along, elements, steps[0][1], final, keep) if reads_back and steps else None
     # The first pass's inputs that nothing after it reads where the outputs' pass reads back.
     last_read = set(steps[0][1].loads) - {n for _, step in steps[1:] for n in step.loads} - set(back["loads_of"]) \
         if back else set()
@@ -130,7 +140,7 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     for index, (stage, step) in enumerate(steps):
         what = f"stages {stage} and {stage + 1} (its sums online)" if program.folded(stage + 1) else f"stage {stage}"
         hints = [_KEEP_UNLESS_READ_BACK if index == 0 and n in last_read else _KEEP for n in step.loads]
-        passes.append(dict(loads=[_load(n, along[n], h) for n, h in zip(step.loads, hints)], before=list(step.before),
+        passes.append(dict(loads=[_load(n, along[n], h, keep) for n, h in zip(step.loads, hints)], before=list(step.before),
                            body=list(step.body), after=list(step.after), what=what))
     # A long row's column sums are left to the kernel's column phase (column_phase): the passes
     # store the row values those sums read into the workspace, one row of it each.
@@ -159,15 +169,15 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         scalar_params=", ".join(scalars),
         stride_params=", ".join(s for n, role in tensors.items() for s in _strides(n, role)),
         block=block,
-        row_loads=[_load(n, "row") for n in reads_row],
+        row_loads=[_load(n, "row", keep=keep) for n in reads_row],
         # A row held whole: weights ([N]) are loaded once per program, before its rows.
-        column_loads=[_load(n, along[n]) for n in whole_reads if along[n] == "column"],
-        whole_loads=[_load(n, along[n]) for n in whole_reads if along[n] == "element"],
+        column_loads=[_load(n, along[n], keep=keep) for n in whole_reads if along[n] == "column"],
+        whole_loads=[_load(n, along[n], keep=keep) for n in whole_reads if along[n] == "element"],
         # Where the grid is a few programs a multiprocessor (PER_SM, or the column sums' grid-wide
         # finish), nothing else hides a row block's load latency: under AHEAD each trip takes the
         # loads the trip before issued, and issues the next block's before its own math.
         prefetch=dict(loads=[_load_ahead(n) for n in whole_elements],
-                      take=[f"{n} = _p_{n}.to(compute)" for n in whole_elements]) if whole_elements else None,
+                      take=[_take(n, keep) for n in whole_elements]) if whole_elements else None,
         whole_lines=whole_row_lines(program),
         element_stores=[_store(n, outputs[n]) for n in elements],
         row_stores=[_store(n, "row") for n in rows_out],
@@ -179,16 +189,17 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         sum_cols=SUM_COLS,
         first_lines=first_row_lines(program),
         passes=passes,
-        output_loads=[_load(n, along[n], _LAST if along[n] == "element" else _KEEP) for n in final.loads],
+        output_loads=[_load(n, along[n], _LAST if along[n] == "element" else _KEEP, keep) for n in final.loads],
         output_lines=list(final.body),
         read_back=back,
         values_store=values_store,
         writes_along=bool(elements),
-        columns=column_phase(program, inputs, outputs, values) if sums else None,
+        columns=column_phase(program, inputs, outputs, values, keep) if sums else None,
     )
 
 
-def column_phase(program: RowProgram, inputs: dict[str, str], outputs: dict[str, str], values: list[str]) -> dict:
+def column_phase(program: RowProgram, inputs: dict[str, str], outputs: dict[str, str], values: list[str],
+                 keep=()) -> dict:
     """The lines of a long row's column phase: once every program has passed over its rows, each
     takes strips of COLS columns down every row, COL_ROWS rows a step, from the inputs and the row
     values the passes left in the workspace (`values`, in order)."""
@@ -200,14 +211,14 @@ def column_phase(program: RowProgram, inputs: dict[str, str], outputs: dict[str,
     elements = [n for n in step.loads if along[n] == "element"]
     return dict(
         value_count=len(values),
-        column_loads=[_load(n, along[n]) for n in step.loads if along[n] == "column"],
-        row_loads=[_load(n, "row") for n in program.inputs_read(program.output_values(sums), sums, level=ROW)]
+        column_loads=[_load(n, along[n], keep=keep) for n in step.loads if along[n] == "column"],
+        row_loads=[_load(n, "row", keep=keep) for n in program.inputs_read(program.output_values(sums), sums, level=ROW)]
         + loaded,
         # One program a multiprocessor runs the phase, so nothing else hides a step's load latency:
         # each step takes the loads the step before issued (rows `_ahead`, in their own dtype) and
         # issues the next step's before its own math.
         prefetch=[_load_ahead(n) for n in elements],
-        take=[f"{n} = _p_{n}.to(compute)" for n in elements],
+        take=[_take(n, keep) for n in elements],
         lines=list(step.body),
         # Each lane keeps its own running sum; the lanes of a column are added up once, at the end.
         sums_before=[f"_c_{n} = tl.zeros([COL_ROWS, COLS], compute)" for n in sums],
@@ -219,6 +230,11 @@ def column_phase(program: RowProgram, inputs: dict[str, str], outputs: dict[str,
 
 def _floats(spec: Spec) -> list[str]:
     return [s.name for s in spec.scalars if s.type == "float"]
+
+
+def _masks(spec: Spec) -> list[str]:
+    """The bool inputs: masks a kernel reads as they are (int1)."""
+    return [t.name for t in spec.inputs if t.dtypes == ("bool",)]
 
 
 def _space(spec: Spec, backward: bool = False, sums_columns: bool = False) -> str:
@@ -319,7 +335,8 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
         allocations.append(f"{result} = torch.empty({shape}, dtype={dtype}, device={like}.device)")
     return dict(
         name=name,
-        kernel=row_kernel(name, program, kernel_inputs, results, scalars, spec.tiles[0].block, _floats(spec)),
+        kernel=row_kernel(name, program, kernel_inputs, results, scalars, spec.tiles[0].block, _floats(spec),
+                          masks=_masks(spec)),
         roles=tuple_source(repr(r) for r in [*kernel_inputs.values(), *results.values()]),
         kernel_inputs=list(kernel_inputs),
         results=list(results),
@@ -384,7 +401,7 @@ def reduction_context(spec: Spec, header: str) -> dict:
     tile = spec.tiles[0]
     kernel = row_kernel(spec.op, program, {n: roles[n] for n in inputs},
                         {**{n: roles[n] for n in outputs}, **{k: "row" for k in kept}}, scalars, tile.block,
-                        _floats(spec), reads_back=True)
+                        _floats(spec), reads_back=True, masks=_masks(spec))
     ctx.update(
         kernel=kernel,
         read_back=tuple_source(str((inputs + outputs).index(n)) for n in kernel["read_back"]["loaded"])

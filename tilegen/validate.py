@@ -15,7 +15,7 @@ from .categories import FLOAT, CategoryError, Kind, can_hold, category_of, int_s
 from .dtypes import (ACCUMULATE_DTYPES, DTYPES, ELEMENTWISE_DTYPES, FLOAT_DTYPES, INT_RANGES, MATMUL_DTYPES,
                      PRECISIONS, REDUCTION_DTYPES, category, narrowest_int)
 from .errors import ErrorLog
-from .expressions import Expression, ExpressionError, parse_expression
+from .expressions import INFINITY, Expression, ExpressionError, parse_expression
 from .rows import ELEMENT, LEVEL_NAMES, ROW, UNIFORM, level_of
 from .schema import PER_SM_COUNTS, UNROLL_SIZES
 from .naming import KERNEL_HELPERS, RESERVED, TEST_MODULE_NAMES, identifiers
@@ -41,7 +41,7 @@ BLOCK_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,30}$")
 # Value names the spec language or the public wrapper gives a meaning: `acc` is the matmul
 # accumulator in epilogues, `out` the wrapper's keyword for output tensors. Any other name works:
 # generated code renames values that collide with its own identifiers (naming.py).
-LANGUAGE_NAMES = frozenset({"acc", "out"})
+LANGUAGE_NAMES = frozenset({"acc", "out", INFINITY})
 # An op name is a module and the public function in it: it may not shadow what the module uses,
 # nor what its tests and benchmark define beside it (nor start with "test": pytest would collect
 # the op its tests import as a test).
@@ -166,6 +166,7 @@ class _Validator(ShapeRules):
         if keyword.iskeyword(name) or name in LANGUAGE_NAMES or name in FLOAT_DTYPES:
             what = "a Python keyword" if keyword.iskeyword(name) else \
                 "a dtype" if name in FLOAT_DTYPES else "the wrapper's output keyword" if name == "out" else \
+                "infinity in expressions" if name == INFINITY else \
                 "the accumulator in epilogues"
             self.error(key, f"name {name!r} is reserved: it is {what}", "choose another name")
             return False
@@ -406,6 +407,12 @@ class _Validator(ShapeRules):
 
         for name in raw:
             resolve(name, ())
+        if kind == "reduction":
+            for name in outputs:  # (a bool mask is an input's only)
+                if resolved.get(name) is not None and category(resolved[name][0][0]) != FLOAT:
+                    self.error(f"outputs.{name}.dtype", f"output {name!r} of a reduction holds "
+                               f"{category(resolved[name][0][0])} values", f"one of: {_listing(FLOAT_DTYPES)}")
+                    resolved[name] = None
         return {name: value for name, value in resolved.items() if value is not None}
 
     def tiles(self, kind, inputs: dict, outputs: dict) -> tuple[TileSpec, ...]:
