@@ -30,6 +30,8 @@ def _errors(result):
     ("digits_expression", "c: a + b", "c: a + " + "9" * 5000, "", "compute.c"),
     ("int_past_64_bits", "", "", "scalars:\n  k: {type: int, default: " + str(2**64) + "}\n", "scalars.k.default"),
     ("float_past_range", "c: a + b", "c: a + 1e400", "", "compute.c"),
+    ("float_default_past_range", "", "", "scalars:\n  k: {type: float, default: 1e31}\n", "scalars.k.default"),
+    ("float_default_text", "", "", "scalars:\n  k: {type: float, default: 1e3x}\n", "scalars.k.default"),
 ])
 def test_numbers_nothing_can_hold_are_refused_in_one_line(cli, project, name, old, new, extra, key):
     result = cli("check", _spec(project, name, old, new, extra))
@@ -81,3 +83,13 @@ def test_every_construct_nested_to_the_limit_builds_small_or_is_refused(cli, pro
         assert max(sizes) < 60_000, sizes
     else:
         assert len(_errors(result)) == 1, result.output
+
+
+def test_a_float_default_yaml_reads_as_text_is_the_number_it_spells(cli, project):
+    """YAML 1.1 reads 1e30 and 1.0e30 (no exponent sign) as text, where a user wrote a number."""
+    from tilegen.build import load_specs
+
+    folder = _spec(project, "scaled_add", "c: a + b", "c: a + b * k", "scalars:\n  k: {type: float, default: 2.5e3}\n")
+    assert cli("check", folder).exit_code == 0
+    [source] = load_specs([folder / "scaled_add.yaml"])
+    assert source.spec.scalars[0].default == 2500.0

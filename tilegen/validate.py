@@ -59,6 +59,8 @@ REDUCTION_FLAGS = {"FIXED_N": "1: the row length compiled in where it is a power
                    "EVICT": "1: a looped row's loads hint the cache, or 0: no hints",
                    "LOOP": "1: pass over a row its block holds as over a longer one, or 0: hold it whole"}
 RESERVED_BLOCK_SUFFIXES = ("_FACTOR",)  # a size's or a stride's known factor (M_FACTOR, STRIDE_A_0_FACTOR)
+# A decimal number as text (a float scalar's default YAML did not read as a number).
+DECIMAL = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 MAX_SIZES = 8
 MAX_TEST_SHAPES = 32
 MAX_DIM = 1 << 20
@@ -333,10 +335,13 @@ class _Validator(ShapeRules):
                 continue
             kind = self.choice(f"{key}.type", entry["type"], ("float", "int"))
             default = entry.get("default")
+            if kind == "float" and isinstance(default, str) and DECIMAL.fullmatch(default.strip()):
+                default = float(default)  # (YAML 1.1 reads 1e30 and 1.0e30, no exponent sign, as text)
             if kind and default is not None:
                 ok = type(default) is int if kind == "int" else type(default) in (int, float)
                 if not ok or (kind == "float" and not abs(default) <= 1e30):
-                    self.error(f"{key}.default", f"{_show(default)} is not a valid {kind}")
+                    self.error(f"{key}.default", f"{_show(default)} is not a valid {kind}",
+                               "an integer" if kind == "int" else "a number from -1e30 to 1e30")
                     continue
                 if kind == "int" and not -(2**63) <= default < 2**63:  # a kernel argument holds 64 bits
                     self.error(f"{key}.default", f"{_show(default)} does not fit in 64 bits",
