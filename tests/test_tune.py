@@ -144,13 +144,9 @@ def test_a_key_won_through_descriptors_gets_its_fastest_pointer_launch_as_the_tw
     assert (config["BM"], config["BN"]) == (64, 128) and not config.get("TMA") and twin is None
 
 
-def test_the_twin_is_written_beside_the_entry_in_the_tables_traced_section(monkeypatch, tmp_path):
-    written = {"entry": dict(BM=128, BN=128, BK=64, TMA=1), "twin": dict(BM=64, BN=128, BK=32)}
-
-    def tune_module(module, op, shapes, progress, dtypes, compiler, on_key, calls, traced):
-        on_key("4096x4096x4096x2", written["entry"], written["twin"])
-        on_key("128x128x128x2", dict(written["twin"], BK=64), None)
-
+def _tables_written_by(monkeypatch, tune_module):
+    """tune.run on a stand-in matmul op on a stand-in GPU ("GPU"), its search replaced by
+    `tune_module` (which reports keys to run's writer)."""
     chooser = rt.ConfigChooser("auto", rt.MatmulSpace(("BM", "BN", "BK"), [64, 128], [64, 128], [32, 64], [], [],
                                                       (False,) * 3))
     module = SimpleNamespace(OP="stand_in", KIND="matmul", SHAPES=[(1, 1, 1)], DTYPES=[torch.float16])
@@ -161,6 +157,16 @@ def test_the_twin_is_written_beside_the_entry_in_the_tables_traced_section(monke
     monkeypatch.setattr(tune, "settle_call_path", lambda: None)
     monkeypatch.setattr(tune, "_warm_up_gpu", lambda: None)
     monkeypatch.setattr(tune, "tune_module", tune_module)
+
+
+def test_the_twin_is_written_beside_the_entry_in_the_tables_traced_section(monkeypatch, tmp_path):
+    written = {"entry": dict(BM=128, BN=128, BK=64, TMA=1), "twin": dict(BM=64, BN=128, BK=32)}
+
+    def tune_module(module, op, shapes, progress, dtypes, compiler, on_key, calls, traced):
+        on_key("4096x4096x4096x2", written["entry"], written["twin"])
+        on_key("128x128x128x2", dict(written["twin"], BK=64), None)
+
+    _tables_written_by(monkeypatch, tune_module)
     [path] = tune.run(["stand_in"], "generated", None, tmp_path)
     table = json.loads(path.read_text())
     assert table["GPU"]["4096x4096x4096x2"]["TMA"] == 1 and table["GPU"]["128x128x128x2"]["BK"] == 64
@@ -639,16 +645,7 @@ def test_traced_tuning_times_launches_through_pointers_only_into_the_traced_sect
         assert traced
         on_key(key, dict(BM=64, BN=128, BK=32), None)
 
-    chooser = rt.ConfigChooser("auto", rt.MatmulSpace(("BM", "BN", "BK"), [64, 128], [64, 128], [32, 64], [], [],
-                                                      (False,) * 3))
-    stand = SimpleNamespace(OP="stand_in", KIND="matmul", SHAPES=[(1, 1, 1)], DTYPES=[torch.float16])
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "GPU")
-    monkeypatch.setattr(tune, "load_bench_modules", lambda ops, package: [stand])
-    monkeypatch.setattr(tune, "_target", lambda package, op, backward: (SimpleNamespace(configs=chooser), None))
-    monkeypatch.setattr(tune, "settle_call_path", lambda: None)
-    monkeypatch.setattr(tune, "_warm_up_gpu", lambda: None)
-    monkeypatch.setattr(tune, "tune_module", tuned)
+    _tables_written_by(monkeypatch, tuned)
     [path] = tune.run(["stand_in"], "generated", None, tmp_path, traced=True)
     table = json.loads(path.read_text())
     assert table["GPU"] == {key: entry}
