@@ -114,7 +114,7 @@ def test_every_independent_spec_error_once_and_no_follow_on_errors(cli, project)
     result = cli("check", "bad/")
     assert result.exit_code == 2
     assert _lines(result)[:-1] == [
-        "bad/bad.yaml:9: compute.y: function 'softplus' is not allowed (numbers, declared names, + - * / ** "
+        "bad/bad.yaml:9: compute.y: function 'softplus' is not allowed (numbers, inf, declared names, + - * / ** "
         "(integer power 1..8), unary -, one comparison as the first argument of where(), and calls to abs, cos, detach, "
         "erf, exp, gelu, log, maximum, minimum, relu, rsqrt, sigmoid, silu, sin, sqrt, tanh, where)",
         "bad/bad.yaml:9: compute.y: unknown name 'a' (declared names: x)",
