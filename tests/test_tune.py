@@ -650,3 +650,11 @@ def test_traced_tuning_times_launches_through_pointers_only_into_the_traced_sect
     table = json.loads(path.read_text())
     assert table["GPU"] == {key: entry}
     assert table[rt.configs.traced_section("GPU")] == {key: dict(BM=64, BN=128, BK=32)}
+
+
+def test_traced_tuning_is_refused_where_no_launch_loads_through_descriptors(monkeypatch):
+    with pytest.raises(BenchError, match="a backward kernel loads through pointers only"):  # (a flag's error: no GPU asked)
+        tune.run(["softmax"], str(REPO / "generated"), None, scope="op", backward=True, traced=True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(BenchError, match="softmax: --traced .* a reduction op loads through pointers only"):
+        tune.run(["softmax"], str(REPO / "generated"), None, traced=True)

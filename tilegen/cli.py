@@ -329,7 +329,7 @@ def bench(ops, out_dir, package, shapes, compile_too, dtypes, cold_start, rounds
               "without one an elementwise backward reads the op's entries, a reduction's the heuristic.")
 @click.option("--traced", is_flag=True, help="Tune only the launches through pointers, which torch.compile and "
               "torch.export take, into the tables' \"<GPU> traced\" sections alone (the entries stay): for keys "
-              "whose entry loads through descriptors and has no traced twin yet.")
+              "whose entry loads through descriptors and has no traced twin yet (matmul-kind ops; default: matmul).")
 def tune(ops, package, shapes, tables, dtypes, jobs, scope, backward, traced):
     """Measure candidate configs of OPS (default: matmul, add) on this GPU; record the best.
 

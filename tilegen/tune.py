@@ -497,13 +497,20 @@ def run(ops: list[str], package: str, shapes_text: str | None, tables: Path = TA
     if backward and scope != "op":
         raise BenchError("--backward writes each op's backward table (tables/ops/<op>_backward.json): "
                          f"its scope is op, not {scope!r}")
+    if traced and backward:
+        raise BenchError("--traced tunes the pointer-load twins of a matmul's descriptor entries; a backward "
+                         "kernel loads through pointers only: traced launches take its entries")
     if jobs < 1:
         raise BenchError(f"--jobs must be at least 1, got {jobs}")
     if not torch.cuda.is_available():
         raise BenchError("no CUDA GPU found; `tilegen tune` measures compiled kernels and needs one")
-    modules = load_bench_modules(ops or ["matmul", "add"], package)
+    modules = load_bench_modules(ops or (["matmul"] if traced else ["matmul", "add"]), package)
     for module in modules if backward else ():
         _refuse_backward_without_kernel(module, package)
+    for module in modules if traced else ():
+        if module.KIND != "matmul":
+            raise BenchError(f"{module.OP}: --traced tunes the pointer-load twins of a matmul's descriptor entries; "
+                             f"a {module.KIND} op loads through pointers only: traced launches take its entries")
     check_dtype_names(modules, dtypes)
     gpu = torch.cuda.get_device_name()
     settle_call_path()
