@@ -14,6 +14,7 @@ import tilegen.runtime as rt
 from tests.conftest import REPO
 from tilegen import tune
 from tilegen.measure import BenchError
+from tilegen.runtime.configs import through_descriptors
 
 FACTS = (132, 232448, "stand-in GPU")
 
@@ -633,9 +634,9 @@ def test_traced_tuning_times_launches_through_pointers_only_into_the_traced_sect
     reported = []
     best = tune.tune_module(module, op_module, None, lambda line: None, traced=True,
                             on_key=lambda *heard: reported.append(heard))
-    assert timed and all(tune.through_pointers(c) for _, c in timed)
+    assert timed and not any(through_descriptors(c) or c.get("TMA_STORE") for _, c in timed)
     [(key, config, twin)] = reported
-    assert (config["BM"], config["BN"]) == (64, 128) and tune.through_pointers(config) and twin is None
+    assert (config["BM"], config["BN"]) == (64, 128) and not through_descriptors(config) and twin is None
     assert best == {key: config}
 
     entry = dict(BM=128, BN=128, BK=64, TMA=1)

@@ -398,6 +398,13 @@ def keeps_exact_accumulator(backward) -> bool:
     return "acc" in backward.reads and "acc" in backward.decided
 
 
+def _without_backward_op(gradients: str, placeholders: str, no_gradient: str = "") -> dict:
+    """The backward context of a matmul that renders no backward op: `gradients` its autograd
+    formula (or "None"), `no_gradient` why calls that record autograd are refused ("": they are not)."""
+    return dict(no_gradient=no_gradient, reads_acc=False, exact_acc=False, training_name="", results=[],
+                kernel_results=[], gradients=gradients, placeholders=placeholders)
+
+
 def _matmul_backward(spec: Spec) -> dict:
     """The backward of C = epilogue(acc, extras), acc = A @ B: the gradient at the accumulator
     (dZ) and the extras' gradients in one elementwise pass over [M, N], then dA = dZ @ B^T and
@@ -406,7 +413,7 @@ def _matmul_backward(spec: Spec) -> dict:
     a, b, m, n, k = parts.a.name, parts.b.name, parts.m, parts.n, parts.k
     placeholders = tuple_source(_PLACEHOLDERS[sc.type] for sc in spec.scalars)
     if spec.no_gradient():
-        return dict(no_gradient=spec.no_gradient(), reads_acc=False, exact_acc=False, training_name="", gradients="None", placeholders=placeholders)
+        return _without_backward_op("None", placeholders, spec.no_gradient())
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
     extras = {t.name: parts.matrix(t) for t in parts.extras}
@@ -495,9 +502,8 @@ def _matmul_backward(spec: Spec) -> dict:
     if not results:
         # No input's gradient needs a backward op (an epilogue that is a threshold's flag gives the
         # accumulator none): autograd's formula passes incoming gradients on, or gives none.
-        return dict(no_gradient="", reads_acc=False, exact_acc=False, training_name="", results=[], kernel_results=[],
-                    gradients=gradients_formula(None, inputs, [], sources, len(outputs), records=output_records(spec)),
-                    placeholders=placeholders)
+        return _without_backward_op(gradients_formula(None, inputs, [], sources, len(outputs), records=output_records(spec)),
+                                    placeholders)
     name = backward_op_name(spec.op)
     scalars = [sc.name for sc in spec.scalars]
     kernel_results = [backward.results[x] for x in computed]

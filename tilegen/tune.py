@@ -18,7 +18,7 @@ from pathlib import Path
 from .measure import (BenchError, as_tuple, check_agreement, check_dtype_names, dtype_name, issue_ms,
                       load_bench_modules, module_dtypes, parse_shapes, settle_call_path, shape_label)
 from .runtime import backward_op_of, device_facts, op_of
-from .runtime.configs import traced_section
+from .runtime.configs import through_descriptors, traced_section
 from .schema import BLOCK_FIELDS, FIELD_DEFAULTS, FLAG_FIELDS, rename_blocks, tile_of
 from .tables import SCOPES, TABLE_DIR, backward_table_name, format_key, merge_entries
 
@@ -176,11 +176,6 @@ def backward_calls(module, inputs, dtype):
             lambda got, label: gradients_agree(got, want(), tolerance, label))
 
 
-def through_pointers(config: dict) -> bool:
-    """Whether `config` launches with no tensor descriptor (a traced launch's only kind)."""
-    return not config.get("TMA") and not config.get("TMA_STORE")
-
-
 def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=None,
                 calls=forward_calls, traced=False) -> dict[str, dict]:
     """{key: best config} for one op over its dtypes and shapes; `on_key(key, config, twin)` hears
@@ -298,14 +293,16 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
                 floor = host_floor()
                 return sorted(samples, key=lambda ident: rank_ms(ident, floor))  # stable: ties keep timing order
 
-            explored = chooser.candidates(facts, key, explore=True)
-            if traced:
-                explored = [c for c in explored if through_pointers(c)]
+            def offered(explore=False):
+                """The key's candidates; with `traced`, those a traced launch can make."""
+                return [c for c in chooser.candidates(facts, key, explore=explore)
+                        if not (traced and through_descriptors(c))]
+
+            explored = offered(explore=True)
             # Tiles only tuning tries (a reduction's other rows per program) have no default warps to
             # stand for them: each comes with all of its own, or one poor pick would drop the tile
             # (layer_norm 32768x4096: four rows a program ran 138 us with 8 warps, 213 with 16).
-            first = first_pass([c for c in chooser.candidates(facts, key) if not traced or through_pointers(c)],
-                               explored)
+            first = first_pass(offered(), explored)
             measure(first)
             best_launches = list(dict.fromkeys(launch_of(configs[ident]) for ident in ranked()))
             seen = {identity(c) for c in first}
@@ -364,8 +361,8 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
             best[text] = configs[min(everywhere, key=everywhere.get)]
             # A traced launch cannot load through descriptors (configs.traced_entries): where the
             # winner does, the fastest pointer launch timed here is its twin for those launches.
-            pointers = {ident: t for ident, t in everywhere.items() if through_pointers(configs[ident])}
-            twin = configs[min(pointers, key=pointers.get)] if best[text].get("TMA") and pointers else None
+            pointers = {ident: t for ident, t in everywhere.items() if not through_descriptors(configs[ident])}
+            twin = configs[min(pointers, key=pointers.get)] if through_descriptors(best[text]) and pointers else None
             if twin is not None:
                 progress(f"{module.OP} {text}: traced launches (through pointers) take {brief(twin)}")
             if on_key is not None:

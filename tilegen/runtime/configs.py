@@ -147,6 +147,12 @@ def traced_section(gpu):
     return f"{gpu} traced"
 
 
+def through_descriptors(config) -> bool:
+    """Whether `config` loads through tensor descriptors (TMA; its TMA_STORE takes effect only
+    with them, MatmulOp._launch): a launch a traced call cannot make."""
+    return bool(config.get("TMA"))
+
+
 def traced_entries(entries, twins):
     """The entries a traced launch (torch.compile, export) reads. Such a launch loads through
     pointers: PyTorch records a Triton kernel's call outside Dynamo without capturing tensor
@@ -155,8 +161,8 @@ def traced_entries(entries, twins):
     through descriptors, 208 through pointers), so it gives way to its twin, the fastest launch
     through pointers that the same tune timed (`twins`, the table's traced_section), or where
     there is none it is left out: the nearest other entry, or the heuristic, decides."""
-    return {key: twins[key] if config.get("TMA") else config
-            for key, config in entries.items() if not config.get("TMA") or key in twins}
+    return {key: twins[key] if through_descriptors(config) else config
+            for key, config in entries.items() if not through_descriptors(config) or key in twins}
 
 
 def nearest_entry(entries, key, fitting):
