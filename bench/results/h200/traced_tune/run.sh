@@ -29,3 +29,27 @@ if [[ ${STAGE:-1} == 2 ]]; then
         --out "$out/bench_gelu" > "$out/bench_gelu.log" 2>&1
     echo "bench: $?"
 fi
+# Third call: matmul_residual_scaled's own descriptor entries (tables/ops/matmul_residual_scaled.json).
+#   OUT=... STAGE=3 bash bench/results/h200/traced_tune/run.sh
+if [[ ${STAGE:-1} == 3 ]]; then
+    timeout 420 python3 -m tilegen tune matmul_residual_scaled --scope op --traced --dtype float16 --jobs 14 \
+        --shapes 4096x4096x4096,4096x11008x4096,8192x8192x8192 > "$out/tune_matmul_residual_scaled.log" 2>&1
+    echo "tune: $?"
+    cp tilegen/tables/ops/matmul_residual_scaled.json "$out/matmul_residual_scaled.json"
+    python3 -m tilegen build specs/ > "$out/build_3.log" 2>&1
+    timeout 130 python3 -m tilegen bench matmul_residual_scaled --compile --dtype float16 \
+        --shapes 4096x4096x4096,4096x11008x4096,8192x8192x8192 --out "$out/bench_residual" > "$out/bench_residual.log" 2>&1
+    echo "bench: $?"
+fi
+# Fourth call: the fp8 descriptor entries of the matmul kind's table (element size 1).
+#   OUT=... STAGE=4 bash bench/results/h200/traced_tune/run.sh
+if [[ ${STAGE:-1} == 4 ]]; then
+    timeout 300 python3 -m tilegen tune fp8_scaled_mm --traced --dtype float8_e4m3fn --jobs 14 \
+        --shapes 2048x2048x2048,4096x11008x4096 > "$out/tune_fp8.log" 2>&1
+    echo "tune: $?"
+    cp tilegen/tables/matmul.json "$out/matmul_fp8.json"
+    python3 -m tilegen build specs/ > "$out/build_4.log" 2>&1
+    timeout 150 python3 -m tilegen bench fp8_scaled_mm fp8_linear_gelu --compile \
+        --shapes 2048x2048x2048,4096x11008x4096 --out "$out/bench_fp8" > "$out/bench_fp8.log" 2>&1
+    echo "bench: $?"
+fi
