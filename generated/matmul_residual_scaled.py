@@ -35,8 +35,9 @@ _TABLE = {
         (8192, 8192, 8192, 2): dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, SPLIT_K=1, num_warps=8, num_stages=3, TMA=1, PERSISTENT=1, FLATTEN=0, TMA_STORE=0),
     },
     'NVIDIA H200 traced': {
-        (4096, 4096, 4096, 2): dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, SPLIT_K=1, num_warps=8, num_stages=4, TMA=0, PERSISTENT=1, FLATTEN=1, TMA_STORE=0),
-        (8192, 8192, 8192, 2): dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, SPLIT_K=1, num_warps=8, num_stages=4, TMA=0, PERSISTENT=1, FLATTEN=1, TMA_STORE=0),
+        (4096, 4096, 4096, 2): dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, SPLIT_K=1, num_warps=8, num_stages=4, TMA=0, PERSISTENT=0, FLATTEN=0, TMA_STORE=0),
+        (4096, 11008, 4096, 2): dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, SPLIT_K=1, num_warps=8, num_stages=3, TMA=0, PERSISTENT=1, FLATTEN=1, TMA_STORE=0),
+        (8192, 8192, 8192, 2): dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=32, SPLIT_K=1, num_warps=8, num_stages=4, TMA=0, PERSISTENT=1, FLATTEN=0, TMA_STORE=0),
     },
 }
 
