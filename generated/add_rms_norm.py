@@ -40,7 +40,7 @@ _BACKWARD_TABLE = {
 @triton.jit
 def _add_rms_norm_kernel(
     x_ptr, residual_ptr, w_ptr, h_ptr, y_ptr,  # pointers: inputs, then outputs
-    eps,  # scalars
+    eps: tl.float64,  # scalars
     n_rows, row_length,  # the rows, and the length of the reduced axis
     stride_x_0, stride_x_1, stride_residual_0, stride_residual_1, stride_w_0, stride_h_0, stride_h_1, stride_y_0, stride_y_1,  # rows then elements ([..., N]), elements ([N]), rows ([...])
     BLOCK_N: tl.constexpr,
@@ -190,7 +190,7 @@ def _route(x, residual, w, eps, out):
 def _add_rms_norm_backward_kernel(
     workspace_ptr, count_ptr,  # column sums: a row per program and sum (rows held whole) or per row value (long rows); the arrival counter
     w_ptr, h_ptr, _g_h_ptr, _g_y_ptr, _d_x_ptr, _d_w_ptr,  # pointers: inputs, then outputs
-    eps,  # scalars
+    eps: tl.float64,  # scalars
     n_rows, row_length,  # the rows, and the length of the reduced axis
     stride_w_0, stride_h_0, stride_h_1, stride__g_h_0, stride__g_h_1, stride__g_y_0, stride__g_y_1, stride__d_x_0, stride__d_x_1, stride__d_w_0,  # rows then elements ([..., N]), elements ([N]), rows ([...])
     BLOCK_N: tl.constexpr,

@@ -48,7 +48,7 @@ _BACKWARD_TABLE = {
 @triton.jit
 def _layer_norm_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr,  # pointers: inputs, then outputs
-    eps,  # scalars
+    eps: tl.float64,  # scalars
     n_rows, row_length,  # the rows, and the length of the reduced axis
     stride_x_0, stride_x_1, stride_w_0, stride_b_0, stride_y_0, stride_y_1, stride_mean_0, stride_rstd_0,  # rows then elements ([..., N]), elements ([N]), rows ([...])
     BLOCK_N: tl.constexpr,
@@ -203,7 +203,7 @@ def _route(x, w, b, eps, out):
 def _layer_norm_backward_kernel(
     workspace_ptr, count_ptr,  # column sums: a row per program and sum (rows held whole) or per row value (long rows); the arrival counter
     x_ptr, w_ptr, _g_y_ptr, _g_mean_ptr, _g_rstd_ptr, _d_x_ptr, _d_w_ptr, _d_b_ptr,  # pointers: inputs, then outputs
-    eps,  # scalars
+    eps: tl.float64,  # scalars
     n_rows, row_length,  # the rows, and the length of the reduced axis
     stride_x_0, stride_x_1, stride_w_0, stride__g_y_0, stride__g_y_1, stride__g_mean_0, stride__g_rstd_0, stride__d_x_0, stride__d_x_1, stride__d_w_0, stride__d_b_0,  # rows then elements ([..., N]), elements ([N]), rows ([...])
     BLOCK_N: tl.constexpr,

@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from tests.conftest import assert_generated_tests_pass, built_package, generated_tests_run
+from tests.conftest import REPO, assert_generated_tests_pass, built_package, generated_tests_run
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 needs_backend = pytest.mark.skipif(not INTERPRET and not torch.cuda.is_available(),
@@ -325,3 +325,83 @@ def test_a_matmul_whose_epilogue_gives_the_operands_no_gradient_has_no_backward_
                                 "reference or gradient or opcheck or backward or require")
     module = (tmp_path / "generated" / "mm_flag.py").read_text()
     assert "mm_flag_backward" not in module and "rt.Gradients(None," in module
+
+
+FLOAT_SCALARS = {
+    "scale_shift.yaml": """
+op: scale_shift
+kind: elementwise
+doc: y = x * scale + shift, and x clamped above at shift.
+inputs:
+  x: {dtype: [float32, float64]}
+scalars:
+  scale: {type: float, default: 0.1}
+  shift: {type: float, default: -0.3}
+outputs:
+  y: {dtype: x}
+  z: {dtype: x}
+compute:
+  y: x * scale + shift
+  z: minimum(x, shift)
+tiles:
+  N: {block: BLOCK, sizes: [64]}
+""",
+    "tempered_log_softmax.yaml": """
+op: tempered_log_softmax
+kind: reduction
+doc: log_softmax of x * temperature.
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+scalars:
+  temperature: {type: float, default: 0.1}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+steps:
+  s: x * temperature
+  m: max(s)
+compute:
+  y: s - m - log(sum(exp(s - m)))
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+""",
+    "mm_scaled_gate.yaml": """
+op: mm_scaled_gate
+kind: matmul
+doc: C = alpha * (A @ B) where the product passes t, else 0.
+inputs:
+  a: {shape: [M, K], dtype: [float16, float32]}
+  b: {shape: [K, N], dtype: a}
+outputs:
+  c: {shape: [M, N], dtype: a}
+scalars:
+  alpha: {type: float, default: 0.1}
+  t: {type: float, default: -0.3}
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+epilogue:
+  c: where(acc > t, alpha * acc, 0.0)
+""",
+}
+
+
+def test_float_scalars_reach_the_math_at_full_precision_eager_and_compiled(tmp_path):
+    # Triton's launch passes a Python float as float32, a compiled graph's as float64: float
+    # scalars are float64 parameters in every kernel, taken in the math's dtype once. A float64
+    # op's scalars (test values a tenth off any float32) then meet its float64 oracle to the last
+    # bits, and a float32 op computes the same inside torch.compile as eagerly (on a GPU; the
+    # interpreter passes Python floats as they are).
+    assert_generated_tests_pass(tmp_path, FLOAT_SCALARS, ["scale_shift", "tempered_log_softmax", "mm_scaled_gate"],
+                                "scalars or matches_reference or gradcheck or compiles_whole")
+    for op, params in [("scale_shift", "scale_: tl.float64, shift: tl.float64,  # scalars"),  # (scale_: renamed)
+                       ("tempered_log_softmax", "temperature: tl.float64,  # scalars"),
+                       ("mm_scaled_gate", "alpha: tl.float64, t: tl.float64,  # scalars")]:
+        module = (tmp_path / "generated" / f"{op}.py").read_text()
+        assert params in module, op
+
+
+def test_int_scalars_keep_their_launch_types():
+    # (Only float scalars are widened: an int one takes the inputs' int dtype in the math.)
+    module = (REPO / "generated" / "clamp_add.py").read_text()
+    assert "    lo, hi,  # scalars" in module and "tl.float64, hi" not in module

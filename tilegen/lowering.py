@@ -151,7 +151,10 @@ def common_context(spec: Spec, header: str) -> dict:
         table=render_table(table_for_spec(spec, kind_table, op_table)),
         backward_table=_backward_table(spec, kind_table, op_table),
         runtime_version=RUNTIME_VERSION,
-        scalar_params=", ".join(s.name for s in spec.scalars),
+        scalar_params=kernel_scalar_params(spec.scalars),
+        plain_scalar_params=", ".join(s.name for s in spec.scalars),  # (a function a kernel calls)
+        # An elementwise math function's (a forward's, a backward's, a matmul epilogue's gradient).
+        math_scalar_casts=scalar_casts(spec.scalars),
         scalar_names="".join(f"{s.name}, " for s in spec.scalars).rstrip(" "),
         # The values in call order (tensors, then scalars), as parameters and as arguments alike.
         call_args=", ".join([t.name for t in spec.inputs] + [s.name for s in spec.scalars]),
@@ -216,6 +219,24 @@ def fixed_or(spec: Spec, name: str, candidates):
 
 def scalar_params(spec: Spec) -> list[str]:
     return [f"{s.name}: {s.type}" for s in spec.scalars]
+
+
+# A float scalar reaches every kernel as float64: Triton's own launch would pass a Python float as
+# float32 (a float64 op's `scale=0.1` off in its 8th digit) where a compiled graph's launch passes
+# float64 (a float32 op's math then widened to float64: other roundings than the eager call's, and
+# matmul_residual_scaled's epilogue at 4096x11008x4096 2.2x slower inside torch.compile). The
+# kernel then takes it in its math's dtype once (scalar_casts): one value, eager and compiled.
+def kernel_scalar_params(scalars) -> str:
+    """A kernel's scalar parameters (ScalarSpecs), float ones annotated as float64."""
+    return ", ".join(f"{s.name}: tl.float64" if s.type == "float" else s.name for s in scalars)
+
+
+def scalar_casts(scalars, dtype: str = "compute", rank: int = 1) -> list[str]:
+    """The lines that take each float scalar in `dtype` (a name in the kernel), as a tensor of
+    `rank` ones: a Python float in the interpreter has no .to(), and a float64 one must not pass
+    through float32 on its way (float64 math)."""
+    ones = ", ".join(["1"] * rank)
+    return [f"{s.name} = (tl.zeros([{ones}], {dtype}) + {s.name}).to({dtype})" for s in scalars if s.type == "float"]
 
 
 def tuple_source(items) -> str:
@@ -620,6 +641,8 @@ def matmul_context(spec: Spec, header: str) -> dict:
         stride_params=", ".join(stride_names),
         a_index=tensor_names.index(a.name), b_index=tensor_names.index(b.name),
         factored_names=factored_names,
+        # The epilogue's math runs on the float32 accumulator.
+        tile_scalar_casts=scalar_casts(spec.scalars, "tl.float32", rank=2),
         factor_params=", ".join(f"{name.upper()}_FACTOR: tl.constexpr" for name in factored_names),
         factor_names=", ".join(f'"{name.upper()}_FACTOR"' for name in factored_names),
         tile_args=_wrapped_args(["partial_ptr", "count_ptr", "saved_ptr", *(f"{name}_ptr" for name in tensor_names),

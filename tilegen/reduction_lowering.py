@@ -9,7 +9,8 @@ from .derivatives import differentiate, normal_form
 from .expressions import expression_of
 from .naming import backward_op_name
 from .lowering import (common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula, input_checks,
-                       output_context, output_records, scalar_params, tuple_source)
+                       kernel_scalar_params, output_context, output_records, scalar_casts, scalar_params,
+                       tuple_source)
 from .rows import ELEMENT, ROW, KeptValues, RowProgram, first_row_lines, output_pass, read_back, stage_pass, whole_row_lines
 from .spec import Spec
 
@@ -113,7 +114,7 @@ def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], 
 
 
 def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: dict[str, str],
-               scalars: list[str], block: str, float_scalars: list[str] = (), reads_back: bool = False,
+               scalars: list, block: str, reads_back: bool = False,
                masks=()) -> dict:
     """The pieces of one reduction kernel: `inputs` and `outputs` map names to roles; `masks` are
     the bool inputs, loaded as they are (int1), never cast to the math's dtype. With `reads_back`,
@@ -161,12 +162,10 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
                                  "mask=sum_cols < row_length)"))
     return dict(
         name=name,
-        # A float scalar arrives as float32 from Triton's launch, as float64 from a compiled graph's,
-        # as a Python float in the interpreter: the math takes it in its own dtype in every case
-        # (a loop's accumulators keep one type).
-        scalar_casts=[f"{n} = (tl.zeros([1, 1], compute) + {n}).to(compute)" for n in float_scalars],
+        # The math takes a float scalar in its own dtype (a loop's accumulators keep one type).
+        scalar_casts=scalar_casts(scalars, rank=2),
         pointer_params=", ".join(f"{n}_ptr" for n in tensors),
-        scalar_params=", ".join(scalars),
+        scalar_params=kernel_scalar_params(scalars),
         stride_params=", ".join(s for n, role in tensors.items() for s in _strides(n, role)),
         block=block,
         row_loads=[_load(n, "row", keep=keep) for n in reads_row],
@@ -226,10 +225,6 @@ def column_phase(program: RowProgram, inputs: dict[str, str], outputs: dict[str,
         sums_store=[f"tl.store({n}_ptr + cols * stride_{n}_0, tl.sum(_c_{n}, axis=0, keep_dims=True)"
                     f".to({n}_ptr.dtype.element_ty), mask=cols < row_length)" for n in sums],
     )
-
-
-def _floats(spec: Spec) -> list[str]:
-    return [s.name for s in spec.scalars if s.type == "float"]
 
 
 def _masks(spec: Spec) -> list[str]:
@@ -316,7 +311,7 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
     # only those its math does.
     taken = inputs if reruns else saved
     results = {backward.results[n]: {"row": "row", "column": "column_sum"}.get(roles[n], "element") for n in computed}
-    scalars = [s.name for s in spec.scalars]
+    scalars = spec.scalars
     name = backward_op_name(spec.op)
     sources = gradient_sources(backward, inputs, outputs)
     kernel_inputs = {**{n: roles[n] for n in saved}, **{o: roles[o] for o in outputs_read},
@@ -335,14 +330,14 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
         allocations.append(f"{result} = torch.empty({shape}, dtype={dtype}, device={like}.device)")
     return dict(
         name=name,
-        kernel=row_kernel(name, program, kernel_inputs, results, scalars, spec.tiles[0].block, _floats(spec),
+        kernel=row_kernel(name, program, kernel_inputs, results, scalars, spec.tiles[0].block,
                           masks=_masks(spec)),
         roles=tuple_source(repr(r) for r in [*kernel_inputs.values(), *results.values()]),
         kernel_inputs=list(kernel_inputs),
         results=list(results),
         named_inputs="[" + ", ".join(f'("{n}", {n})' for n in kernel_inputs) + "]",
         typed_params=", ".join([f"{n}: torch.Tensor" for n in taken + outputs_read + seeds] + scalar_params(spec)),
-        call_args=", ".join(taken + outputs_read + seeds + scalars),
+        call_args=", ".join(taken + outputs_read + seeds + [s.name for s in scalars]),
         allocations=allocations,
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
         gradients=gradients_formula(f"_{name}" if computed else None, inputs, taken, sources, len(outputs),
@@ -386,7 +381,7 @@ def reduction_context(spec: Spec, header: str) -> dict:
     roles = spec.row_roles()
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
-    scalars = [s.name for s in spec.scalars]
+    scalars = spec.scalars
     backward = _backward(spec, roles, forward_program(spec))
     kept = [name for name, _ in backward["kept"]]
     program = forward_program(spec, backward["kept"])
@@ -401,7 +396,7 @@ def reduction_context(spec: Spec, header: str) -> dict:
     tile = spec.tiles[0]
     kernel = row_kernel(spec.op, program, {n: roles[n] for n in inputs},
                         {**{n: roles[n] for n in outputs}, **{k: "row" for k in kept}}, scalars, tile.block,
-                        _floats(spec), reads_back=True, masks=_masks(spec))
+                        reads_back=True, masks=_masks(spec))
     ctx.update(
         kernel=kernel,
         read_back=tuple_source(str((inputs + outputs).index(n)) for n in kernel["read_back"]["loaded"])

@@ -117,7 +117,7 @@ def test_out_argument_is_written_and_returned():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_scalars(dtype):
-    check((5, 300), dtype, scalars={ "eps": 0.75 })
+    check((5, 300), dtype, scalars={ "eps": 0.85 })
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -177,7 +177,7 @@ def test_wrong_device():
 
 def library_sample(seed=0, shape=(6, 50)):
     """Inputs and scalars for the torch.library tests, in the first dtype (`shape`: the output's)."""
-    return make_inputs(shape, torch.float16, seed=seed), { "eps": 0.75 }, torch.float16
+    return make_inputs(shape, torch.float16, seed=seed), { "eps": 0.85 }, torch.float16
 
 
 # Layouts the gradient tests run in: autograd hands the gradient of an expanded input back
@@ -189,7 +189,7 @@ def gradient_sample(dtype, layout, seed=0, tiny=False):
     """Inputs, scalars and the tolerance key for the gradient tests (tiny: for gradcheck, which
     perturbs every element in turn)."""
     shape = (3, 7) if tiny else (37, 129)
-    return make_inputs(shape, dtype, seed, layout), { "eps": 0.75 }, dtype
+    return make_inputs(shape, dtype, seed, layout), { "eps": 0.85 }, dtype
 
 
 AS_PYTORCH_OP = s.AsPyTorchOp(add_rms_norm, torch.ops.generated.add_rms_norm.default, library_sample, "generated::add_rms_norm",
@@ -278,4 +278,4 @@ def test_gradients_of_rows_longer_than_a_tile(dtype):
     for config in _BACKWARD.configs.candidates(rt.device_facts(inputs[0].device),
                                                (rt.bucket(n), rt.bucket(rows), inputs[0].element_size())):
         with _BACKWARD.configs.forcing(config):
-            AS_PYTORCH_OP.gradients_match(inputs, { "eps": 0.75 }, dtype)
+            AS_PYTORCH_OP.gradients_match(inputs, { "eps": 0.85 }, dtype)

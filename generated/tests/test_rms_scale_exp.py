@@ -118,7 +118,7 @@ def test_out_argument_is_written_and_returned():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_scalars(dtype):
-    check((1000,), dtype, scalars={ "eps": 0.75 })
+    check((1000,), dtype, scalars={ "eps": 0.85 })
 
 
 def test_every_candidate_config():
@@ -157,7 +157,7 @@ def test_wrong_device():
 
 def library_sample(seed=0, shape=(100, 3)):
     """Inputs and scalars for the torch.library tests, in the first dtype (`shape`: the output's)."""
-    return make_inputs(shape, torch.float32, seed=seed), { "eps": 0.75 }, torch.float32
+    return make_inputs(shape, torch.float32, seed=seed), { "eps": 0.85 }, torch.float32
 
 
 # Layouts the gradient tests run in: autograd hands the gradient of an expanded input back
@@ -169,7 +169,7 @@ def gradient_sample(dtype, layout, seed=0, tiny=False):
     """Inputs, scalars and the tolerance key for the gradient tests (tiny: for gradcheck, which
     perturbs every element in turn)."""
     shape = (3, 5) if tiny else (37, 129)
-    return make_inputs(shape, dtype, seed, layout), { "eps": 0.75 }, dtype
+    return make_inputs(shape, dtype, seed, layout), { "eps": 0.85 }, dtype
 
 
 AS_PYTORCH_OP = s.AsPyTorchOp(rms_scale_exp, torch.ops.generated.rms_scale_exp.default, library_sample, "generated::rms_scale_exp",
@@ -269,10 +269,10 @@ def test_broadcast_inputs_match_the_reference(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_broadcast_inputs_get_gradients_summed_over_their_broadcast_axes(dtype):
-    AS_PYTORCH_OP.gradients_match(broadcast_inputs(dtype), { "eps": 0.75 }, dtype)
+    AS_PYTORCH_OP.gradients_match(broadcast_inputs(dtype), { "eps": 0.85 }, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_gradients_with_nan_and_inf(dtype):
     inputs = s.poison_floats(make_inputs((257,), dtype, seed=3))
-    AS_PYTORCH_OP.gradients_match(inputs, { "eps": 0.75 }, dtype)
+    AS_PYTORCH_OP.gradients_match(inputs, { "eps": 0.85 }, dtype)
