@@ -917,6 +917,25 @@ def test_every_entry_of_an_ops_own_table_is_launched_at_its_key(table):
             assert runtime_op.configs._pick(key, _TABLE_GPU_FACTS[gpu], None, traced) == entry, (table, key_text, entry)
 
 
+@pytest.mark.parametrize("table", ["kind/matmul"] + sorted(
+    f"op/{p.stem}" for p in (REPO / "tilegen" / "tables" / "ops").glob("*.json")))
+def test_every_entry_a_traced_launch_cannot_make_has_its_twin(table):
+    # A traced launch (torch.compile, export) loads through pointers: without a twin, an entry
+    # measured through descriptors gives way to the nearest other entry or the heuristic, a config
+    # no one timed at that key (bmm's scores shape took 2.1x its eager time inside torch.compile
+    # that way: bench/results/h200/traced_twins/). `tilegen tune` writes the twin with the entry;
+    # entries tuned before it did get theirs from `tilegen tune --traced`.
+    from tilegen.tables import load_table
+
+    scope, name = table.split("/")
+    sections = load_table(name, scope=scope)
+    for gpu in _TABLE_GPU_FACTS:
+        twins = sections.get(rt.configs.traced_section(gpu), {})
+        missing = [key for key, config in sections.get(gpu, {}).items()
+                   if rt.configs.through_descriptors(config) and key not in twins]
+        assert not missing, f"{table}: {gpu} entries without a traced twin: {missing} (tilegen tune --traced)"
+
+
 def test_a_product_with_a_column_major_operand_through_descriptors_launches_persistent(monkeypatch, launches):
     """The backward's products read A^T or B^T; through descriptors their tiled launch lost to the
     persistent one on the tables' tiles (bench/probes/transposed_schedules.txt), so such a
