@@ -405,3 +405,35 @@ def test_int_scalars_keep_their_launch_types():
     # (Only float scalars are widened: an int one takes the inputs' int dtype in the math.)
     module = (REPO / "generated" / "clamp_add.py").read_text()
     assert "    lo, hi,  # scalars" in module and "tl.float64, hi" not in module
+
+
+PLAIN_FIRST = """
+op: plain_first
+kind: elementwise
+doc: a where() of scalars (no gradient) ahead of outputs that have one.
+inputs:
+  x: {dtype: [float32, float64]}
+  m: {dtype: [bool]}
+scalars:
+  lo: {type: float, default: -0.3}
+  hi: {type: float, default: 0.7}
+outputs:
+  a: {dtype: x}
+  f: {dtype: x}
+  b: {dtype: x}
+compute:
+  a: where(m, lo, hi)
+  f: where(m, 1.0, 0.0)
+  b: where(x > lo, x * 3.0, hi) + lo * hi
+tiles:
+  N: {block: BLOCK, sizes: [64]}
+"""
+
+
+def test_outputs_that_record_no_graph_ahead_of_one_that_does_pass_gradcheck(tmp_path):
+    # gradcheck pairs its finite differences of every output it is given with the analytical
+    # gradients of those that require grad: the generated gradcheck gives it the latter only
+    # (it had failed here, pairing `a`'s zero differences with `b`'s gradient; an output through
+    # detach() has no gradcheck: its differences would measure what the gradient stops).
+    assert_generated_tests_pass(tmp_path, {"plain_first.yaml": PLAIN_FIRST}, ["plain_first"],
+                                "gradcheck or gradients or require")
