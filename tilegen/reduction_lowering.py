@@ -12,7 +12,7 @@ from .lowering import (common_context, fixed_or, gradient_dtype, gradient_source
                        kernel_scalar_params, output_context, output_records, scalar_casts, scalar_params,
                        tuple_source)
 from .rows import ELEMENT, ROW, KeptValues, RowProgram, first_row_lines, output_pass, read_back, stage_pass, whole_row_lines
-from .spec import Spec
+from .spec import ScalarSpec, Spec
 
 # The tensor roles along the rows (Spec.row_roles) and how a kernel addresses each.
 _ADDRESS = {
@@ -114,7 +114,7 @@ def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], 
 
 
 def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: dict[str, str],
-               scalars: list, block: str, reads_back: bool = False,
+               scalars: list[ScalarSpec], block: str, reads_back: bool = False,
                masks=()) -> dict:
     """The pieces of one reduction kernel: `inputs` and `outputs` map names to roles; `masks` are
     the bool inputs, loaded as they are (int1), never cast to the math's dtype. With `reads_back`,
