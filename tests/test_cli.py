@@ -145,6 +145,16 @@ def test_an_output_refused_by_its_declaration_is_not_reported_again_by_its_compu
         errors = _lines(cli("check", "bad/"))[:-1]
         assert [e.split(": ", 2)[1] for e in errors] == [f"{section}.Big", "compute.y"], errors
         assert "'Big' is not a valid name" in errors[0] and "unknown name 'nope'" in errors[1], errors
+    # So is a scalar refused by its declaration: its type, its default, a missing type.
+    for declaration, words in (("{type: flaot}", "'flaot' is not allowed"),
+                               ("{type: float, default: 1.0e39}", "is not a valid float"),
+                               ("{default: 1.0}", "missing required key 'type'")):
+        (project / "bad" / "bad.yaml").write_text(
+            "op: bad\nkind: elementwise\ndoc: bad.\ninputs:\n  x: {dtype: [float32]}\n"
+            f"scalars:\n  s: {declaration}\n"
+            "outputs:\n  y: {dtype: x}\ncompute:\n  y: x * s\ntiles:\n  N: {block: BLOCK, sizes: [1024]}\n")
+        errors = _lines(cli("check", "bad/"))[:-1]
+        assert len(errors) == 1 and errors[0].startswith("bad/bad.yaml:7: scalars.s") and words in errors[0], errors
     # An entry for an output never declared is still one.
     (project / "bad" / "bad.yaml").write_text(
         "op: bad\nkind: elementwise\ndoc: bad.\ninputs:\n  x: {dtype: [float32]}\noutputs:\n  y: {dtype: x}\n"

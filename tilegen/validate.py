@@ -330,6 +330,9 @@ class _Validator(ShapeRules):
             if not self.value_name(key, name, taken):
                 continue
             taken[name] = "scalar"
+            # Refused until it passes (a bad entry, type or default): expressions that read it
+            # then say nothing of their own, the problem being reported once, here.
+            self.refused_names.add(name)
             entry = self.mapping(key, entry, ("type", "default"), required=("type",))
             if entry is None or "type" not in entry:
                 continue
@@ -350,6 +353,7 @@ class _Validator(ShapeRules):
                 default = float(default) if kind == "float" else default
             if kind:
                 out[name] = ScalarSpec(name, kind, default)
+                self.refused_names.discard(name)
         return out
 
     def resolve_dtypes(self, inputs: dict, outputs: dict, kind) -> dict[str, tuple]:
