@@ -155,6 +155,16 @@ def test_an_output_refused_by_its_declaration_is_not_reported_again_by_its_compu
             "outputs:\n  y: {dtype: x}\ncompute:\n  y: x * s\ntiles:\n  N: {block: BLOCK, sizes: [1024]}\n")
         errors = _lines(cli("check", "bad/"))[:-1]
         assert len(errors) == 1 and errors[0].startswith("bad/bad.yaml:7: scalars.s") and words in errors[0], errors
+    # So is a matmul's epilogue input over an axis the output lacks (it had been counted as a third
+    # operand, then reported again as an unknown name).
+    (project / "bad" / "bad.yaml").write_text(
+        "op: bad\nkind: matmul\ndoc: bad.\ninputs:\n  a: {shape: [M, K], dtype: [float16]}\n"
+        "  b: {shape: [K, N], dtype: a}\n  bias: {shape: [Q], dtype: a}\noutputs:\n  c: {shape: [M, N], dtype: a}\n"
+        "tiles:\n  M: {block: BM, sizes: [64]}\n  N: {block: BN, sizes: [64]}\n  K: {block: BK, sizes: [32]}\n"
+        "epilogue:\n  c: acc + bias\n")
+    assert _lines(cli("check", "bad/"))[:-1] == [
+        "bad/bad.yaml:7: inputs.bias.shape: an epilogue input must be indexed by output axes, got [Q] "
+        "([N], [M], [M, N] or [..., M, N])"]
     # An entry for an output never declared is still one.
     (project / "bad" / "bad.yaml").write_text(
         "op: bad\nkind: elementwise\ndoc: bad.\ninputs:\n  x: {dtype: [float32]}\noutputs:\n  y: {dtype: x}\n"

@@ -46,6 +46,14 @@ class ShapeRules:
         out_batched = next(iter(outputs.values()))[:1] == ("...",)
         matrix = {name: fixed_axes(s) for name, s in inputs.items() if s is not None}
         operands = [name for name, axes in matrix.items() if set(axes) - {m, n}]
+        pair = _agreeing_operands(operands, matrix, m, n)
+        if len(operands) > 2 and pair:
+            # Two inputs are the operands; the others name an axis the output lacks.
+            for name in operands:
+                if name not in pair:
+                    self.epilogue_input_refused(name, inputs[name], m, n)
+                    del matrix[name]
+            operands = list(pair)
         if len(operands) != 2:
             self.error("inputs", f"a matmul needs exactly two operands over a reduction axis, found "
                        f"{len(operands)}", "a: [M, K] and b: [K, N]; other inputs use only output axes")
@@ -75,12 +83,18 @@ class ShapeRules:
         self.dot_precision(operands)
         for name, shape in matrix.items():
             if name not in operands and shape not in ((m,), (n,), (m, n)):
-                self.error(f"inputs.{name}.shape", f"an epilogue input must be indexed by output axes, "
-                           f"got {axes_text(inputs[name] or ())}", f"[{n}], [{m}], [{m}, {n}] or [..., {m}, {n}]")
+                self.epilogue_input_refused(name, inputs[name], m, n)
             elif name not in operands and name in batched and shape != (m, n):
                 self.error(f"inputs.{name}.shape", "an epilogue input with batch axes has the output's "
                            f"matrix axes, got {axes_text(inputs[name])}", f"[..., {m}, {n}], or [{n}] for every batch")
         return m, n, k
+
+    def epilogue_input_refused(self, name, shape, m, n) -> None:
+        """An epilogue input whose axes are not the output's: reported here, and not again where
+        the epilogue reads it."""
+        self.error(f"inputs.{name}.shape", f"an epilogue input must be indexed by output axes, "
+                   f"got {axes_text(shape or ())}", f"[{n}], [{m}], [{m}, {n}] or [..., {m}, {n}]")
+        self.refused_names.add(name)
 
     def fp8_roles(self, operands) -> None:
         """8-bit floats are operands' dtypes only, and an operand's dtypes are all 8-bit or none:
@@ -173,3 +187,14 @@ def matmul_axes(inputs: dict, outputs: dict) -> tuple[str, ...] | None:
 def axes_text(shape) -> str:
     """A declared shape as a spec writes it: [..., M, K]."""
     return "[" + ", ".join(shape) + "]"
+
+
+def _agreeing_operands(candidates, matrix, m, n):
+    """The first two of `candidates` (inputs with an axis the output lacks) that agree as
+    [m, k] and [k, n] for one k, in order, or None."""
+    for a in candidates:
+        for b in candidates:
+            if a != b and len(matrix[a]) == len(matrix[b]) == 2 and matrix[a][0] == m \
+                    and matrix[b][1] == n and matrix[a][1] == matrix[b][0] not in (m, n):
+                return a, b
+    return None
