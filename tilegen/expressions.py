@@ -84,6 +84,23 @@ _EVERY_FUNCTION = {**FUNCTIONS, **REDUCTIONS, **ORACLES}
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
 _COMPARE = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
 
+# Python's other operators and constructs, named as a spec author writes them (an error names
+# what was written, not the parser's node class).
+_REFUSED_OPERATORS = {
+    ast.FloorDiv: "'//'", ast.Mod: "'%'", ast.MatMult: "'@'", ast.BitAnd: "'&'", ast.BitOr: "'|'",
+    ast.BitXor: "'^'", ast.LShift: "'<<'", ast.RShift: "'>>'", ast.Invert: "'~'", ast.Not: "'not'",
+    ast.And: "'and'", ast.Or: "'or'", ast.Is: "'is'", ast.IsNot: "'is not'", ast.In: "'in'",
+    ast.NotIn: "'not in'",
+}
+_REFUSED_CONSTRUCTS = {
+    ast.IfExp: "a conditional expression (a if c else b: write where(c, a, b))",
+    ast.Subscript: "indexing (x[...])", ast.Attribute: "an attribute (x.name)", ast.Lambda: "a lambda",
+    ast.List: "a list", ast.Tuple: "a tuple", ast.Set: "a set", ast.Dict: "a dict",
+    ast.JoinedStr: "an f-string", ast.ListComp: "a comprehension", ast.SetComp: "a comprehension",
+    ast.DictComp: "a comprehension", ast.GeneratorExp: "a comprehension",
+    ast.NamedExpr: "an assignment (:=)", ast.Starred: "a starred argument",
+}
+
 
 def _allowed(functions) -> str:
     return ("numbers, inf, declared names, + - * / ** (integer power 1..8), unary -, "
@@ -177,7 +194,7 @@ def parse_expression(source: object, names: set[str], reductions: bool = False, 
         raise ExpressionError("expression is nested too deeply", f"at most {MAX_DEPTH} levels") from None
     tree = _Infinity().visit(tree)
     functions = {**FUNCTIONS, **(REDUCTIONS if reductions else {}), **(ORACLES if oracles else {})}
-    checker = _Checker(names, functions)
+    checker = _Checker(names, functions, text.strip())
     try:
         # A comparison may be a whole expression (a bool output's; the validator checks the output).
         checker.check(tree.body, depth=0, in_condition=True)
@@ -202,8 +219,9 @@ class _Infinity(ast.NodeTransformer):
 
 
 class _Checker:
-    def __init__(self, names: set[str], functions: dict[str, Function] = FUNCTIONS):
+    def __init__(self, names: set[str], functions: dict[str, Function] = FUNCTIONS, text: str = ""):
         self.names = names
+        self.text = text  # the source, to quote a literal as written (1e400, not inf)
         self.functions = functions
         self.allowed = _allowed(functions)
         self.reducing: str | None = None  # the reduction whose argument is being checked
@@ -230,7 +248,8 @@ class _Checker:
             if getattr(node, "infinity", False):
                 return
             if abs(value) > MAX_LITERAL or value != value:
-                raise ExpressionError(f"literal {value!r} is out of range", f"|x| <= {MAX_LITERAL:g}, or inf")
+                written = ast.get_source_segment(self.text, node) or repr(value)
+                raise ExpressionError(f"literal {written} is out of range", f"|x| <= {MAX_LITERAL:g}, or inf")
             return
         if isinstance(node, ast.Name):
             if node.id.startswith("_"):
@@ -260,7 +279,11 @@ class _Checker:
             if not in_condition:
                 raise ExpressionError("a comparison may only be the first argument of where(), or a bool "
                                       "output's whole expression")
-            if len(node.ops) != 1 or type(node.ops[0]) not in _COMPARE:
+            refused = [op for op in node.ops if type(op) in _REFUSED_OPERATORS]
+            if refused:
+                raise ExpressionError(f"operator {_REFUSED_OPERATORS[type(refused[0])]} is not allowed",
+                                      self.allowed)
+            if len(node.ops) != 1:
                 raise ExpressionError("use one comparison (a > b), not a chain", self.allowed)
             self.check(node.left, depth + 1, False)
             self.check(node.comparators[0], depth + 1, False)
@@ -283,16 +306,16 @@ class _Checker:
             if func.id in REDUCTIONS:
                 self.check_reduction(node, depth)
                 return
-            if not any(value_names(arg) for arg in node.args):
-                raise ExpressionError(f"{func.id}() of constants only", "write its value as a number")
             if len(node.args) != spec.arity:
                 raise ExpressionError(f"{func.id}() takes {spec.arity} argument(s), got {len(node.args)}", self.allowed)
+            if not any(value_names(arg) for arg in node.args):
+                raise ExpressionError(f"{func.id}() of constants only", "write its value as a number")
             for index, arg in enumerate(node.args):
                 if isinstance(arg, ast.Starred):
                     raise ExpressionError("starred arguments are not allowed", self.allowed)
                 self.check(arg, depth + 1, in_condition=(func.id == "where" and index == 0))
             return
-        raise ExpressionError(f"{type(node).__name__} is not allowed", self.allowed)
+        raise ExpressionError(f"{_refused_construct(node)} is not allowed", self.allowed)
 
     def check_reduction(self, node: ast.Call, depth: int) -> None:
         name = node.func.id
@@ -437,6 +460,14 @@ class _Emitter:
                                        if _reads_names(arg) else f"torch.tensor({self.emit(arg)}, dtype=torch.float64)"
                                        for index, arg in enumerate(node.args)))
         raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
+
+
+def _refused_construct(node: ast.AST) -> str:
+    """What a spec author wrote, for a node the language refuses: `operator '//'`, `a list`."""
+    operator = type(getattr(node, "op", None))
+    if operator in _REFUSED_OPERATORS:
+        return f"operator {_REFUSED_OPERATORS[operator]}"
+    return _REFUSED_CONSTRUCTS.get(type(node), f"Python's {type(node).__name__}")
 
 
 def _constant_value(node: ast.AST) -> float | None:
