@@ -547,6 +547,44 @@ def test_outputs_may_not_overlap_each_other_or_be_leaves_that_require_grad():
         generated.add(nested, v)
 
 
+def _offsets(t):
+    """Every element's offset in its storage, by brute force."""
+    import itertools
+    return [t.storage_offset() + sum(i * s for i, s in zip(index, t.stride()))
+            for index in itertools.product(*(range(n) for n in t.shape))]
+
+
+def test_an_out_whose_elements_share_memory_is_refused_and_no_view_of_a_dense_tensor_is():
+    """Written through, a layout that folds onto itself leaves whichever program wrote last.
+    Refused wherever two elements are one (checked by brute force over random layouts), while the
+    views a user makes of a dense tensor (transposes, slices, steps, channels-last) are written."""
+    import random
+    from tilegen.runtime.checks import has_internal_overlap
+
+    generator = random.Random(0)
+    for _ in range(400):
+        rank = generator.randint(1, 3)
+        shape = [generator.randint(1, 4) for _ in range(rank)]
+        strides = [generator.randint(0, 6) for _ in range(rank)]
+        t = torch.empty(200).as_strided(shape, strides)
+        offsets = _offsets(t)
+        if len(set(offsets)) < len(offsets):
+            assert has_internal_overlap(t), (shape, strides)
+    base = torch.empty(4, 6, 8, 10)
+    views = [base, base.transpose(1, 3), base[:, 1:5, ::2], base[..., ::3].permute(3, 0, 2, 1),
+             base.contiguous(memory_format=torch.channels_last), base[1, :, 2], base[::2, 3:]]
+    for view in views:
+        assert len(set(_offsets(view))) == view.numel() and not has_internal_overlap(view)
+    import generated
+
+    x = torch.randn(8, 16)
+    folded = torch.zeros(23).as_strided((8, 16), (1, 1))
+    for call in (lambda: generated.add(x, x, out=folded), lambda: generated.softmax(x, out=folded),
+                 lambda: generated.add(x, x, out=torch.zeros(16).expand(8, 16))):
+        with pytest.raises(ValueError, match=r"argument 'out' has elements that share memory"):
+            call()
+
+
 def test_matmul_relu_maps_nan_to_zero_as_its_spec_says_and_its_benchmark_agrees():
     """The example spec writes where(acc > 0, acc, 0), which maps NaN to 0 (relu() would keep it,
     docs/spec.md); the kernel, the oracle and the benchmark's eager counterpart all agree."""

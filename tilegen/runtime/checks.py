@@ -237,7 +237,17 @@ def overlaps(a, b):
 
 
 def has_internal_overlap(t):
-    return any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.stride()))
+    """Whether two elements of `t` may be one element of memory: a stride 0 (an expanded view), or
+    strides that fold back onto each other (`as_strided((8, 16), (1, 1))`). Taken axis by axis from
+    the smallest stride, each stride must step past every element the smaller ones reach; a layout
+    that fails this without overlapping (interleaved axes, which no view of a dense tensor has) is
+    refused with the rest, where PyTorch's own check gives up and writes it."""
+    reach = 0  # elements the smaller strides span, past the first
+    for size, stride in sorted(((s, abs(d)) for s, d in zip(t.shape, t.stride()) if s > 1), key=lambda a: a[1]):
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
 
 
 def check_apart(op, name, out, inputs):
@@ -272,7 +282,8 @@ def prepare_out(op, out, shape, dtype, device, inputs, name="out", others=()):
     # through it would take gradients of values it no longer holds.
     refuse_out_with_grad(op, out, **{name: out})
     if has_internal_overlap(out):
-        raise ValueError(f"{op}: argument '{name}' has overlapping elements (stride 0); it cannot be written")
+        raise ValueError(f"{op}: argument '{name}' has elements that share memory (a stride 0, or strides "
+                         f"{tuple(out.stride())} that overlap at shape {tuple(out.shape)}); it cannot be written")
     check_apart(op, name, out, inputs)
     for other_name, value in others:
         if overlaps(out, value):
