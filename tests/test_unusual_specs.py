@@ -437,3 +437,36 @@ def test_outputs_that_record_no_graph_ahead_of_one_that_does_pass_gradcheck(tmp_
     # detach() has no gradcheck: its differences would measure what the gradient stops).
     assert_generated_tests_pass(tmp_path, {"plain_first.yaml": PLAIN_FIRST}, ["plain_first"],
                                 "gradcheck or gradients or require")
+
+
+MASKED_LOG_SOFTMAX = """
+op: masked_log_softmax
+kind: reduction
+doc: log-softmax of x * t * k over the columns keep selects (-inf elsewhere), and its logsumexp.
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  t: {dtype: x, shape: [...]}
+  keep: {dtype: [bool], shape: [N]}
+scalars:
+  k: {type: int, default: 2}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+  lse: {dtype: [float32], shape: [...]}
+steps:
+  s: where(keep, x * t * k, -inf)
+  m: max(s)
+  l: m + log(sum(exp(s - m)))
+compute:
+  y: s - l
+  lse: l
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+"""
+
+
+def test_a_masked_log_softmax_whose_output_holds_minus_inf_passes_gradcheck(tmp_path):
+    # The columns keep leaves out are -inf in y, before and after each perturbation: gradcheck's
+    # finite differences there were inf - inf, NaN against a gradient of 0. They are held at 0,
+    # and the gradient is checked where y is finite.
+    assert_generated_tests_pass(tmp_path, {"masked_log_softmax.yaml": MASKED_LOG_SOFTMAX},
+                                ["masked_log_softmax"], "gradcheck or gradients")
