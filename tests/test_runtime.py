@@ -238,6 +238,20 @@ def test_split_k_candidates_only_where_tiles_leave_the_gpu_idle():
     assert space.heuristic(large, facts, (4096, 4096, 4096, 2))["SPLIT_K"] == 1
 
 
+def test_a_spec_that_lists_only_splits_runs_whole_tiles_where_none_applies():
+    """`split_k: [4]` splits where a split is offered; a shape where it is not (tiles that fill the
+    GPU, a K too short for four parts) runs whole tiles, where it had no config at all."""
+    space = rt.MatmulSpace(NAMES, [64, 128], [64, 128], [32, 64], [], [], (False,) * 3, splits=(4,))
+    facts = (132, 232448, "")
+    for key in ((4096, 4096, 4096, 2), (16, 16, 16, 4), (16, 4096, 256, 2)):
+        fitting = space.candidates(facts, key)
+        assert fitting and {c["SPLIT_K"] for c in fitting} == {1}, key
+        assert space.heuristic(fitting, facts, key)["SPLIT_K"] == 1
+    skinny = space.candidates(facts, (16, 4096, 4096, 2))
+    assert {c["SPLIT_K"] for c in skinny} == {4}
+    assert space.heuristic(skinny, facts, (16, 4096, 4096, 2))["SPLIT_K"] == 4
+
+
 @pytest.mark.parametrize("value, factors", [(None, (1, 2, 4, 8)), ("auto", (1, 2, 4, 8)), ("never", (1,)),
                                             ([4, 1, 2], (1, 2, 4))])
 def test_schedule_split_k(tmp_path, value, factors):

@@ -551,9 +551,12 @@ class MatmulSpace:
                     if exact[2] and k % bk:
                         continue
                     per_stage = (bm * bk + bk * bn) * itemsize
-                    for split in self.splits:
-                        if split > 1 and not (tiles < 2 * sms and tiles * split <= 4 * sms and cdiv(k, bk) >= 4 * split):
-                            continue
+                    # A split is offered where the tiles alone leave the GPU idle and K holds enough
+                    # blocks; where none of the spec's factors is (`split_k: [4]` at a large shape),
+                    # the tile runs whole.
+                    splits = [split for split in self.splits if split == 1 or (
+                        tiles < 2 * sms and tiles * split <= 4 * sms and cdiv(k, bk) >= 4 * split)] or [1]
+                    for split in splits:
                         for w in self._warp_options(bm, bn, explore):
                             for s in self._stage_options(per_stage, shared, explore):
                                 if per_stage * s > shared:
