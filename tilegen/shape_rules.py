@@ -61,11 +61,18 @@ class ShapeRules:
         a, b = (matrix[name] for name in operands)
         reduction = set(a) - {m, n}
         k = next(iter(reduction))
+        if a == (k, n) and b == (m, k):  # both right, in the other order
+            self.error(f"inputs.{operands[1]}.shape",
+                       f"operands {operands[0]}: {axes_text(inputs[operands[0]])} and {operands[1]}: "
+                       f"{axes_text(inputs[operands[1]])} are listed B first (the first operand is A, "
+                       f"the output's rows)", f"list {operands[1]} before {operands[0]} in inputs")
+            return None
         if len(a) != 2 or len(b) != 2 or a != (m, k) or b != (k, n):
             self.error(f"inputs.{operands[1]}.shape",
                        f"operands {operands[0]}: {axes_text(inputs[operands[0]])} and {operands[1]}: "
                        f"{axes_text(inputs[operands[1]])} do not agree",
-                       f"{operands[0]}: [{m}, {k}] and {operands[1]}: [{k}, {n}]; either may lead with ... (batch axes)")
+                       f"{operands[0]}: [{m}, {k}] and {operands[1]}: [{k}, {n}] for an output [{m}, {n}]; either may "
+                       "lead with ... (batch axes)")
             return None
         batched = [name for name, shape in inputs.items() if shape is not None and shape[:1] == ("...",)]
         if batched and not out_batched:
