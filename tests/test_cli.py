@@ -218,3 +218,25 @@ def test_nesting_to_the_depth_limit_builds_small_or_is_refused_in_one_line(cli, 
             assert (project / f"pkg{depth}" / f"deep{depth}.py").stat().st_size < 30_000
         else:
             assert "nested too deeply" in result.output and len(_lines(result)) == 2
+
+
+def test_an_expression_that_reads_another_output_is_told_how_to_share_it(cli, tmp_path):
+    """Outputs are not values expressions read: the error says so, and what to write instead (a
+    step in a reduction, the expression again elsewhere), rather than calling the name unknown."""
+    reduction = ("op: r\nkind: reduction\ninputs:\n  x: {dtype: [float32], shape: [..., N]}\n"
+                 "outputs:\n  y: {dtype: x, shape: [..., N]}\n  z: {dtype: x, shape: [...]}\n"
+                 "steps:\n  m: max(x)\ncompute:\n  y: x - m\n  z: m + sum(y)\n"
+                 "tiles:\n  N: {block: BLOCK_N, sizes: [64]}\n")
+    elementwise = ("op: e\nkind: elementwise\ninputs:\n  x: {dtype: [float32]}\noutputs:\n  y: {dtype: x}\n"
+                   "  z: {dtype: x}\ncompute:\n  y: x * 2\n  z: y + q\ntiles:\n  N: {block: BLOCK, sizes: [64]}\n")
+    (tmp_path / "r.yaml").write_text(reduction)
+    (tmp_path / "e.yaml").write_text(elementwise)
+    result = cli("check", tmp_path)
+    assert result.exit_code == 2
+    lines = _lines(result)
+    assert any(line.endswith("r.yaml:12: compute.z: output 'y' is read here, but expressions read no outputs "
+                              "(name its expression as a step and read the step in both)") for line in lines), lines
+    assert any(line.endswith("e.yaml:10: compute.z: output 'y' is read here, but expressions read no outputs "
+                             "(write its expression here too)") for line in lines), lines
+    assert any("e.yaml:10: compute.z: unknown name 'q'" in line for line in lines), lines
+    assert len(lines) == 4, lines

@@ -89,6 +89,7 @@ class _Validator(ShapeRules):
         # Names declared with errors of their own (a reserved name, an output that is no mapping):
         # an expression that reads one, or a `compute` entry for one, is not reported again.
         self.refused_names: set = set()
+        self.taken: dict[str, str] = {}  # name -> what declares it ("input", "output", "scalar", "step")
         self.step_levels: dict | None = None
         # Each step's kind of number (categories.Kind): float math, or bool where it compares.
         self.step_kinds: dict[str, Kind] = {}
@@ -173,7 +174,8 @@ class _Validator(ShapeRules):
             self.error(key, f"name {name!r} is reserved: it is {what}", "choose another name")
             return False
         if name in taken:
-            self.error(key, f"name {name!r} is already used by {taken[name]}")
+            self.error(key, f"name {name!r} is already used by {taken[name]}",
+                       "each name once among inputs, outputs, scalars and steps")
             return False
         self.refused_names.discard(name)
         return True
@@ -189,7 +191,7 @@ class _Validator(ShapeRules):
         if "kind" not in self.data:
             self.error("", "missing required key 'kind'", f"one of: {_listing(KINDS)}")
         doc = self.doc_line(op)
-        taken: dict[str, str] = {}
+        taken = self.taken
         inputs = self.tensors("inputs", taken, kind, required=True)
         outputs = self.tensors("outputs", taken, kind, required=True)
         scalars = self.scalars(taken)
@@ -794,7 +796,12 @@ class _Validator(ShapeRules):
             return parse_expression(source, names, **language)
         except ExpressionError as exc:
             for problem in exc.all():
-                if problem.unknown_name is None or problem.unknown_name not in self.refused_names:
+                if problem.unknown_name is not None and self.taken.get(problem.unknown_name) == "output":
+                    self.error(key, f"output {problem.unknown_name!r} is read here, but expressions read no "
+                               "outputs", "name its expression as a step and read the step in both"
+                               if self.kind == "reduction" else
+                               "write its expression here too")
+                elif problem.unknown_name is None or problem.unknown_name not in self.refused_names:
                     self.error(key, problem.message, problem.allowed)
             return None
 
