@@ -104,6 +104,18 @@ def test_reductions_are_refused_outside_reduction_kinds(tmp_path):
     assert ": compute.y: function 'sum' is not allowed" in errors[1]
 
 
+def test_pytorchs_row_ops_in_a_compute_point_to_steps_and_rows_over_another_axis_are_one_error(tmp_path):
+    # softmax() is the oracle's (a reference's) alone: the error says so, and how to write it.
+    _, errors = validated(tmp_path, RMS_NORM.replace("y: x * r * w", "y: softmax(x) * w"))
+    assert len(errors) == 1 and ": compute.y: function 'softmax' is PyTorch's own row op, allowed in a " \
+        "reduction's reference only: write its math in steps (" in errors[0], errors
+    # Rows over an axis the tiles do not name: each tensor says so, and nothing more (not also
+    # that no input has the rows).
+    text = RMS_NORM.replace("[..., N]", "[..., K]")
+    _, errors = validated(tmp_path, text)
+    assert [e.split(": ", 1)[1].split(":")[0] for e in errors] == ["inputs.x.shape", "outputs.y.shape"], errors
+
+
 def _program(values, levels):
     names = set(levels)
     parsed = []

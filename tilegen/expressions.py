@@ -296,7 +296,9 @@ class _Checker:
                 raise ExpressionError("function 'float' is not allowed: write numbers as literals, and "
                                       "infinity as inf (-inf)", self.allowed)
             if func.id not in self.functions:
-                self.note(ExpressionError(f"function {func.id!r} is not allowed", self.allowed))
+                what = "is PyTorch's own row op, allowed in a reduction's reference only: write its math in " \
+                    "steps" if func.id in ORACLES else "is not allowed"
+                self.note(ExpressionError(f"function {func.id!r} {what}", self.allowed))
                 for name in (n for arg in node.args for n in value_name_nodes(arg)):
                     self.check(name, depth + 1, in_condition=False)  # its arguments' names still count
                 return

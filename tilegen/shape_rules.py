@@ -169,6 +169,7 @@ class ShapeRules:
         allowed = {"inputs": ((rows, column, per_row), f"[..., {axis}] (rows), [{axis}] (the same for every row) "
                               "or [...] (one value per row)"),
                    "outputs": ((rows, per_row), f"[..., {axis}] (rows) or [...] (one value per row)")}
+        refused_inputs = False
         for section, tensors in (("inputs", inputs), ("outputs", outputs)):
             forms, listing = allowed[section]
             for name, shape in tensors.items():
@@ -177,7 +178,10 @@ class ShapeRules:
                 why = f"the reduced axis {axis} comes last" if axis in shape[:-1] else \
                     f"a reduction reduces one axis, {axis}, over rows of any leading shape"
                 self.error(f"{section}.{name}.shape", f"{list(shape)} is not allowed: {why}", listing)
-        if inputs and all(shape is not None for shape in inputs.values()) and rows not in inputs.values():
+                refused_inputs |= section == "inputs"
+        # (An input refused above may be the rows, over another axis: that error says it.)
+        if inputs and not refused_inputs and all(shape is not None for shape in inputs.values()) \
+                and rows not in inputs.values():
             self.error("inputs", "no input has the rows to reduce", f"at least one input of shape [..., {axis}]")
 
 
