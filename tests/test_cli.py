@@ -240,3 +240,24 @@ def test_an_expression_that_reads_another_output_is_told_how_to_share_it(cli, tm
                              "(write its expression here too)") for line in lines), lines
     assert any("e.yaml:10: compute.z: unknown name 'q'" in line for line in lines), lines
     assert len(lines) == 4, lines
+
+
+def test_a_fixed_config_says_nothing_of_blocks_whose_tile_entry_is_wrong(cli, tmp_path):
+    """A tile entry with an error (a size that is no power of two, an axis the matmul lacks) is
+    reported once: the fixed config's size for its block is not also an unknown key, nor is a block
+    it leaves out missing. And a matmul's steps point to its epilogue, not to a compute."""
+    spec = ("op: m\nkind: matmul\ninputs:\n  a: {shape: [M, K], dtype: [float32]}\n  b: {shape: [K, N], dtype: a}\n"
+            "outputs:\n  c: {shape: [M, N], dtype: a}\ntiles:\n  M: {block: BM, sizes: [48]}\n"
+            "  N: {block: BN, sizes: [64]}\n  K: {block: BK, sizes: [32]}\n  Q: {block: BQ, sizes: [32]}\n"
+            "configs: {mode: fixed, fixed: {BM: 64, BN: 64, BK: 32, num_warps: 4, num_stages: 2}}\n"
+            "steps:\n  s: acc\nepilogue:\n  c: acc\n")
+    (tmp_path / "m.yaml").write_text(spec)
+    lines = _lines(cli("check", tmp_path))
+    assert [line.split(": ", 2)[1] for line in lines[:-1]] == ["tiles", "tiles.M.sizes.0", "steps"], lines
+    assert lines[-2].endswith("steps: steps are not used by matmul kinds (write the math in epilogue)"), lines
+    # With the tiles right, a block the fixed config leaves out or does not know is reported.
+    right = spec.replace("[48]", "[64]").replace("  Q: {block: BQ, sizes: [32]}\n", "").replace("BK: 32", "BX: 32")
+    (tmp_path / "m.yaml").write_text(right.replace("steps:\n  s: acc\n", ""))
+    lines = _lines(cli("check", tmp_path))
+    assert any(line.endswith("configs.fixed: missing block size 'BK'") for line in lines), lines
+    assert any("configs.fixed.BX: unknown key 'BX'" in line for line in lines), lines

@@ -85,6 +85,8 @@ class _Validator(ShapeRules):
         # not), a reduction's steps with errors of their own and the levels of the others.
         self.kind: str | None = None
         self.named_axes: set = set()
+        self.named_blocks: set = set()
+        self.tiles_refused = False
         self.broken_steps: set = set()
         # Names declared with errors of their own (a reserved name, an output that is no mapping):
         # an expression that reads one, or a `compute` entry for one, is not reported again.
@@ -431,10 +433,13 @@ class _Validator(ShapeRules):
         if value is None:
             self.error("", "missing required key 'tiles'", "axis -> {block: NAME, sizes: [...]}")
             return ()
+        errors_before = len(self.errors.errors)
         entries = self.mapping("tiles", value) or {}
-        # Axes named in tiles, valid entries or not: a key elsewhere that names one is no error of
-        # its own (the tile's error is reported once, with no follow-on errors).
+        # Axes and block names in tiles, valid entries or not: a key elsewhere that names one is no
+        # error of its own (the tile's error is reported once, with no follow-on errors).
         self.named_axes = {axis for axis in entries if isinstance(axis, str) and AXIS_NAME.match(axis)}
+        self.named_blocks = {entry["block"] for entry in entries.values()
+                             if isinstance(entry, dict) and isinstance(entry.get("block"), str)}
         low, high = {"matmul": MATMUL_BLOCK_RANGE, "reduction": REDUCTION_BLOCK_RANGE}.get(kind, ELEMENTWISE_BLOCK_RANGE)
         tiles, blocks = [], set()
         for axis, entry in entries.items():
@@ -469,6 +474,7 @@ class _Validator(ShapeRules):
             if expected is not None and set(entries) != set(expected):
                 self.error("tiles", f"tiles cover {_listing(sorted(map(str, entries)))}",
                            f"a matmul tiles exactly its axes {_listing(expected)}")
+        self.tiles_refused = len(self.errors.errors) > errors_before
         return tuple(tiles)
 
     def masks(self, tiles) -> tuple[tuple[str, str], ...]:
@@ -613,13 +619,15 @@ class _Validator(ShapeRules):
                 if type(value) is not int or value not in (0, 1):
                     self.error(key, f"{_show(value)} is not allowed", REDUCTION_FLAGS[name])
                     continue
+            elif name in self.named_blocks:
+                continue  # a tile entry with an error of its own
             else:
                 self.unknown_key(key, name, list(sizes) + ["num_warps", "num_stages"]
                                  + (["ROWS", "UNROLL", "PER_SM", *REDUCTION_FLAGS] if self.kind == "reduction" else []))
                 continue
             out[name] = value
         for block in sizes:
-            if block not in raw:
+            if block not in raw and not self.tiles_refused:  # (else which blocks it needs is unsure)
                 self.error("configs.fixed", f"missing block size {block!r}")
         return tuple(sorted(out.items()))
 
@@ -630,7 +638,8 @@ class _Validator(ShapeRules):
             return {}
         if kind != "reduction":
             if kind is not None:
-                self.error("steps", f"steps are not used by {kind} kinds", "write the math in compute")
+                self.error("steps", f"steps are not used by {kind} kinds",
+                           "write the math in " + ("epilogue" if kind == "matmul" else "compute"))
             return {}
         entries = self.mapping("steps", value) or {}
         if len(entries) > MAX_STEPS:
