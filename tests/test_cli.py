@@ -139,7 +139,7 @@ def test_an_output_refused_by_its_declaration_is_not_reported_again_by_its_compu
     # An input or scalar refused by its name is not reported again where an expression reads it.
     for section, declaration in (("inputs", "{dtype: x}"), ("scalars", "{type: float}")):
         (project / "bad" / "bad.yaml").write_text(
-            f"op: bad\nkind: elementwise\ndoc: bad.\ninputs:\n  x: {{dtype: [float32]}}\n"
+            "op: bad\nkind: elementwise\ndoc: bad.\ninputs:\n  x: {dtype: [float32]}\n"
             + (f"  Big: {declaration}\n" if section == "inputs" else f"scalars:\n  Big: {declaration}\n")
             + "outputs:\n  y: {dtype: x}\ncompute:\n  y: x + Big + nope\ntiles:\n  N: {block: BLOCK, sizes: [1024]}\n")
         errors = _lines(cli("check", "bad/"))[:-1]

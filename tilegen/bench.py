@@ -9,6 +9,7 @@ measured once per run: device-to-device copy bandwidth and cuBLAS's best dense r
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import platform
@@ -321,7 +322,7 @@ def measure_limits(dtypes: list[str]) -> dict:
     from triton.testing import do_bench
 
     copy = same_bytes_copy(2 * COPY_BYTES, "cuda")  # (its buffers freed when it goes)
-    copy_ms = do_bench(lambda: copy(None), return_mode="median")
+    copy_ms = do_bench(functools.partial(copy, None), return_mode="median")
     limits = {"copy_gbs": 2 * COPY_BYTES / (copy_ms * 1e-3) / 1e9, "matmul_tflops": {}}
     del copy
     for name in dtypes:
@@ -501,7 +502,7 @@ def bench_module(module, shapes, providers, progress, rounds: int = 1, timer: st
             samples = {provider: [] for provider in fns}
             for _ in range(rounds):
                 for provider, fn in fns.items():
-                    samples[provider].append(measure(lambda: fn(inputs)))
+                    samples[provider].append(measure(functools.partial(fn, inputs)))
             times = []
             for provider, ms_list in samples.items():
                 ms = statistics.median(ms_list)
