@@ -589,6 +589,7 @@ def test_an_out_whose_elements_share_memory_is_refused_and_no_view_of_a_dense_te
              base.contiguous(memory_format=torch.channels_last), base[1, :, 2], base[::2, 3:]]
     for view in views:
         assert len(set(_offsets(view))) == view.numel() and not has_internal_overlap(view)
+    assert not has_internal_overlap(torch.empty(5, 0).expand(3, 5, 0))  # no elements, none shared
     import generated
 
     x = torch.randn(8, 16)

@@ -242,6 +242,8 @@ def has_internal_overlap(t):
     the smallest stride, each stride must step past every element the smaller ones reach; a layout
     that fails this without overlapping (interleaved axes, which no view of a dense tensor has) is
     refused with the rest, where PyTorch's own check gives up and writes it."""
+    if t.numel() == 0:
+        return False  # (no element to share)
     reach = 0  # elements the smaller strides span, past the first
     for size, stride in sorted(((s, abs(d)) for s, d in zip(t.shape, t.stride()) if s > 1), key=lambda a: a[1]):
         if stride <= reach:
