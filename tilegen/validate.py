@@ -404,7 +404,8 @@ class _Validator(ShapeRules):
                         result = (tuple(listed), name)
             elif isinstance(value, str):
                 if value in trail or value == name:
-                    self.error(key, f"dtype reference cycle: {' -> '.join(trail + (name, value))}")
+                    self.error(key, f"dtype reference cycle: {' -> '.join(trail + (name, value))}",
+                               "list the dtypes in one of them, e.g. dtype: [float16, float32]")
                 elif value not in inputs:
                     known = _listing(inputs) or "none"
                     self.error(key, f"{value!r} is neither a dtype nor an input",
