@@ -259,5 +259,5 @@ def test_a_fixed_config_says_nothing_of_blocks_whose_tile_entry_is_wrong(cli, tm
     right = spec.replace("[48]", "[64]").replace("  Q: {block: BQ, sizes: [32]}\n", "").replace("BK: 32", "BX: 32")
     (tmp_path / "m.yaml").write_text(right.replace("steps:\n  s: acc\n", ""))
     lines = _lines(cli("check", tmp_path))
-    assert any(line.endswith("configs.fixed: missing block size 'BK'") for line in lines), lines
+    assert any(line.endswith("configs.fixed: missing block size 'BK' (one of: 32)") for line in lines), lines
     assert any("configs.fixed.BX: unknown key 'BX'" in line for line in lines), lines

@@ -108,7 +108,8 @@ class _Validator(ShapeRules):
 
     def mapping(self, key: str, value, allowed_keys=None, required=()) -> dict | None:
         if not isinstance(value, dict):
-            self.error(key, f"expected a mapping, got {_type_name(value)}")
+            self.error(key, f"expected a mapping, got {_type_name(value)}",
+                       f"keys: {_listing(allowed_keys)}" if allowed_keys else "name: value entries")
             return None
         if allowed_keys is not None:
             for name in value:
@@ -116,7 +117,7 @@ class _Validator(ShapeRules):
                     self.unknown_key(f"{key}.{name}" if key else name, name, allowed_keys)
         for name in required:
             if name not in value:
-                self.error(key, f"missing required key {name!r}")
+                self.error(key, f"missing required key {name!r}", f"required: {_listing(required)}")
         return value
 
     def unknown_key(self, key: str, name: str, allowed) -> None:
@@ -126,7 +127,7 @@ class _Validator(ShapeRules):
 
     def string(self, key: str, value, pattern: re.Pattern | None = None, what: str = "") -> str | None:
         if not isinstance(value, str):
-            self.error(key, f"expected a string, got {_type_name(value)}")
+            self.error(key, f"expected a string, got {_type_name(value)}", f"a {what or 'string'}")
             return None
         if pattern is not None and not pattern.match(value):
             self.error(key, f"{value!r} is not a valid {what}", f"must match {pattern.pattern}")
@@ -141,7 +142,7 @@ class _Validator(ShapeRules):
 
     def int_list(self, key: str, value, low: int, high: int, power_of_two=False) -> tuple[int, ...]:
         if not isinstance(value, list) or not value:
-            self.error(key, f"expected a non-empty list, got {_show(value)}")
+            self.error(key, f"expected a non-empty list, got {_show(value)}", f"a list of integers {low} to {high}")
             return ()
         if len(value) > MAX_SIZES:
             self.error(key, f"{len(value)} entries", f"at most {MAX_SIZES}")
@@ -150,13 +151,13 @@ class _Validator(ShapeRules):
         for index, item in enumerate(value):
             item_key = f"{key}.{index}"
             if type(item) is not int:
-                self.error(item_key, f"expected an integer, got {_show(item)}")
+                self.error(item_key, f"expected an integer, got {_show(item)}", f"{low} to {high}")
             elif not low <= item <= high:
                 self.error(item_key, f"{item} is out of range", f"{low} to {high}")
             elif power_of_two and item & (item - 1):
                 self.error(item_key, f"{item} is not a power of two", "16, 32, 64, ...")
             elif item in out:
-                self.error(item_key, f"{item} is listed twice")
+                self.error(item_key, f"{item} is listed twice", "each once")
             else:
                 out.append(item)
         return tuple(out)
@@ -259,7 +260,7 @@ class _Validator(ShapeRules):
         if doc is None:
             return ""
         if len(doc) > 300 or any(ord(ch) < 32 for ch in doc):
-            self.error("doc", "doc must be one line of at most 300 printable characters")
+            self.error("doc", "doc must be one line of at most 300 printable characters", "a one-line docstring")
             return ""
         return doc.strip()
 
@@ -272,7 +273,7 @@ class _Validator(ShapeRules):
         entries = self.mapping(section, value)
         if not entries:
             if entries is not None:
-                self.error(section, "needs at least one entry")
+                self.error(section, "needs at least one entry", "name -> {dtype, shape}")
             return {}
         out = {}
         for name, entry in entries.items():
@@ -297,7 +298,7 @@ class _Validator(ShapeRules):
     def axes(self, key: str, value, leading: bool = False) -> tuple[str, ...] | None:
         """Axis symbols; with `leading` (elementwise), a first "..." stands for any leading axes."""
         if not isinstance(value, list) or not value or len(value) > 8:
-            self.error(key, f"expected a list of 1 to 8 axis symbols, got {_show(value)}")
+            self.error(key, f"expected a list of 1 to 8 axis symbols, got {_show(value)}", "such as [M, K] or [..., N]")
             return None
         axes = []
         for index, axis in enumerate(value):
@@ -319,7 +320,7 @@ class _Validator(ShapeRules):
             axes.append(axis)
         named = [axis for axis in axes if axis != SIZE_ONE]
         if len(set(named)) != len(named):
-            self.error(key, f"axis repeated in {axes}")
+            self.error(key, f"axis repeated in {axes}", "each axis once")
             return None
         return tuple(axes)
 
@@ -387,7 +388,7 @@ class _Validator(ShapeRules):
                         self.error(f"{key}.{index}", f"unknown or unsupported dtype {_show(item)}",
                                    f"one of: {_listing(allowed_dtypes)}")
                     elif item in listed:
-                        self.error(f"{key}.{index}", f"dtype {item} is listed twice")
+                        self.error(f"{key}.{index}", f"dtype {item} is listed twice", "each once")
                     else:
                         listed.append(item)
                 if not value:
@@ -415,7 +416,8 @@ class _Validator(ShapeRules):
                     if target is not None:
                         result = target
             else:
-                self.error(key, f"expected a dtype list or an input name, got {_show(value)}")
+                self.error(key, f"expected a dtype list or an input name, got {_show(value)}",
+                           "such as [float16, float32], or x")
             resolved[name] = result
             return result
 
@@ -457,7 +459,7 @@ class _Validator(ShapeRules):
                 self.error(f"{key}.block", f"block name {block!r} is reserved", "choose another name")
                 block = None
             if block and block in blocks:
-                self.error(f"{key}.block", f"block name {block!r} is used twice")
+                self.error(f"{key}.block", f"block name {block!r} is used twice", "a block name for each tile")
                 block = None
             sizes = self.int_list(f"{key}.sizes", entry["sizes"], low, high, power_of_two=True)
             if block and sizes:
@@ -513,7 +515,7 @@ class _Validator(ShapeRules):
         if "precision" in entries:
             precision = self.choice("dtypes.precision", entries["precision"], PRECISIONS) or precision
             if kind in ("elementwise", "reduction"):
-                self.error("dtypes.precision", "precision applies to matmul dots only")
+                self.error("dtypes.precision", "precision applies to matmul dots only", "leave it out")
         return accumulate, compute, precision
 
     def schedule(self, kind) -> tuple[int, tuple[int, ...], str]:
@@ -523,7 +525,7 @@ class _Validator(ShapeRules):
             return 8, SPLIT_K_AUTO, "auto"
         entries = self.mapping("schedule", value, ("order", "group_m", "launch", "split_k")) or {}
         if kind != "matmul":
-            self.error("schedule", "a schedule applies to matmul kinds only")
+            self.error("schedule", "a schedule applies to matmul kinds only", "leave it out")
             return 8, SPLIT_K_AUTO, "auto"
         order = self.choice("schedule.order", entries.get("order", "grouped"), ORDERS)
         launch = self.choice("schedule.launch", entries.get("launch", "auto"), LAUNCHES)
@@ -534,7 +536,7 @@ class _Validator(ShapeRules):
             group_m = 8
         if order == "row_major":
             if "group_m" in entries:
-                self.error("schedule.group_m", "group_m needs order: grouped")
+                self.error("schedule.group_m", "group_m needs order: grouped", "order: grouped, or leave group_m out")
             return 1, split_k, launch
         return group_m, split_k, launch
 
@@ -568,7 +570,7 @@ class _Validator(ShapeRules):
             else:
                 key = tuple(raw)
             if mode != "autotune":
-                self.error("configs.key", "a key applies to mode: autotune only")
+                self.error("configs.key", "a key applies to mode: autotune only", "mode: autotune, or leave key out")
         warps = self.int_list("configs.num_warps", entries["num_warps"], 1, 16, True) \
             if "num_warps" in entries else ()
         stages = self.int_list("configs.num_stages", entries["num_stages"], 1, 8) \
@@ -582,7 +584,7 @@ class _Validator(ShapeRules):
             if raw is not None:
                 fixed = self.fixed_config(raw, tiles)
         elif "fixed" in entries:
-            self.error("configs.fixed", "'fixed' needs mode: fixed")
+            self.error("configs.fixed", "'fixed' needs mode: fixed", "mode: fixed, or leave fixed out")
         return ConfigPolicy(mode or "auto", key or tuple(axes), fixed, warps, stages)
 
     def fixed_config(self, raw: dict, tiles) -> tuple[tuple[str, int], ...]:
@@ -629,7 +631,7 @@ class _Validator(ShapeRules):
             out[name] = value
         for block in sizes:
             if block not in raw and not self.tiles_refused:  # (else which blocks it needs is unsure)
-                self.error("configs.fixed", f"missing block size {block!r}")
+                self.error("configs.fixed", f"missing block size {block!r}", f"one of: {_listing(sizes[block])}")
         return tuple(sorted(out.items()))
 
     def steps(self, kind, inputs: dict, scalars: dict, taken: dict) -> dict[str, Expression]:
@@ -828,7 +830,7 @@ class _Validator(ShapeRules):
         if required:
             for name in outputs:
                 if name not in entries:
-                    self.error(section, f"no expression for output {name!r}")
+                    self.error(section, f"no expression for output {name!r}", f"{name}: an expression")
 
     def categories_hold(self, key: str, output: str, expression: Expression, scalars: dict) -> bool:
         """Whether the expression's math is defined for its arguments' kinds of number (bool,
@@ -886,7 +888,8 @@ class _Validator(ShapeRules):
         entries = self.mapping(section, value, ("shapes",)) or {}
         raw = entries.get("shapes", [])
         if not isinstance(raw, list) or len(raw) > MAX_TEST_SHAPES:
-            self.error(f"{section}.shapes", f"expected a list of at most {MAX_TEST_SHAPES} shapes")
+            self.error(f"{section}.shapes", f"expected a list of at most {MAX_TEST_SHAPES} shapes",
+                       "such as [[64, 128, 32]]" if kind == "matmul" else "such as [[1024]]")
             return ()
         shapes = []
         for index, shape in enumerate(raw):
