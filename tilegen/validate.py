@@ -887,9 +887,11 @@ class _Validator(ShapeRules):
             return ()
         entries = self.mapping(section, value, ("shapes",)) or {}
         raw = entries.get("shapes", [])
+        want = ("[B, M, N, K] (a batch of B)" if batched else "[M, N, K]") if kind == "matmul" \
+            else "a list of 1 to 8 sizes"
         if not isinstance(raw, list) or len(raw) > MAX_TEST_SHAPES:
             self.error(f"{section}.shapes", f"expected a list of at most {MAX_TEST_SHAPES} shapes",
-                       "such as [[64, 128, 32]]" if kind == "matmul" else "such as [[1024]]")
+                       f"each {want}")
             return ()
         shapes = []
         for index, shape in enumerate(raw):
@@ -897,8 +899,6 @@ class _Validator(ShapeRules):
             matmul_rank = 4 if batched else 3
             rank_ok = isinstance(shape, list) and (len(shape) == matmul_rank if kind == "matmul" else 1 <= len(shape) <= 8)
             if not rank_ok or any(type(d) is not int or not 0 <= d <= MAX_DIM for d in shape):
-                want = ("[B, M, N, K] (a batch of B)" if batched else "[M, N, K]") if kind == "matmul" \
-                    else "a list of 1 to 8 sizes"
                 self.error(key, f"{_show(shape)} is not a shape", f"{want}, each 0 to {MAX_DIM}")
                 continue
             shapes.append(tuple(shape))
