@@ -617,14 +617,33 @@ def test_matmul_relu_maps_nan_to_zero_as_its_spec_says_and_its_benchmark_agrees(
     assert torch.relu(a @ b)[3].isnan().all()  # what relu() would have kept
 
 
-def test_scalars_out_of_the_kernels_range_are_refused_by_name():
+def test_float_scalars_past_the_maths_dtype_are_refused_by_name_and_float64_math_takes_them_whole():
+    # The math takes a float scalar in its own dtype: float32 for float16/bfloat16/float32 tensors
+    # and a matmul's accumulator (1e300 would be inf there), float64 for float64 tensors (exact).
     import generated
     from generated.tests import _support as s
 
     a = s.random((16,), torch.float32, 0)
-    with pytest.raises(ValueError, match="scaled_silu_mul: argument 'alpha' = 1e\\+300 does not fit in float32"):
-        generated.scaled_silu_mul(a, a, alpha=1e300)
-    torch.testing.assert_close(generated.scaled_silu_mul(a, a, alpha=2.0), 2.0 * torch.nn.functional.silu(a) * a)
+    for _ in range(3):  # repeat calls: the compiled call path serves learned signatures (on a GPU)
+        torch.testing.assert_close(generated.scaled_silu_mul(a, a, alpha=2.0), 2.0 * torch.nn.functional.silu(a) * a)
+        with pytest.raises(ValueError, match="scaled_silu_mul: argument 'alpha' = 1e\\+300 does not fit in float32, "
+                                             "the dtype its math computes in \\(float32 for float16"):
+            generated.scaled_silu_mul(a, a, alpha=1e300)
+        with pytest.raises(ValueError, match="masked_scale: argument 'scale' = -1e\\+39 does not fit in float32"):
+            generated.masked_scale(a, a > 0, scale=-1e39)
+    x, keep = s.random((16,), torch.float64, 1), s.random((16,), torch.bool, 2)
+    for scale in (2.0, 1e300, -1e39, float("inf")):
+        for _ in range(2):
+            torch.testing.assert_close(generated.masked_scale(x, keep, scale=scale),
+                                       torch.where(keep, x * scale, 0.0), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="masked_scale: argument 'scale' = 1" + "0" * 400 + " does not fit in float64"):
+        generated.masked_scale(x, keep, scale=10**400)
+    if rt.INTERPRET:
+        return  # (matmuls of float32 below: the interpreter takes a while)
+    m = s.random((256, 256), torch.float32, 3)
+    with pytest.raises(ValueError, match="matmul_residual_scaled: argument 'beta' = 1e\\+100 does not fit in "
+                                         "float32, the dtype its math computes in \\(a matmul's accumulator"):
+        generated.matmul_residual_scaled(m, m, m, beta=1e100)
 
 
 def test_an_int_scalar_past_the_int_tensors_dtype_is_refused_by_name():
@@ -1192,6 +1211,29 @@ def test_a_compiled_call_launches_the_pointer_twin_of_a_descriptor_entry(monkeyp
         assert chosen[-1][1] == twin
     finally:
         chooser.reset()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.compile of Triton kernels needs a GPU")
+def test_a_compiled_matmul_without_split_k_runs_its_kernel_alone():
+    # A traced launch passes tensors for the split-K workspace, which a launch without split-K
+    # never reads: nothing is zeroed for it (a fill kernel in every call of the compiled graph).
+    import generated
+
+    g = torch.Generator(device="cuda").manual_seed(5)
+    a, b = (torch.randn(*shape, generator=g, device="cuda").half() for shape in ((512, 256), (256, 384)))
+    chooser = rt.op_of("generated.matmul_relu").configs
+    run = torch.compile(lambda x, y: generated.matmul_relu(x, y), fullgraph=True)
+    with chooser.recording() as chosen:
+        want = run(a, b)
+    assert chosen and chosen[-1][1].get("SPLIT_K", 1) == 1, chosen
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        got = run(a, b)
+        torch.cuda.synchronize()
+    kernels = [e.name for e in profile.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert len(kernels) == 1 and "matmul_relu" in kernels[0], kernels
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    torch.testing.assert_close(got.float(), torch.relu(a.float() @ b.float()), atol=5e-2, rtol=1e-2)
 
 
 def test_traced_sizes_are_read_without_guards():

@@ -156,6 +156,8 @@ def common_context(spec: Spec, header: str) -> dict:
         # An elementwise math function's (a forward's, a backward's, a matmul epilogue's gradient).
         math_scalar_casts=scalar_casts(spec.scalars),
         scalar_names="".join(f"{s.name}, " for s in spec.scalars).rstrip(" "),
+        # The forward Op's `scalars`: each one's public name and type, for the checks at launch.
+        scalar_kinds=tuple_source(f'("{s.public}", "{s.type}")' for s in spec.scalars),
         # The values in call order (tensors, then scalars), as parameters and as arguments alike.
         call_args=", ".join([t.name for t in spec.inputs] + [s.name for s in spec.scalars]),
         # The public wrapper's own parameters: the spec's names.

@@ -1,7 +1,8 @@
 """A matmul op's launch inside torch.compile beside its eager call, at one shape: the config each
 call takes (eager: the table's entry; traced: its pointer-load twin), the kernels each call runs
 (torch.profiler GPU time) and its do_bench time, in torch.compile's default mode and in
-max-autotune-no-cudagraphs (what `tilegen bench --compile` times as 'in compile').
+max-autotune-no-cudagraphs (what `tilegen bench --compile` times as 'in compile'), then PyTorch's
+own eager call and its torch.compile, timed the same way.
 
     PYTHONPATH=. python3 bench/probes/traced_launch.py matmul_residual_scaled 4096x11008x4096 [float16]
     CONFIGS='[{"BLOCK_M": 128, ...}, ...]' ...   (then each config forced: eager, and inside
@@ -36,6 +37,10 @@ def main(op, shape_text, dtype_name="float16"):
     with configs.recording() as chosen:
         module.run_tilegen(inputs)
     print(f"{op} {shape_text} {dtype_name} eager: chose {chosen}")
+    # PyTorch's own: the eager call and its torch.compile (default mode), timed the same way.
+    calls += [("torch eager", module.run_torch),
+              ("torch compiled (default)", torch.compile(module.run_torch, fullgraph=True, dynamic=False))]
+    calls[-1][1](inputs)
     for name, call in calls:
         ms = triton.testing.do_bench(lambda call=call: call(inputs), warmup=25, rep=200)
         times = kernel_times(lambda call=call: call(inputs))

@@ -2,6 +2,7 @@
 argument and what was expected."""
 
 import functools
+import sys
 
 import torch
 
@@ -136,10 +137,11 @@ def check_dim(op, name, value, dim, size, axis):
                          f"(dim {dim}), expected {size}")
 
 
-# What a kernel's scalar argument can hold: Triton passes a Python int as int32 or int64 and a
-# float as float32.
+# What a kernel's scalar argument can hold: Triton passes a Python int as int32 or int64; a float
+# scalar reaches the kernel as float64 and its math takes it in its own dtype (check_float_range).
 _INT_RANGE = (-(2**63), 2**63)
 _FLOAT32_MAX = 3.4028234663852886e38
+_FLOAT64_MAX = sys.float_info.max
 
 
 _INT_SCALARS = (int, torch.SymInt)
@@ -158,9 +160,7 @@ def check_scalar(op, name, value, kind, meets=(), stores=()):
         raise TypeError(f"{op}: argument '{name}' must be a Python {kind}, got {type(value).__name__}")
     if kind == "int" and not _INT_RANGE[0] <= value < _INT_RANGE[1]:
         raise ValueError(f"{op}: argument '{name}' = {value} does not fit in 64 bits")
-    if kind == "float" and abs(value) > _FLOAT32_MAX and abs(value) != float("inf"):
-        raise ValueError(f"{op}: argument '{name}' = {value} does not fit in float32, which the kernel computes with")
-    if kind != "int":
+    if kind != "int":  # (a float's range depends on the math's dtype: checked at launch, check_float_range)
         return
     groups = [([f"'{label}'" for label, _ in meets], [t for _, t in meets])] if meets else []
     groups += [([f"output {label}"], [t]) for label, t in stores]
@@ -172,6 +172,19 @@ def check_scalar(op, name, value, kind, meets=(), stores=()):
         if not info.min <= value <= info.max:
             raise ValueError(f"{op}: argument '{name}' = {value} does not fit in {str(dtype)[6:]}, the dtype of "
                              f"{' and '.join(labels)} it is computed with ([{info.min}, {info.max}])")
+
+
+def check_float_range(op, scalars, values, math_64, why):
+    """Refuse a float scalar the op's math cannot hold: the math takes each float scalar in its own
+    dtype (lowering.scalar_casts), float32 unless it runs in float64 (`math_64`, float64_math),
+    where a finite value past float32's range would become inf, which no PyTorch user asked for.
+    `scalars`: (name, "float" or "int") per value, in order; `why`: what decides the dtype here.
+    Decided at launch, where the math's dtype is (a float64 op takes 1e300 whole)."""
+    limit, dtype = (_FLOAT64_MAX, "float64") if math_64 else (_FLOAT32_MAX, "float32")
+    for (name, kind), value in zip(scalars, values):
+        if kind == "float" and abs(value) > limit and abs(value) != float("inf"):
+            raise ValueError(f"{op}: argument '{name}' = {value} does not fit in {dtype}, the dtype its math "
+                             f"computes in ({why})")
 
 
 def check_divisible(op, axis, size, block, name):

@@ -14,7 +14,7 @@ from . import library
 from .axis import reduce_along
 from .batch import batch_shape, folded, matrices
 from .callpath import CallPath
-from .checks import broadcast_leading, float64_math
+from .checks import broadcast_leading, check_float_range, float64_math
 from .configs import (ACROSS_ROWS, ConfigChooser, across_rows_config, block_for_streams, column_sums_tile,
                       fixed_row_length, lighter_forms, row_unroll)
 from .device import cdiv, device_facts
@@ -55,8 +55,12 @@ class Op:
     """What every op has: its name, its config chooser and its compiled call path. `fast(*args)`
     is the call path's entry: the result of a call with a learned signature, else None."""
 
-    def __init__(self, name, configs: ConfigChooser, kernel, listed=True, fp_fusion=True):
+    def __init__(self, name, configs: ConfigChooser, kernel, listed=True, fp_fusion=True, scalars=()):
         self.name = name
+        # (name, "float" or "int") per scalar argument, in the order runs take them: a float's
+        # range is checked at launch, where the math's dtype is known (checks.check_float_range).
+        # A backward takes the scalars its forward checked: it names none.
+        self.scalars = tuple(scalars)
         self.configs = configs
         self.fp_fusion = fp_fusion  # (Kernel: False where the op's backward decides on fused math)
         self.call_path = CallPath()
@@ -83,6 +87,10 @@ class Op:
             (path or self.call_path).learn(call, launched, result)
 
 
+# What decides an elementwise or reduction op's math dtype, for the errors that depend on it.
+_MATH_DTYPE_RULE = "float32 for float16, bfloat16 and float32 tensors; float64 for float64 ones"
+
+
 class ElementwiseOp(Op):
     """An op over tensors of one shape: the flat kernel where every tensor is contiguous, the
     strided one (up to MAX_STRIDED_RANK collapsed dims) elsewhere.
@@ -92,8 +100,8 @@ class ElementwiseOp(Op):
     checks divisibility); `compute` the floor of the math's precision."""
 
     def __init__(self, name, kernel, strided_kernel, configs, *, block="BLOCK", mask="auto", compute=tl.float32,
-                 listed=True, fp_fusion=True):
-        super().__init__(name, configs, kernel, listed, fp_fusion)
+                 listed=True, fp_fusion=True, scalars=()):
+        super().__init__(name, configs, kernel, listed, fp_fusion, scalars)
         self.kernel, self.strided_kernel = self._kernel(kernel), self._kernel(strided_kernel)
         self.block, self.mask, self.compute = block, mask, compute
         self.exact_key = mask == "never"
@@ -144,9 +152,10 @@ class ElementwiseOp(Op):
 
     def _launch(self, tensors, scalars, numel, layout, config):
         block = config[self.block]
+        math_64 = float64_math(self.name, self.compute == tl.float64, tensors)
+        check_float_range(self.name, self.scalars, scalars, math_64, _MATH_DTYPE_RULE)
         constexprs = {self.block: block, "EVEN": self._even(numel, block),
-                      "INDEX_64": needs_int64(*tensors, extra=block),
-                      "MATH_64": float64_math(self.name, self.compute == tl.float64, tensors)}
+                      "INDEX_64": needs_int64(*tensors, extra=block), "MATH_64": math_64}
         varying = len(tensors) + len(scalars)
         if layout is None:
             return self.kernel.launch((cdiv(numel, block),), (*tensors, *scalars, numel), varying, constexprs,
@@ -196,8 +205,8 @@ class MatmulOp(Op):
 
     def __init__(self, name, kernel, configs, *, factors, blocks=("BM", "BN", "BK"), masks=("auto",) * 3,
                  group_m=8, launch="auto", operands=(0, 1), output=2, ranks=None, placeholders=(),
-                 products=None, listed=True, along_rows=None, batched=(), fp_fusion=True):
-        super().__init__(name, configs, kernel, listed, fp_fusion)
+                 products=None, listed=True, along_rows=None, batched=(), fp_fusion=True, scalars=()):
+        super().__init__(name, configs, kernel, listed, fp_fusion, scalars)
         self.kernel = self._kernel(kernel)
         self.factor_names = tuple(factors)
         self.blocks, self.masks, self.group_m = tuple(blocks), tuple(masks), group_m
@@ -226,6 +235,7 @@ class MatmulOp(Op):
         epilogue: what the backward of a training call reads (such calls are learned by a call
         path of their own: their signature is the op's, their result holds `saved` too).
         `batch`: a batched op's batch shape (the tensors' batch axes broadcast to it)."""
+        check_float_range(self.name, self.scalars, scalars, False, "a matmul's accumulator is float32")
         self._run(tensors, scalars, M, N, K, self.masks, self.configs, call, result, saved=saved, batch=batch)
 
     def paths(self) -> tuple:
@@ -433,8 +443,11 @@ class MatmulOp(Op):
             batching = [count] + [views[i].stride(0) if stacked else 0 for i in self.batched]
         if split_k == 1 and not traced:
             workspace = (None, None)  # no partial sums: the split-K arguments are never read
-        elif split_k == 1:  # a traced launch passes tensors (never read) rather than None
-            workspace = split_k_workspace(device, 1, 1, fresh=True)
+        elif split_k == 1:
+            # A traced launch passes tensors rather than None; never read, so not zeroed (a
+            # zeroed counter was a kernel of its own in every compiled graph of the op).
+            workspace = (torch.empty(1, dtype=torch.float32, device=device),
+                         torch.empty(1, dtype=torch.int32, device=device))
         else:
             workspace = split_k_workspace(device, tiles * split_k * bm * bn, tiles, fresh=traced)
         head = list(pointers)
@@ -480,8 +493,8 @@ class ReductionOp(Op):
     SUM_PROGRAMS_PER_SM = 2
 
     def __init__(self, name, kernel, configs, *, roles, block="BLOCK", compute=tl.float32, listed=True,
-                 row_values=0, column_reads=0, kept=0, read_back=None, fp_fusion=True):
-        super().__init__(name, configs, kernel, listed, fp_fusion)
+                 row_values=0, column_reads=0, kept=0, read_back=None, fp_fusion=True, scalars=()):
+        super().__init__(name, configs, kernel, listed, fp_fusion, scalars)
         # None, or the outputs a looped row's outputs' pass loads back in place of the inputs they
         # are computed from (rows.read_back), after its first pass stored them (with any other
         # outputs it can store early): done where exact, each stored in the math's own dtype
@@ -618,6 +631,7 @@ class ReductionOp(Op):
         looped = bool(config.get("LOOP")) or not known(n <= block)
         head = ()
         math_64 = float64_math(self.name, self.compute == tl.float64, views)
+        check_float_range(self.name, self.scalars, scalars, math_64, _MATH_DTYPE_RULE)
         constexprs = {"INDEX_64": needs_int64(*views, extra=block * per_program), "MATH_64": math_64}
         # Rows held whole load each block a trip ahead where the grid is a few programs a
         # multiprocessor, each taking many blocks: PER_SM asks for it, and so do the column sums.

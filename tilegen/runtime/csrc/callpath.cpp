@@ -418,8 +418,9 @@ void put(std::string &key, T value) {
 /* Append to `key` what a launch for these arguments depends on (tilegen.schema's call
    signature rule): for a tensor its dtype, device, sizes, strides and 16-byte alignment; for an
    int what Triton specializes it on (its value when small, else its divisibility by 16 and its
-   high bits); for any other scalar its type. False for an argument it does not know. A tensor
-   that requires grad (grad mode on) is refused unless `grad` is given; there it is set. */
+   high bits); for a float whether it is past float32's range; for any other scalar its type. False
+   for an argument it does not know. A tensor that requires grad (grad mode on) is refused unless
+   `grad` is given; there it is set. */
 bool append_key(std::string &key, PyObject *const *args, Py_ssize_t count, bool *grad) {
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *arg = args[i];
@@ -447,7 +448,10 @@ bool append_key(std::string &key, PyObject *const *args, Py_ssize_t count, bool 
                 put(key, stride);
             put(key, static_cast<uint8_t>(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16));
         } else if (PyFloat_CheckExact(arg)) {
-            put(key, 'f');
+            /* A finite value past float32's range has a key of its own: the Python path decides on
+               it (refused where the math is float32, runtime.checks.check_float_range). */
+            double x = PyFloat_AS_DOUBLE(arg);
+            put(key, std::isfinite(x) && std::fabs(x) > FLT_MAX ? 'F' : 'f');
         } else if (PyBool_Check(arg)) {
             put(key, arg == Py_True ? 'Y' : 'N');
         } else if (PyLong_CheckExact(arg)) {
