@@ -24,6 +24,9 @@ def _category(source):
     ("i / j", FLOAT), ("i ** 2", INT), ("-i", INT), ("abs(i - j)", INT), ("maximum(i, k)", INT), ("relu(i)", INT),
     ("where(m, i, j)", INT), ("where(m, i, f)", FLOAT), ("where(i > 0, i, 0)", INT), ("i > j", BOOL),
     ("where(m, 1, 0)", INT), ("exp(f) * i", FLOAT),
+    # maximum/minimum take bools as PyTorch's do: of two a bool, beside a number the number's kind
+    ("maximum(m, m)", BOOL), ("minimum(m, m)", BOOL), ("maximum(m, f)", FLOAT), ("minimum(m, i)", INT),
+    ("maximum(m, 1)", INT), ("maximum(m, 0.5)", FLOAT), ("maximum(m, alpha)", FLOAT),
 ])
 def test_kinds_promote_as_in_pytorch(source, expected):
     assert _category(source) == expected
@@ -34,6 +37,7 @@ def test_kinds_promote_as_in_pytorch(source, expected):
     ("where(f, i, j)", "the condition of where() is float"), ("where(i, i, j)", "the condition of where() is int"),
     ("m + m", "+ of two bool values"), ("-m", "negation of a bool value"), ("abs(m)", "abs() of a bool value"),
     ("m ** 2", "** of a bool value"), ("f - m", "- with a bool value"), ("m - 1", "- with a bool value"),
+    ("relu(m)", "relu() of a bool value"),
 ])
 def test_math_not_defined_for_a_kind_is_one_error_naming_it(source, words):
     with pytest.raises(CategoryError, match=words.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")
@@ -193,3 +197,55 @@ def test_an_op_whose_first_input_is_an_int_checks_its_float_gradients_at_their_o
     compared at its own dtype's tolerance, not the int's (exact), and the int outputs exactly."""
     assert_generated_tests_pass(tmp_path, {"mixed_kinds.yaml": MIXED_KINDS}, ["mixed_kinds"],
                                 "gradients or reference or broadcast")
+
+
+BOOL_EXTREMES = """\
+op: bool_extremes
+kind: elementwise
+inputs:
+  m: {dtype: [bool]}
+  n: {dtype: [bool]}
+  i: {dtype: [int32, int64]}
+  x: {dtype: [float32, float64]}
+outputs:
+  either: {dtype: [bool]}
+  both: {dtype: [bool]}
+  j: {dtype: i}
+  y: {dtype: x}
+compute:
+  either: maximum(m, n)
+  both: minimum(m, n)
+  j: minimum(m, i) + maximum(n, 1)
+  y: maximum(m, x) * x + minimum(x, n) + maximum(m, 0.5)
+tiles:
+  N: {block: BLOCK, sizes: [1024]}
+"""
+
+
+def test_maximum_and_minimum_of_bools_are_pytorchs(tmp_path):
+    """Of two bools a logical or/and (True is 1, above False: a kernel that took it for the signed
+    1-bit -1 would swap them), beside numbers the bool's 1 or 0; the gradient reaches x alone."""
+    import torch
+
+    from tilegen.runtime.device import INTERPRET
+
+    if not INTERPRET and not torch.cuda.is_available():
+        pytest.skip("needs the interpreter or a GPU")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "bool_extremes.yaml").write_text(BOOL_EXTREMES)
+    with built_package(tmp_path, "bool_extremes_ops") as package:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        m = torch.tensor([True, True, False, False], device=device)
+        n = torch.tensor([True, False, True, False], device=device)
+        i = torch.tensor([-3, 5, -3, 5], dtype=torch.int32, device=device)
+        x = torch.tensor([-2.0, 0.25, 3.0, float("nan")], device=device, requires_grad=True)
+        either, both, j, y = package.bool_extremes(m, n, i, x)
+        assert either.tolist() == [True, True, True, False] and both.tolist() == [True, False, False, False]
+        assert j.dtype == torch.int32 and j.tolist() == (torch.minimum(m, i) + torch.maximum(n, torch.tensor(1))).tolist()
+        want = torch.maximum(m, x) * x + torch.minimum(x, n) + torch.clamp(m, min=0.5)
+        torch.testing.assert_close(y, want, equal_nan=True)
+        g, = torch.autograd.grad(y[:3].sum(), x)
+        w, = torch.autograd.grad(want[:3].sum(), x)
+        torch.testing.assert_close(g, w, equal_nan=True)
+    assert_generated_tests_pass(tmp_path, {"bool_extremes.yaml": BOOL_EXTREMES}, ["bool_extremes"],
+                                "reference or broadcast or gradients")

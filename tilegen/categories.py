@@ -19,8 +19,11 @@ _RANK = {BOOL: 0, INT: 1, FLOAT: 2}
 # Functions defined for float arguments only (PyTorch would promote an int argument to float;
 # the spec says so instead, with a cast the language does not have: write `x * 1.0`).
 FLOAT_ONLY = frozenset({"exp", "log", "sqrt", "rsqrt", "sin", "cos", "erf", "sigmoid", "tanh", "silu", "gelu"})
-# Functions defined for numbers, not for bool values.
-NUMERIC = frozenset({"abs", "relu", "maximum", "minimum"})
+# Functions defined for numbers, not for bool values (PyTorch refuses abs and relu of a bool tensor).
+NUMERIC = frozenset({"abs", "relu"})
+# Functions of their arguments' promoted kind, bools included: PyTorch's maximum and minimum of two
+# bools are a logical or/and, and beside a number a bool is its 1 or 0.
+PROMOTING = frozenset({"maximum", "minimum"})
 # A reduction's row reductions: float math over numbers (a bool value, a comparison such as a
 # step `keep: x > m`, is counted with where(): PyTorch's mean of a bool tensor is an error).
 ROW_REDUCTIONS = frozenset({"sum", "mean", "max", "min"})
@@ -125,6 +128,8 @@ class _Walk:
                 for arg in args:
                     if arg.kind.category == BOOL:
                         raise CategoryError(f"{name}() of a bool value", "numbers, or where() on the bool value")
+                return self.combine(args)
+            if name in PROMOTING:
                 return self.combine(args)
             return _Part(_promote(*(arg.kind for arg in args)))  # reductions and oracles: float ops, their inputs checked elsewhere
         raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover

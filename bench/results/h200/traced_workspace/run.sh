@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Float scalars checked where the math's dtype is decided, and a traced matmul launch without
+# Float scalars checked where the math's dtype is decided, maximum/minimum of bools (test_categories),
+# and a traced matmul launch without
 # split-K passing unzeroed placeholders for its workspace: the changed ops' tests compiled, then
 # bench/probes/traced_launch.py (the compiled call's kernels and time, beside PyTorch eager and
 # torch.compile) on the tree before (.before: `git archive BEFORE tilegen generated | tar -x -C
@@ -11,7 +12,7 @@ out="${OUT:-bench/out/traced_workspace}"
 mkdir -p "$out"
 timeout 60 python3 -m tilegen build specs/ --check > "$out/build.log" 2>&1; echo "build: $? $(tail -1 "$out/build.log")"
 ops="fma_clamp scaled_silu_mul masked_scale rms_norm layer_norm add_rms_norm rms_scale_exp matmul_residual_scaled clamp_add matmul_relu"
-timeout 330 python3 -m pytest -q -n 16 --dist worksteal -p no:cacheprovider tests/test_runtime.py tests/test_callpath.py \
+timeout 330 python3 -m pytest -q -n 16 --dist worksteal -p no:cacheprovider tests/test_runtime.py tests/test_callpath.py tests/test_categories.py \
     $(for op in $ops; do echo generated/tests/test_$op.py; done) > "$out/tests.log" 2>&1
 echo "tests: $? $(tail -1 "$out/tests.log")"
 for shape in 512x384x256 2048x2048x2048; do
