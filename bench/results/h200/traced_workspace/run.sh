@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Float scalars checked where the math's dtype is decided, maximum/minimum of bools (test_categories),
-# and a traced matmul launch without
-# split-K passing unzeroed placeholders for its workspace: the changed ops' tests compiled, then
-# bench/probes/traced_launch.py (the compiled call's kernels and time, beside PyTorch eager and
+# and a traced matmul launch without split-K passing unzeroed placeholders for its workspace: the
+# changed ops' tests compiled, then bench/probes/traced_launch.py (the compiled call's kernels and time, beside PyTorch eager and
 # torch.compile) on the tree before (.before: `git archive BEFORE tilegen generated | tar -x -C
 # .before`) and after, in one call on the H200 from the repository root:
 #   OUT=... bash bench/results/h200/traced_workspace/run.sh
