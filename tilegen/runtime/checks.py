@@ -159,7 +159,7 @@ def check_scalar(op, name, value, kind, meets=(), stores=()):
     if not ok or isinstance(value, bool):
         raise TypeError(f"{op}: argument '{name}' must be a Python {kind}, got {type(value).__name__}")
     if kind == "int" and not _INT_RANGE[0] <= value < _INT_RANGE[1]:
-        raise ValueError(f"{op}: argument '{name}' = {value} does not fit in 64 bits")
+        raise ValueError(f"{op}: argument '{name}' = {_shown(value)} does not fit in 64 bits")
     if kind != "int":  # (a float's range depends on the math's dtype: checked at launch, check_float_range)
         return
     groups = [([f"'{label}'" for label, _ in meets], [t for _, t in meets])] if meets else []
@@ -174,6 +174,16 @@ def check_scalar(op, name, value, kind, meets=(), stores=()):
                              f"{' and '.join(labels)} it is computed with ([{info.min}, {info.max}])")
 
 
+def _shown(value) -> str:
+    """A scalar as an error quotes it: a Python int of more than 20 digits in e-notation (10**400
+    as 1.000e+400, not 401 digits), anything else as it prints."""
+    text = str(value)
+    digits = text.lstrip("-")
+    if type(value) is not int or len(digits) <= 20:
+        return text
+    return f"{text[:len(text) - len(digits)]}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"
+
+
 def check_float_range(op, scalars, values, math_64, why):
     """Refuse a float scalar the op's math cannot hold: the math takes each float scalar in its own
     dtype (lowering.scalar_casts), float32 unless it runs in float64 (`math_64`, float64_math),
@@ -183,7 +193,7 @@ def check_float_range(op, scalars, values, math_64, why):
     limit, dtype = (_FLOAT64_MAX, "float64") if math_64 else (_FLOAT32_MAX, "float32")
     for (name, kind), value in zip(scalars, values):
         if kind == "float" and abs(value) > limit and abs(value) != float("inf"):
-            raise ValueError(f"{op}: argument '{name}' = {value} does not fit in {dtype}, the dtype its math "
+            raise ValueError(f"{op}: argument '{name}' = {_shown(value)} does not fit in {dtype}, the dtype its math "
                              f"computes in ({why})")
 
 
