@@ -57,6 +57,44 @@ def test_int_scalars_meet_the_int_tensors_they_are_computed_with(source, expecte
     assert int_scalars_met(parse_expression(source, set(NAMES)).tree.body, NAMES) == expected
 
 
+def test_int_scalars_beside_bool_tensors_alone_meet_what_the_result_meets():
+    # m * k is an int that no int tensor gives a dtype: its ints meet the int tensor it is computed
+    # with next, else the output it is stored into (whose dtype the wrapper checks them against).
+    def met(source, result=None):
+        return int_scalars_met(parse_expression(source, set(NAMES)).tree.body, NAMES, result)
+
+    assert met("maximum(m, k)", "y") == {"k": {"y"}} and met("m * k + 1", "y") == {"k": {"y"}, 1: {"y"}}
+    assert met("m * k + i", "y") == {"k": {"i"}} and met("minimum(m, k) * 0.5", "y") == {}
+    assert met("maximum(m, k)") == {}
+
+
+def test_an_int_literal_beside_bool_tensors_alone_must_fit_the_output(tmp_path):
+    _, errors = validated(tmp_path, PICK.replace("  y: where(m, lo, hi)", "  y: maximum(m, 3000000000)"))
+    assert any(": compute.y: " in e and "the literal 3000000000 does not fit in int32, a dtype of output 'y'" in e
+               for e in errors), errors
+
+
+def test_an_int_scalar_beside_bool_tensors_alone_is_checked_against_the_output(tmp_path):
+    # maximum(m, hi) is computed in 64 bits and stored into y (int32): 2**32 would wrap to 0.
+    import torch
+
+    from tilegen.runtime.device import INTERPRET
+
+    text = PICK.replace("  y: where(m, lo, hi)", "  y: maximum(m, hi) * lo")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "pick.yaml").write_text(text)
+    if not INTERPRET and not torch.cuda.is_available():
+        pytest.skip("needs the interpreter or a GPU")
+    with built_package(tmp_path, "pick_bool_ops") as package:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        m = torch.tensor([True, False], device=device)
+        y, _ = package.pick(m, torch.zeros(2, dtype=torch.int64, device=device), lo=3, hi=-4)
+        assert y.tolist() == [3, 0]
+        with pytest.raises(ValueError, match=r"pick: argument 'hi' = 4294967296 does not fit in int32, "
+                                             r"the dtype of output y it is computed with"):
+            package.pick(m, torch.zeros(2, dtype=torch.int64, device=device), lo=1, hi=2**32)
+
+
 def test_outputs_hold_their_kind_and_the_kinds_below_it():
     assert can_hold(FLOAT, INT) and can_hold(FLOAT, BOOL) and can_hold(INT, BOOL) and can_hold(BOOL, BOOL)
     assert not can_hold(INT, FLOAT) and not can_hold(BOOL, INT)

@@ -141,9 +141,12 @@ class _Walk:
         if kind.category != INT:
             return _Part(kind)
         ints = frozenset().union(*(part.ints for part in parts))
-        if kind.weak:
-            return _Part(kind, ints)
         tensors = frozenset().union(*(part.tensors for part in parts))
+        if kind.weak or not tensors:
+            # Python ints alone, or beside bool tensors only (m * k, maximum(m, k): an int result
+            # that no int tensor gives a dtype): they meet what the result meets next, or the
+            # output it is stored into (int_scalars_met's `result`).
+            return _Part(kind, ints)
         for value in ints:
             self.met.setdefault(value, set()).update(tensors)
         return _Part(kind, tensors=tensors)
@@ -162,10 +165,11 @@ def int_scalars_met(tree: ast.AST, names: dict[str, Kind], result: str | None = 
     computes it in 64 bits. The wrapper refuses such a scalar value (checks.check_scalar's
     `meets`) and the validator such a literal, so that neither answer is given silently.
     `result`: a name for the output the tree computes: where the whole tree is of Python ints
-    alone (`where(m, lo, hi)`), they meet the output's dtype, stored into it."""
+    alone (`where(m, lo, hi)`), or of Python ints beside bool tensors alone (`m * k`), they meet
+    the output's dtype, stored into it."""
     walk = _Walk(names)
     whole = walk.visit(tree)
-    if result is not None and whole.kind.category == INT and whole.kind.weak:
+    if result is not None and whole.kind.category == INT and not whole.tensors:
         for value in whole.ints:
             walk.met.setdefault(value, set()).add(result)
     return walk.met
