@@ -646,6 +646,14 @@ def test_float_scalars_past_the_maths_dtype_are_refused_by_name_and_float64_math
         generated.matmul_residual_scaled(m, m, m, beta=1e100)
 
 
+def test_a_tensor_of_more_dims_than_its_spec_shape_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^op: argument 'bias' must have at most 1 dim \(the spec's shape for it, "
+                                         r"which broadcasts\), got shape \(3, 1, 8\)$"):
+        rt.checks.check_tensor("op", "bias", torch.zeros(3, 1, 8), (torch.float32,), max_ndim=1)
+    with pytest.raises(ValueError, match=r"at most 2 dims \("):
+        rt.checks.check_tensor("op", "r", torch.zeros(3, 1, 8), (torch.float32,), max_ndim=2)
+
+
 def test_a_scalar_past_any_kernel_range_is_quoted_short():
     with pytest.raises(ValueError, match=r"^op: argument 'k' = -1\.180e\+21 does not fit in 64 bits$"):
         rt.checks.check_scalar("op", "k", -(1180 * 10**18), "int")

@@ -29,7 +29,8 @@ def check_tensor(op, name, value, dtypes, ndim=None, min_ndim=None, max_ndim=Non
     if ndim is not None and value.dim() != ndim:
         raise ValueError(f"{op}: argument '{name}' must be {ndim}-D, got shape {tuple(value.shape)}")
     if max_ndim is not None and value.dim() > max_ndim:
-        raise ValueError(f"{op}: argument '{name}' must have at most {max_ndim} dims, got shape {tuple(value.shape)}")
+        raise ValueError(f"{op}: argument '{name}' must have at most {max_ndim} dim{'s' if max_ndim != 1 else ''} "
+                         f"(the spec's shape for it, which broadcasts), got shape {tuple(value.shape)}")
     if min_ndim is not None and value.dim() < min_ndim:
         raise ValueError(f"{op}: argument '{name}' must have at least {min_ndim} dims (any batch axes, then "
                          f"{min_ndim} matrix dims), got shape {tuple(value.shape)}")
