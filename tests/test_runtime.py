@@ -591,11 +591,12 @@ def test_an_out_whose_elements_share_memory_is_refused_and_no_view_of_a_dense_te
         assert len(set(_offsets(view))) == view.numel() and not has_internal_overlap(view)
     assert not has_internal_overlap(torch.empty(5, 0).expand(3, 5, 0))  # no elements, none shared
     import generated
+    from generated.tests._support import DEVICE
 
-    x = torch.randn(8, 16)
-    folded = torch.zeros(23).as_strided((8, 16), (1, 1))
+    x = torch.randn(8, 16, device=DEVICE)
+    folded = torch.zeros(23, device=DEVICE).as_strided((8, 16), (1, 1))
     for call in (lambda: generated.add(x, x, out=folded), lambda: generated.softmax(x, out=folded),
-                 lambda: generated.add(x, x, out=torch.zeros(16).expand(8, 16))):
+                 lambda: generated.add(x, x, out=torch.zeros(16, device=DEVICE).expand(8, 16))):
         with pytest.raises(ValueError, match=r"argument 'out' has elements that share memory"):
             call()
 
@@ -640,7 +641,7 @@ def test_float_scalars_past_the_maths_dtype_are_refused_by_name_and_float64_math
         generated.masked_scale(x, keep, scale=10**400)
     if rt.INTERPRET:
         return  # (matmuls of float32 below: the interpreter takes a while)
-    m = s.random((256, 256), torch.float32, 3)
+    m = s.random((256, 256), torch.float16, 3)  # (its spec takes float16 and bfloat16)
     with pytest.raises(ValueError, match="matmul_residual_scaled: argument 'beta' = 1e\\+100 does not fit in "
                                          "float32, the dtype its math computes in \\(a matmul's accumulator"):
         generated.matmul_residual_scaled(m, m, m, beta=1e100)
@@ -1236,8 +1237,8 @@ def test_a_compiled_call_launches_the_pointer_twin_of_a_descriptor_entry(monkeyp
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.compile of Triton kernels needs a GPU")
 def test_a_compiled_matmul_without_split_k_runs_its_kernel_alone():
-    # A traced launch passes tensors for the split-K workspace, which a launch without split-K
-    # never reads: nothing is zeroed for it (a fill kernel in every call of the compiled graph).
+    # A traced launch passes a fresh split-K workspace, which a launch without split-K never
+    # reads: the compiled graph runs no fill or memset for it, only the op's kernel, every call.
     import generated
 
     g = torch.Generator(device="cuda").manual_seed(5)

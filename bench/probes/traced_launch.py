@@ -7,6 +7,7 @@ own eager call and its torch.compile, timed the same way.
     PYTHONPATH=. python3 bench/probes/traced_launch.py matmul_residual_scaled 4096x11008x4096 [float16]
     CONFIGS='[{"BLOCK_M": 128, ...}, ...]' ...   (then each config forced: eager, and inside
                                                   max-autotune-no-cudagraphs, kernel time a call)
+    PYTHONPATH=OTHER PACKAGE=OTHER/generated ...  (another tree's package and runtime: an A/B)
 """
 import importlib
 import json
@@ -21,7 +22,7 @@ from tilegen.measure import load_bench_modules
 
 
 def main(op, shape_text, dtype_name="float16"):
-    module = load_bench_modules([op], "generated")[0]
+    module = load_bench_modules([op], os.environ.get("PACKAGE", "generated"))[0]
     shape = tuple(int(s) for s in shape_text.split("x"))
     inputs = module.make_inputs(shape, getattr(torch, dtype_name), device="cuda")
     configs = importlib.import_module(f"generated.{op}")._OP.configs

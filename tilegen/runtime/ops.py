@@ -443,11 +443,8 @@ class MatmulOp(Op):
             batching = [count] + [views[i].stride(0) if stacked else 0 for i in self.batched]
         if split_k == 1 and not traced:
             workspace = (None, None)  # no partial sums: the split-K arguments are never read
-        elif split_k == 1:
-            # A traced launch passes tensors rather than None; never read, so not zeroed (a
-            # zeroed counter was a kernel of its own in every compiled graph of the op).
-            workspace = (torch.empty(1, dtype=torch.float32, device=device),
-                         torch.empty(1, dtype=torch.int32, device=device))
+        elif split_k == 1:  # a traced launch passes tensors (never read) rather than None
+            workspace = split_k_workspace(device, 1, 1, fresh=True)
         else:
             workspace = split_k_workspace(device, tiles * split_k * bm * bn, tiles, fresh=traced)
         head = list(pointers)
