@@ -7,7 +7,7 @@ import ast
 
 import pytest
 
-from tilegen.categories import BOOL, FLOAT, INT, CategoryError, Kind, can_hold, category_of, int_scalars_met
+from tilegen.categories import BOOL, FLOAT, INT, CategoryError, Kind, as_logic, can_hold, category_of, int_scalars_met
 from tilegen.expressions import assignments, parse_expression
 from tests.conftest import assert_generated_tests_pass, built_package, validated
 
@@ -27,6 +27,8 @@ def _category(source):
     # maximum/minimum take bools as PyTorch's do: of two a bool, beside a number the number's kind
     ("maximum(m, m)", BOOL), ("minimum(m, m)", BOOL), ("maximum(m, f)", FLOAT), ("minimum(m, i)", INT),
     ("maximum(m, 1)", INT), ("maximum(m, 0.5)", FLOAT), ("maximum(m, alpha)", FLOAT),
+    # + and * of two bools are PyTorch's logical or/and (a bool), beside a number arithmetic
+    ("m + m", BOOL), ("m * m", BOOL), ("(m + m) * m", BOOL), ("m + m + k", INT), ("(m * m) * f", FLOAT),
 ])
 def test_kinds_promote_as_in_pytorch(source, expected):
     assert _category(source) == expected
@@ -35,7 +37,7 @@ def test_kinds_promote_as_in_pytorch(source, expected):
 @pytest.mark.parametrize("source, words", [
     ("exp(i)", "exp() of an int value"), ("sqrt(i + j)", "sqrt() of an int value"), ("gelu(m)", "gelu() of a bool"),
     ("where(f, i, j)", "the condition of where() is float"), ("where(i, i, j)", "the condition of where() is int"),
-    ("m + m", "+ of two bool values"), ("-m", "negation of a bool value"), ("abs(m)", "abs() of a bool value"),
+    ("m - m", "- of two bool values"), ("m / m", "/ of two bool values"), ("-m", "negation of a bool value"), ("abs(m)", "abs() of a bool value"),
     ("m ** 2", "** of a bool value"), ("f - m", "- with a bool value"), ("m - 1", "- with a bool value"),
     ("relu(m)", "relu() of a bool value"),
 ])
@@ -286,4 +288,74 @@ def test_maximum_and_minimum_of_bools_are_pytorchs(tmp_path):
         w, = torch.autograd.grad(want[:3].sum(), x)
         torch.testing.assert_close(g, w, equal_nan=True)
     assert_generated_tests_pass(tmp_path, {"bool_extremes.yaml": BOOL_EXTREMES}, ["bool_extremes"],
+                                "reference or broadcast or gradients")
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("m + m", "maximum(m, m)"), ("m * m", "minimum(m, m)"), ("(m + m) * m", "minimum(maximum(m, m), m)"),
+    ("where(m * m, f, -f) + (m + m) * f", "where(minimum(m, m), f, -f) + maximum(m, m) * f"),
+    ("m + i", "m + i"), ("m * k", "m * k"), ("m * f", "m * f"), ("i + j", "i + j"),  # arithmetic beside a number
+])
+def test_plus_and_times_of_two_bools_are_written_as_or_and_and(source, expected):
+    """Triton adds two 1-bit ints modulo 2 (True + True would be False): the spec's tree spells
+    PyTorch's or/and as maximum/minimum, which every emitter spells right for bools."""
+    tree = as_logic(parse_expression(source, set(NAMES)).tree, NAMES)
+    assert ast.unparse(tree) == expected
+
+
+BOOL_LOGIC = """\
+op: bool_logic
+kind: elementwise
+inputs:
+  m: {dtype: [bool]}
+  n: {dtype: [bool]}
+  i: {dtype: [int32, int64]}
+  x: {dtype: [float32, float64]}
+outputs:
+  either: {dtype: [bool]}
+  both: {dtype: [bool]}
+  j: {dtype: i}
+  y: {dtype: x}
+scalars:
+  k: {type: int, default: 2}
+compute:
+  either: m + n
+  both: m * n * m
+  j: (m + n) * i + m * k + m * n
+  y: where(m + n, x * (m * n), -x) + (m + n) * x
+tiles:
+  N: {block: BLOCK, sizes: [1024]}
+"""
+
+
+def test_plus_and_times_of_two_bools_are_pytorchs(tmp_path):
+    """m + n and m * n of bool tensors are PyTorch's (a logical or and and, a bool), alone and
+    inside arithmetic (an int or float beside them takes the bool as 1 or 0); the gradient reaches
+    x alone."""
+    import torch
+
+    from tilegen.runtime.device import INTERPRET
+
+    if not INTERPRET and not torch.cuda.is_available():
+        pytest.skip("needs the interpreter or a GPU")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "bool_logic.yaml").write_text(BOOL_LOGIC)
+    with built_package(tmp_path, "bool_logic_ops") as package:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        m = torch.tensor([True, True, False, False], device=device)
+        n = torch.tensor([True, False, True, False], device=device)
+        i = torch.tensor([-3, 5, -3, 7], dtype=torch.int32, device=device)
+        x = torch.tensor([-2.0, 0.25, 3.0, float("nan")], device=device, requires_grad=True)
+        either, both, j, y = package.bool_logic(m, n, i, x, k=3)
+        assert either.dtype == both.dtype == torch.bool
+        assert either.tolist() == (m + n).tolist() == [True, True, True, False]
+        assert both.tolist() == (m * n * m).tolist() == [True, False, False, False]
+        want_j = (m + n) * i + m * 3 + m * n
+        assert j.dtype == torch.int32 and j.tolist() == want_j.tolist()
+        want = torch.where(m + n, x * (m * n), -x) + (m + n) * x
+        torch.testing.assert_close(y, want, equal_nan=True)
+        g, = torch.autograd.grad(y[:3].sum(), x)
+        w, = torch.autograd.grad(want[:3].sum(), x)
+        torch.testing.assert_close(g, w, equal_nan=True)
+    assert_generated_tests_pass(tmp_path, {"bool_logic.yaml": BOOL_LOGIC}, ["bool_logic"],
                                 "reference or broadcast or gradients")

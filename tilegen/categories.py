@@ -94,7 +94,9 @@ class _Walk:
                     raise CategoryError("** of a bool value", "raise a number to a power")
                 return left  # (an exponent is not cast to the base's dtype)
             if left.kind.category == BOOL and right.kind.category == BOOL:
-                symbol = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}[type(node.op)]
+                if isinstance(node.op, (ast.Add, ast.Mult)):  # PyTorch's logical or/and (see as_logic)
+                    return _Part(Kind(BOOL, False))
+                symbol = {ast.Sub: "-", ast.Div: "/"}[type(node.op)]
                 raise CategoryError(f"{symbol} of two bool values", "compute on numbers, or select with where()")
             if isinstance(node.op, ast.Sub) and BOOL in (left.kind.category, right.kind.category):
                 # (PyTorch refuses it: "Subtraction ... with a bool tensor is not supported")
@@ -173,3 +175,21 @@ def int_scalars_met(tree: ast.AST, names: dict[str, Kind], result: str | None = 
         for value in whole.ints:
             walk.met.setdefault(value, set()).add(result)
     return walk.met
+
+
+def as_logic(tree: ast.AST, names: dict[str, Kind]) -> ast.AST:
+    """A checked tree with each `+` and `*` of two bool values written as what PyTorch computes
+    for them, a logical or and and: maximum(m, n) and minimum(m, n), which every emitter (Triton,
+    the float64 oracle, eager PyTorch) and the derivation already spell right for bools. Written
+    as they are, Triton would add two 1-bit ints modulo 2 (True + True is False)."""
+
+    class Logic(ast.NodeTransformer):
+        def visit_BinOp(self, node):
+            self.generic_visit(node)  # (inner ones first: (m + n) * k reads the or as a bool)
+            if isinstance(node.op, (ast.Add, ast.Mult)) and \
+                    category_of(node.left, names) == BOOL == category_of(node.right, names):
+                function = "maximum" if isinstance(node.op, ast.Add) else "minimum"
+                return ast.copy_location(ast.Call(ast.Name(function, ast.Load()), [node.left, node.right], []), node)
+            return node
+
+    return Logic().visit(tree)

@@ -7,11 +7,12 @@ so that one run tells the author everything that is wrong with the file.
 from __future__ import annotations
 
 import ast
+import copy
 import difflib
 import keyword
 import re
 
-from .categories import FLOAT, CategoryError, Kind, can_hold, category_of, int_scalars_met
+from .categories import FLOAT, CategoryError, Kind, as_logic, can_hold, category_of, int_scalars_met
 from .dtypes import (ACCUMULATE_DTYPES, DTYPES, ELEMENTWISE_DTYPES, FLOAT_DTYPES, INT_RANGES, MATMUL_DTYPES,
                      PRECISIONS, REDUCTION_DTYPES, category, narrowest_int)
 from .errors import ErrorLog
@@ -221,8 +222,10 @@ class _Validator(ShapeRules):
             accepted, source = dtypes[name]
             return TensorSpec(ident[name], accepted, ident.get(source, source), shape, label=name)
 
+        kinds = self.value_kinds(scalars)
+
         def renamed(entries):
-            return tuple((ident[name], expression.renamed(ident)) for name, expression in entries)
+            return tuple((ident[name], _logical(expression, kinds).renamed(ident)) for name, expression in entries)
 
         return Spec(
             path=self.doc.path, op=op, kind=kind, doc=doc,
@@ -907,6 +910,16 @@ class _Validator(ShapeRules):
 
 def _type_name(value) -> str:
     return "nothing" if value is None else type(value).__name__
+
+
+
+def _logical(expression: Expression, kinds: dict[str, Kind]) -> Expression:
+    """`expression` with `+` and `*` of two bools spelled as the or/and PyTorch computes
+    (categories.as_logic); the source stays the author's."""
+    tree = as_logic(copy.deepcopy(expression.tree), kinds)
+    if ast.dump(tree) == ast.dump(expression.tree):
+        return expression
+    return Expression(expression.source, tree, expression.names)
 
 
 def _show(value) -> str:
