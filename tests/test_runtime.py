@@ -535,6 +535,29 @@ def test_in_the_interpreter_every_op_and_dtype_computes_right_or_refuses(op, kin
         torch.testing.assert_close(g.float(), w.float(), atol=tolerance, rtol=tolerance, equal_nan=True)
 
 
+def test_an_elementwise_out_may_be_an_input_itself_as_in_pytorch():
+    """add(a, b, out=a) is PyTorch's in-place add: allowed where out= is the input's very elements
+    in its layout (each element is read before it is written); a transposed view of the same
+    memory, a shifted one, or a matmul's or reduction's input (whose kernels read elements other
+    programs write) is refused."""
+    import generated
+    from generated.tests import _support as s
+
+    a, b = s.random((6, 5), torch.float32, 0), s.random((6, 5), torch.float32, 1)
+    want = a + b
+    assert generated.add(a, b, out=a) is a
+    torch.testing.assert_close(a, want, atol=0, rtol=0)
+    both = b.clone()
+    generated.add(both, both, out=both)  # an input given twice, and out= too
+    torch.testing.assert_close(both, b + b, atol=0, rtol=0)
+    square = s.random((5, 5), torch.float32, 2)
+    with pytest.raises(ValueError, match="add: argument 'out' shares memory with input 'a' other than as that "
+                                         "tensor itself"):
+        generated.add(square, square, out=square.t())
+    with pytest.raises(ValueError, match="rms_norm: argument 'out\\[0\\]' shares memory with input 'x'; pass"):
+        generated.rms_norm(a, torch.ones(5, device=a.device), out=(a, torch.empty(6, device=a.device)))
+
+
 def test_outputs_may_not_overlap_each_other_or_be_leaves_that_require_grad():
     import generated
     from generated.tests import _support as s

@@ -11,7 +11,7 @@ from .expressions import assignments
 from .lowering import epilogue_backward, keeps_exact_accumulator, records_gradients
 from .reduction_lowering import has_backward_kernel
 from .rows import ELEMENT, level_of
-from .spec import SIZE_ONE, Spec
+from .spec import SIZE_ONE, Spec, TensorSpec
 
 # Functions whose inputs the tests keep positive, so the oracle is not mostly NaN.
 _POSITIVE_DOMAIN = ("log", "sqrt", "rsqrt")
@@ -302,9 +302,16 @@ def _elementwise_shapes(spec: Spec) -> dict:
         and spec.inputs[1].shape[-1] != SIZE_ONE
         and any(t.shape and spec.inputs[1].shape[-1] in t.shape for t in spec.inputs if t is not spec.inputs[1]),
         undeclared_second=len(spec.inputs) > 1 and spec.inputs[1].shape is None,
-        # An input with the output's shape (out= may not share its memory), where one has it.
-        whole_input=whole[0] if whole else None,
+        # An input with the output's shape and dtype, which out= may be, where one has them.
+        in_place_input=next((i for i in whole if len(spec.outputs) == 1 and _same_dtype(spec.inputs[i], spec.outputs[0])),
+                            None),
     )
+
+
+def _same_dtype(a: TensorSpec, b: TensorSpec) -> bool:
+    """Whether tensors `a` and `b` have one dtype in every call: both follow one input, or each
+    has the same single dtype."""
+    return a.dtype_source == b.dtype_source or (len(a.dtypes) == 1 and a.dtypes == b.dtypes)
 
 
 def batch_layouts(a_batched: bool, b_batched: bool, along_m_batched: bool) -> dict:

@@ -276,18 +276,30 @@ def has_internal_overlap(t):
     return False
 
 
-def check_apart(op, name, out, inputs):
+def check_apart(op, name, out, inputs, in_place=False):
     """`out` shares no memory with any of `inputs` ([(name, value)]: tensors or not): a kernel
-    that wrote it would read what it had written."""
+    that wrote it would read what it had written. `in_place`: `out` may be one of them exactly
+    (the same elements in the same layout), as PyTorch's out= allows, for a kernel whose every
+    element is read before it is written, by the program that writes it (elementwise); sharing
+    part of an input's memory stays refused, as in PyTorch."""
     for input_name, value in inputs:
         if isinstance(value, torch.Tensor) and overlaps(out, value):
-            raise ValueError(f"{op}: argument '{name}' shares memory with input '{input_name}'; "
-                             "pass a separate tensor")
+            if in_place and same_elements(out, value):
+                continue
+            raise ValueError(f"{op}: argument '{name}' shares memory with input '{input_name}'"
+                             f"{' other than as that tensor itself' if in_place else ''}; pass a separate tensor")
 
 
-def prepare_out(op, out, shape, dtype, device, inputs, name="out", others=()):
+def same_elements(a, b):
+    """Whether tensors `a` and `b` are views of the same elements, laid out the same way."""
+    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+            and a.element_size() == b.element_size())
+
+
+def prepare_out(op, out, shape, dtype, device, inputs, name="out", others=(), in_place=False):
     """The output tensor: `out` after checking it, or a new one. `others` are the (name, tensor)
-    outputs already prepared, which `out` must not overlap either."""
+    outputs already prepared, which `out` must not overlap either; `in_place`: `out` may be an
+    input itself (check_apart)."""
     if out is None:
         return torch.empty(shape, dtype=dtype, device=device)
     if not isinstance(out, torch.Tensor):
@@ -310,7 +322,7 @@ def prepare_out(op, out, shape, dtype, device, inputs, name="out", others=()):
     if has_internal_overlap(out):
         raise ValueError(f"{op}: argument '{name}' has elements that share memory (a stride 0, or strides "
                          f"{tuple(out.stride())} that overlap at shape {tuple(out.shape)}); it cannot be written")
-    check_apart(op, name, out, inputs)
+    check_apart(op, name, out, inputs, in_place)
     for other_name, value in others:
         if overlaps(out, value):
             raise ValueError(f"{op}: argument '{name}' shares memory with '{other_name}'; each output "
