@@ -252,19 +252,31 @@ outputs:
   both: {dtype: [bool]}
   j: {dtype: i}
   y: {dtype: x}
+  plus: {dtype: [bool]}
+  times: {dtype: [bool]}
+  h: {dtype: i}
+  z: {dtype: x}
+scalars:
+  k: {type: int, default: 2}
 compute:
   either: maximum(m, n)
   both: minimum(m, n)
   j: minimum(m, i) + maximum(n, 1)
   y: maximum(m, x) * x + minimum(x, n) + maximum(m, 0.5)
+  plus: m + n
+  times: m * n * m
+  h: (m + n) * i + m * k + m * n
+  z: where(m + n, x * (m * n), -x) + (m + n) * x
 tiles:
   N: {block: BLOCK, sizes: [1024]}
 """
 
 
-def test_maximum_and_minimum_of_bools_are_pytorchs(tmp_path):
-    """Of two bools a logical or/and (True is 1, above False: a kernel that took it for the signed
-    1-bit -1 would swap them), beside numbers the bool's 1 or 0; the gradient reaches x alone."""
+def test_maximum_minimum_plus_and_times_of_bools_are_pytorchs(tmp_path):
+    """Of two bools maximum and + are a logical or, minimum and * an and (True is 1, above False: a
+    kernel that took it for the signed 1-bit -1 would swap them; one that added them as 1-bit ints
+    would make True + True False), alone and inside arithmetic, where a number beside a bool takes
+    its 1 or 0; the gradients reach x alone."""
     import torch
 
     from tilegen.runtime.device import INTERPRET
@@ -279,13 +291,20 @@ def test_maximum_and_minimum_of_bools_are_pytorchs(tmp_path):
         n = torch.tensor([True, False, True, False], device=device)
         i = torch.tensor([-3, 5, -3, 5], dtype=torch.int32, device=device)
         x = torch.tensor([-2.0, 0.25, 3.0, float("nan")], device=device, requires_grad=True)
-        either, both, j, y = package.bool_extremes(m, n, i, x)
+        either, both, j, y, plus, times, h, z = package.bool_extremes(m, n, i, x, k=3)
         assert either.tolist() == [True, True, True, False] and both.tolist() == [True, False, False, False]
         assert j.dtype == torch.int32 and j.tolist() == (torch.minimum(m, i) + torch.maximum(n, torch.tensor(1))).tolist()
+        assert plus.dtype == times.dtype == torch.bool
+        assert plus.tolist() == (m + n).tolist() == either.tolist() and times.tolist() == (m * n * m).tolist()
+        assert h.dtype == torch.int32 and h.tolist() == ((m + n) * i + m * 3 + m * n).tolist()
         want = torch.maximum(m, x) * x + torch.minimum(x, n) + torch.clamp(m, min=0.5)
+        want_z = torch.where(m + n, x * (m * n), -x) + (m + n) * x
         torch.testing.assert_close(y, want, equal_nan=True)
-        g, = torch.autograd.grad(y[:3].sum(), x)
-        w, = torch.autograd.grad(want[:3].sum(), x)
+        torch.testing.assert_close(z, want_z, equal_nan=True)
+        # (A loss reading both: one reading z alone would take y's gradient as zeros, and 0 times
+        # y's derivative at the NaN is NaN, where PyTorch's separate graph for z adds nothing.)
+        g, = torch.autograd.grad((y + z)[:3].sum(), x)
+        w, = torch.autograd.grad((want + want_z)[:3].sum(), x)
         torch.testing.assert_close(g, w, equal_nan=True)
     assert_generated_tests_pass(tmp_path, {"bool_extremes.yaml": BOOL_EXTREMES}, ["bool_extremes"],
                                 "reference or broadcast or gradients")
@@ -301,61 +320,3 @@ def test_plus_and_times_of_two_bools_are_written_as_or_and_and(source, expected)
     PyTorch's or/and as maximum/minimum, which every emitter spells right for bools."""
     tree = as_logic(parse_expression(source, set(NAMES)).tree, NAMES)
     assert ast.unparse(tree) == expected
-
-
-BOOL_LOGIC = """\
-op: bool_logic
-kind: elementwise
-inputs:
-  m: {dtype: [bool]}
-  n: {dtype: [bool]}
-  i: {dtype: [int32, int64]}
-  x: {dtype: [float32, float64]}
-outputs:
-  either: {dtype: [bool]}
-  both: {dtype: [bool]}
-  j: {dtype: i}
-  y: {dtype: x}
-scalars:
-  k: {type: int, default: 2}
-compute:
-  either: m + n
-  both: m * n * m
-  j: (m + n) * i + m * k + m * n
-  y: where(m + n, x * (m * n), -x) + (m + n) * x
-tiles:
-  N: {block: BLOCK, sizes: [1024]}
-"""
-
-
-def test_plus_and_times_of_two_bools_are_pytorchs(tmp_path):
-    """m + n and m * n of bool tensors are PyTorch's (a logical or and and, a bool), alone and
-    inside arithmetic (an int or float beside them takes the bool as 1 or 0); the gradient reaches
-    x alone."""
-    import torch
-
-    from tilegen.runtime.device import INTERPRET
-
-    if not INTERPRET and not torch.cuda.is_available():
-        pytest.skip("needs the interpreter or a GPU")
-    (tmp_path / "specs").mkdir()
-    (tmp_path / "specs" / "bool_logic.yaml").write_text(BOOL_LOGIC)
-    with built_package(tmp_path, "bool_logic_ops") as package:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        m = torch.tensor([True, True, False, False], device=device)
-        n = torch.tensor([True, False, True, False], device=device)
-        i = torch.tensor([-3, 5, -3, 7], dtype=torch.int32, device=device)
-        x = torch.tensor([-2.0, 0.25, 3.0, float("nan")], device=device, requires_grad=True)
-        either, both, j, y = package.bool_logic(m, n, i, x, k=3)
-        assert either.dtype == both.dtype == torch.bool
-        assert either.tolist() == (m + n).tolist() == [True, True, True, False]
-        assert both.tolist() == (m * n * m).tolist() == [True, False, False, False]
-        want_j = (m + n) * i + m * 3 + m * n
-        assert j.dtype == torch.int32 and j.tolist() == want_j.tolist()
-        want = torch.where(m + n, x * (m * n), -x) + (m + n) * x
-        torch.testing.assert_close(y, want, equal_nan=True)
-        g, = torch.autograd.grad(y[:3].sum(), x)
-        w, = torch.autograd.grad(want[:3].sum(), x)
-        torch.testing.assert_close(g, w, equal_nan=True)
-    assert_generated_tests_pass(tmp_path, {"bool_logic.yaml": BOOL_LOGIC}, ["bool_logic"],
-                                "reference or broadcast or gradients")
