@@ -29,6 +29,7 @@ def _category(source):
     ("maximum(m, 1)", INT), ("maximum(m, 0.5)", FLOAT), ("maximum(m, alpha)", FLOAT),
     # + and * of two bools are PyTorch's logical or/and (a bool), beside a number arithmetic
     ("m + m", BOOL), ("m * m", BOOL), ("(m + m) * m", BOOL), ("m + m + k", INT), ("(m * m) * f", FLOAT),
+    ("m / m", FLOAT), ("m / 2", FLOAT),  # true division, as PyTorch's
 ])
 def test_kinds_promote_as_in_pytorch(source, expected):
     assert _category(source) == expected
@@ -37,7 +38,7 @@ def test_kinds_promote_as_in_pytorch(source, expected):
 @pytest.mark.parametrize("source, words", [
     ("exp(i)", "exp() of an int value"), ("sqrt(i + j)", "sqrt() of an int value"), ("gelu(m)", "gelu() of a bool"),
     ("where(f, i, j)", "the condition of where() is float"), ("where(i, i, j)", "the condition of where() is int"),
-    ("m - m", "- of two bool values"), ("m / m", "/ of two bool values"), ("-m", "negation of a bool value"), ("abs(m)", "abs() of a bool value"),
+    ("m - m", "- of two bool values"), ("-m", "negation of a bool value"), ("abs(m)", "abs() of a bool value"),
     ("m ** 2", "** of a bool value"), ("f - m", "- with a bool value"), ("m - 1", "- with a bool value"),
     ("relu(m)", "relu() of a bool value"),
 ])
@@ -256,6 +257,7 @@ outputs:
   times: {dtype: [bool]}
   h: {dtype: i}
   z: {dtype: x}
+  q: {dtype: x}
 scalars:
   k: {type: int, default: 2}
 compute:
@@ -267,6 +269,7 @@ compute:
   times: m * n * m
   h: (m + n) * i + m * k + m * n
   z: where(m + n, x * (m * n), -x) + (m + n) * x
+  q: m / n
 tiles:
   N: {block: BLOCK, sizes: [1024]}
 """
@@ -291,7 +294,8 @@ def test_maximum_minimum_plus_and_times_of_bools_are_pytorchs(tmp_path):
         n = torch.tensor([True, False, True, False], device=device)
         i = torch.tensor([-3, 5, -3, 5], dtype=torch.int32, device=device)
         x = torch.tensor([-2.0, 0.25, 3.0, float("nan")], device=device, requires_grad=True)
-        either, both, j, y, plus, times, h, z = package.bool_extremes(m, n, i, x, k=3)
+        either, both, j, y, plus, times, h, z, q = package.bool_extremes(m, n, i, x, k=3)
+        torch.testing.assert_close(q, (m / n).to(q.dtype), equal_nan=True)  # 1, inf, 0, NaN: true division
         assert either.tolist() == [True, True, True, False] and both.tolist() == [True, False, False, False]
         assert j.dtype == torch.int32 and j.tolist() == (torch.minimum(m, i) + torch.maximum(n, torch.tensor(1))).tolist()
         assert plus.dtype == times.dtype == torch.bool

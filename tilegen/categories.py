@@ -96,8 +96,8 @@ class _Walk:
             if left.kind.category == BOOL and right.kind.category == BOOL:
                 if isinstance(node.op, (ast.Add, ast.Mult)):  # PyTorch's logical or/and (see as_logic)
                     return _Part(Kind(BOOL, False))
-                symbol = {ast.Sub: "-", ast.Div: "/"}[type(node.op)]
-                raise CategoryError(f"{symbol} of two bool values", "compute on numbers, or select with where()")
+                if isinstance(node.op, ast.Sub):
+                    raise CategoryError("- of two bool values", "compute on numbers, or select with where()")
             if isinstance(node.op, ast.Sub) and BOOL in (left.kind.category, right.kind.category):
                 # (PyTorch refuses it: "Subtraction ... with a bool tensor is not supported")
                 raise CategoryError("- with a bool value", "select with where(): where(m, x - 1.0, x)")
