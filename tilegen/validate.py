@@ -912,7 +912,6 @@ def _type_name(value) -> str:
     return "nothing" if value is None else type(value).__name__
 
 
-
 def _logical(expression: Expression, kinds: dict[str, Kind]) -> Expression:
     """`expression` with `+` and `*` of two bools spelled as the or/and PyTorch computes
     (categories.as_logic); the source stays the author's."""
