@@ -403,6 +403,7 @@ def test_launch_codes_follow_the_binarys_parameters():
     assert codes(_fake_binary(described, tensordesc_meta=[dict(_MAP_META, is_im2col=True)])) is None
     assert codes(_fake_binary(_FLAT_SIGNATURE, tensordesc_meta=[_MAP_META])) is None  # metadata for no descriptor
     assert codes(_fake_binary(dict(_FLAT_SIGNATURE, alpha="fp16"))) is None  # a width it is not sure of
+    assert codes(_fake_binary(dict(_FLAT_SIGNATURE, alpha="u1"))) == ("pppBipp", 0, (4, None, None), {})  # a bool: a byte
     assert codes(_fake_binary(_FLAT_SIGNATURE, global_scratch_size=256)) is None
     assert codes(_fake_binary(_FLAT_SIGNATURE, num_ctas=2)) is None
     assert codes(_fake_binary(_FLAT_SIGNATURE, launch_pdl=True)) is None

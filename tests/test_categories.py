@@ -12,7 +12,7 @@ from tilegen.expressions import assignments, parse_expression
 from tests.conftest import assert_generated_tests_pass, built_package, validated
 
 NAMES = {"i": Kind(INT, False), "j": Kind(INT, False), "f": Kind(FLOAT, False), "m": Kind(BOOL, False),
-         "k": Kind(INT, True), "alpha": Kind(FLOAT, True)}
+         "k": Kind(INT, True), "alpha": Kind(FLOAT, True), "flag": Kind(BOOL, True)}
 
 
 def _category(source):
@@ -30,6 +30,9 @@ def _category(source):
     # + and * of two bools are PyTorch's logical or/and (a bool), beside a number arithmetic
     ("m + m", BOOL), ("m * m", BOOL), ("(m + m) * m", BOOL), ("m + m + k", INT), ("(m * m) * f", FLOAT),
     ("m / m", FLOAT), ("m / 2", FLOAT),  # true division, as PyTorch's
+    # a bool scalar is a Python bool: a bool beside bools, the number's 1 or 0 beside a number
+    ("where(flag, f, -f)", FLOAT), ("flag * f", FLOAT), ("flag * i", INT), ("i + flag", INT), ("m * flag", BOOL),
+    ("m + flag", BOOL), ("maximum(flag, k)", INT), ("flag * alpha", FLOAT), ("where(flag, m, m * m)", BOOL),
 ])
 def test_kinds_promote_as_in_pytorch(source, expected):
     assert _category(source) == expected
@@ -41,6 +44,7 @@ def test_kinds_promote_as_in_pytorch(source, expected):
     ("m - m", "- of two bool values"), ("-m", "negation of a bool value"), ("abs(m)", "abs() of a bool value"),
     ("m ** 2", "** of a bool value"), ("f - m", "- with a bool value"), ("m - 1", "- with a bool value"),
     ("relu(m)", "relu() of a bool value"),
+    ("-flag", "negation of a bool value"), ("exp(flag)", "exp() of a bool"), ("flag - f", "- with a bool value"),
 ])
 def test_math_not_defined_for_a_kind_is_one_error_naming_it(source, words):
     with pytest.raises(CategoryError, match=words.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")
@@ -324,3 +328,79 @@ def test_plus_and_times_of_two_bools_are_written_as_or_and_and(source, expected)
     PyTorch's or/and as maximum/minimum, which every emitter spells right for bools."""
     tree = as_logic(parse_expression(source, set(NAMES)).tree, NAMES)
     assert ast.unparse(tree) == expected
+
+
+BOOL_SCALARS = """\
+op: bool_scalars
+kind: elementwise
+inputs:
+  x: {dtype: [float32, float64]}
+  m: {dtype: [bool]}
+  i: {dtype: [int32, int64]}
+scalars:
+  neg: {type: bool, default: false}
+  keep: {type: bool, default: true}
+outputs:
+  y: {dtype: x}
+  both: {dtype: [bool]}
+  j: {dtype: i}
+compute:
+  y: where(neg, -x, x) * keep + maximum(keep, x) + x * (m + neg)
+  both: m * keep + neg
+  j: i * keep + neg
+tiles:
+  N: {block: BLOCK, sizes: [1024]}
+"""
+
+
+@pytest.mark.parametrize("default, words", [("1", "1 is not a valid bool (true or false)"),
+                                            ("0.0", "0.0 is not a valid bool"), ("'no'", "'no' is not a valid bool")])
+def test_a_bool_scalars_default_is_true_or_false(tmp_path, default, words):
+    spec, errors = validated(tmp_path, BOOL_SCALARS.replace("default: false", f"default: {default}"))
+    assert spec is None
+    assert any(": scalars.neg.default: " in e and words in e for e in errors), errors
+
+
+def test_bool_scalars_select_and_count_as_pythons_bools_in_pytorch(tmp_path):
+    """A bool scalar is a condition of where() and, beside bool values, an operand of their or/and;
+    beside a number it is its 1 or 0, as a Python bool in PyTorch's math. Each value of each
+    scalar gives PyTorch's result and gradient; a number where a bool belongs is refused."""
+    import torch
+
+    from tilegen.runtime.device import INTERPRET
+
+    if not INTERPRET and not torch.cuda.is_available():
+        pytest.skip("needs the interpreter or a GPU")
+    with built_package(tmp_path, "bool_scalar_ops", {"bool_scalars.yaml": BOOL_SCALARS}) as package:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        x = torch.tensor([-2.0, 0.25, 3.0, 0.5], device=device, requires_grad=True)
+        m = torch.tensor([True, False, True, False], device=device)
+        i = torch.tensor([-3, 5, 7, 0], dtype=torch.int32, device=device)
+        for neg in (False, True):
+            for keep in (False, True):
+                y, both, j = package.bool_scalars(x, m, i, neg=neg, keep=keep)
+                want = torch.where(torch.tensor(neg), -x, x) * keep + torch.clamp(x, min=keep) + x * (m + neg)
+                torch.testing.assert_close(y, want)
+                assert both.dtype == torch.bool and both.tolist() == (m * keep + neg).tolist()
+                assert j.dtype == torch.int32 and j.tolist() == (i * keep + neg).tolist()
+                g, = torch.autograd.grad(y.square().sum(), x)
+                w, = torch.autograd.grad(want.square().sum(), x)
+                torch.testing.assert_close(g, w)
+        if device == "cuda":  # a repeat call is served by the compiled call path, the bool a byte there
+            from tilegen import runtime as rt
+            from tilegen.runtime import callpath
+
+            if callpath.load(wait=True) is not None:
+                with torch.no_grad():
+                    package.bool_scalars(x, m, i, neg=True, keep=False)
+                    hits = rt.op_of("bool_scalar_ops.bool_scalars").call_path.table.hits
+                    for keep in (False, True, False):  # (True: another signature, learned then)
+                        y, _, _ = package.bool_scalars(x, m, i, neg=True, keep=keep)
+                        torch.testing.assert_close(y, -x * keep + torch.clamp(x, min=keep) + x)
+                assert rt.op_of("bool_scalar_ops.bool_scalars").call_path.table.hits - hits == 2
+        with pytest.raises(TypeError, match="bool_scalars: argument 'neg' must be a Python bool, got int"):
+            package.bool_scalars(x, m, i, neg=1)
+        with pytest.raises(TypeError, match="bool_scalars: argument 'keep' must be a Python bool, got Tensor"):
+            package.bool_scalars(x, m, i, keep=torch.tensor(True))
+    assert_generated_tests_pass(tmp_path, {"bool_scalars.yaml": BOOL_SCALARS}, ["bool_scalars"],
+                                "reference or scalar or gradients or compile")

@@ -194,6 +194,24 @@ def test_eager_form_keeps_an_int_scalars_kind_through_a_function():
     assert env["c"].dtype == torch.int32 and env["c"].tolist() == [3, 4, 5, 6]
 
 
+def test_eager_form_of_maximum_and_minimum_of_bools_beside_a_bool_scalar_is_or_and():
+    # torch.clamp takes no bool tensor: maximum(m, flag) of a bool scalar is m | flag.
+    from tilegen.categories import BOOL, Kind
+    from tilegen.expressions import assignments
+
+    kinds = {"m": Kind(BOOL, False), "flag": Kind(BOOL, True), "off": Kind(BOOL, True)}
+    expression = parse_expression("minimum(maximum(m, flag), off) + maximum(minimum(off, m), flag)", set(kinds))
+    line, = assignments([("y", expression)], "eager", frozenset({"flag", "off"}), kinds=kinds)
+    m = torch.tensor([True, False, True, False])
+    for flag in (False, True):
+        for off in (False, True):
+            env = {"torch": torch, "m": m, "flag": flag, "off": off}
+            exec(line, env)  # noqa: S102 - a line emitted from a checked tree
+            want = torch.minimum(torch.maximum(m, torch.tensor(flag)), torch.tensor(off)) \
+                + torch.maximum(torch.minimum(torch.tensor(off), m), torch.tensor(flag))
+            assert env["y"].dtype == torch.bool and env["y"].tolist() == want.tolist(), (flag, off)
+
+
 @pytest.mark.parametrize("wrap", ["relu({})", "silu({})", "gelu({})", "({}) ** 8", "tanh({}) ** 2"])
 def test_emitted_code_grows_with_the_expression_not_exponentially(wrap):
     from tilegen.expressions import assignments

@@ -401,6 +401,58 @@ def test_float_scalars_reach_the_math_at_full_precision_eager_and_compiled(tmp_p
         assert params in module, op
 
 
+BOOL_SCALARS = {
+    "mm_optional_relu.yaml": """
+op: mm_optional_relu
+kind: matmul
+doc: c = relu(acc) where act, else acc, plus r where add.
+inputs:
+  a: {shape: [M, K], dtype: [float16, float32]}
+  b: {shape: [K, N], dtype: a}
+  r: {shape: [N], dtype: a}
+scalars:
+  act: {type: bool, default: true}
+  add: {type: bool, default: false}
+outputs:
+  c: {shape: [M, N], dtype: a}
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+epilogue:
+  c: where(act, relu(acc), acc) + r * add
+""",
+    "soft_or_log.yaml": """
+op: soft_or_log
+kind: reduction
+doc: log_softmax where use_log, else softmax.
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+scalars:
+  use_log: {type: bool, default: false}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+steps:
+  m: detach(max(x))
+  e: exp(x - m)
+  s: sum(e)
+compute:
+  y: where(use_log, x - m - log(s), e / s)
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+""",
+}
+
+
+def test_bool_scalars_choose_a_matmuls_epilogue_and_a_reductions_output(tmp_path):
+    # (Elementwise ones: test_categories.) The generated tests run each op at the default and at
+    # the other value of every bool scalar, forward, backward and compiled.
+    assert_generated_tests_pass(tmp_path, BOOL_SCALARS, ["mm_optional_relu", "soft_or_log"],
+                                "scalars or matches_reference or gradcheck or gradients_match or compiles_whole")
+    module = (tmp_path / "generated" / "soft_or_log.py").read_text()
+    assert "use_log = use_log != 0" in module  # (Triton takes a Python bool as a byte: a 1-bit condition)
+
+
 def test_int_scalars_keep_their_launch_types():
     # (Only float scalars are widened: an int one takes the inputs' int dtype in the math.)
     module = (REPO / "generated" / "clamp_add.py").read_text()

@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass
 from typing import Callable
 
-from .categories import FLOAT, FLOAT_ONLY, INT, category_of
+from .categories import BOOL, FLOAT, FLOAT_ONLY, INT, category_of
 
 MAX_EXPRESSION_CHARS = 2000
 MAX_NODES = 400
@@ -454,6 +454,9 @@ class _Emitter:
                         for index, arg in enumerate(node.args)]
                 if name in ("maximum", "minimum") and any(constant):
                     tensor, scalar = (args[1], args[0]) if constant[0] else (args[0], args[1])
+                    if self.kinds is not None and all(category_of(arg, self.kinds) == BOOL for arg in node.args):
+                        # Of bools, an or/and (PyTorch's clamp takes no bool tensor).
+                        return f"({tensor} {'|' if name == 'maximum' else '&'} {scalar})"
                     bound = "min" if name == "maximum" else "max"
                     return f"torch.clamp({tensor}, {bound}={scalar})"
                 return spec.torch.format(*args)

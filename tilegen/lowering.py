@@ -236,9 +236,11 @@ def kernel_scalar_params(scalars) -> str:
 def scalar_casts(scalars, dtype: str = "compute", rank: int = 1) -> list[str]:
     """The lines that take each float scalar in `dtype` (a name in the kernel), as a tensor of
     `rank` ones: a Python float in the interpreter has no .to(), and a float64 one must not pass
-    through float32 on its way (float64 math)."""
+    through float32 on its way (float64 math). A bool scalar becomes a 1-bit value: Triton takes a
+    Python bool as an unsigned byte, which where() and the logic of bool tensors do not read as one."""
     ones = ", ".join(["1"] * rank)
-    return [f"{s.name} = (tl.zeros([{ones}], {dtype}) + {s.name}).to({dtype})" for s in scalars if s.type == "float"]
+    return [f"{s.name} = (tl.zeros([{ones}], {dtype}) + {s.name}).to({dtype})" if s.type == "float"
+            else f"{s.name} = {s.name} != 0" for s in scalars if s.type in ("float", "bool")]
 
 
 def tuple_source(items) -> str:

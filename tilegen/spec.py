@@ -30,7 +30,7 @@ class ScalarSpec:
     """A scalar argument. `name` is its identifier in generated code (see naming.py)."""
 
     name: str
-    type: str                        # "float" or "int"
+    type: str                        # "float", "int" or "bool" (a categories kind)
     default: float | int | None
     label: str = ""                  # the name the spec gives it, where `name` had to differ
 
@@ -156,11 +156,11 @@ class Spec:
     def number_kinds(self) -> dict:
         """The kind of number each input, scalar and step holds (categories.Kind), for the
         emitters: a step is float math, or bool where it compares (`keep: x > m`)."""
-        from .categories import FLOAT, INT, Kind, category_of
+        from .categories import Kind, category_of
         from .dtypes import category
 
         kinds = {**{t.name: Kind(category(t.dtypes[0]), False) for t in self.inputs},
-                 **{s.name: Kind(FLOAT if s.type == "float" else INT, True) for s in self.scalars}}
+                 **{s.name: Kind(s.type, True) for s in self.scalars}}
         for name, expression in self.steps:  # (each reads the ones before it)
             kinds[name] = Kind(category_of(expression.tree.body, kinds), False)
         return kinds

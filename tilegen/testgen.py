@@ -151,6 +151,8 @@ def matmul_shaped(spec: Spec, expressions: dict, outputs) -> list[str]:
 
 
 def _scalar_test_value(scalar) -> str:
+    if scalar.type == "bool":  # the other branch than the default's
+        return repr(not scalar.default)
     if scalar.type == "int":
         return repr((scalar.default or 0) + 3)
     # Not exact in float32 (a tenth in it): a float64 op meets its float64 oracle to the last bits
@@ -218,7 +220,7 @@ def _common(spec: Spec, header: str, package: str) -> dict:
         scalars=[dict(name=s.name, label=s.public, type=s.type,
                       default=repr(s.default) if s.default is not None else _scalar_test_value(s),
                       # An int scalar stays int in the oracle, as in the kernel (int math stays int).
-                      oracle_dtype="torch.float64" if s.type == "float" else "torch.int64")
+                      oracle_dtype={"float": "torch.float64", "int": "torch.int64", "bool": "torch.bool"}[s.type])
                  for s in scalars],
         scalar_values=", ".join(f'"{s.public}": {_scalar_test_value(s)}' for s in scalars),
         follower=followers[0].name if followers else "",

@@ -344,15 +344,16 @@ class _Validator(ShapeRules):
             entry = self.mapping(key, entry, ("type", "default"), required=("type",))
             if entry is None or "type" not in entry:
                 continue
-            kind = self.choice(f"{key}.type", entry["type"], ("float", "int"))
+            kind = self.choice(f"{key}.type", entry["type"], ("float", "int", "bool"))
             default = entry.get("default")
             if kind == "float" and isinstance(default, str) and DECIMAL.fullmatch(default.strip()):
                 default = float(default)  # (YAML 1.1 reads 1e30 and 1.0e30, no exponent sign, as text)
             if kind and default is not None:
-                ok = type(default) is int if kind == "int" else type(default) in (int, float)
+                ok = type(default) is {"int": int, "bool": bool}[kind] if kind != "float" \
+                    else type(default) in (int, float)
                 if not ok or (kind == "float" and not abs(default) <= 1e30):
                     self.error(f"{key}.default", f"{_show(default)} is not a valid {kind}",
-                               "an integer" if kind == "int" else "a number from -1e30 to 1e30")
+                               {"int": "an integer", "bool": "true or false"}.get(kind, "a number from -1e30 to 1e30"))
                     continue
                 if kind == "int" and not -(2**63) <= default < 2**63:  # a kernel argument holds 64 bits
                     self.error(f"{key}.default", f"{_show(default)} does not fit in 64 bits",
@@ -692,7 +693,7 @@ class _Validator(ShapeRules):
         accumulator, scalars (Python numbers: weak), and a reduction's steps known so far."""
         names = {name: Kind(category(found[0][0]), False) for name, found in self.dtypes.items()}
         names["acc"] = Kind(FLOAT, False)
-        names.update({name: Kind(FLOAT if s.type == "float" else "int", True) for name, s in scalars.items()})
+        names.update({name: Kind(s.type, True) for name, s in scalars.items()})
         names.update(self.step_kinds)
         return names
 

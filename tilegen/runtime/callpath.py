@@ -76,8 +76,8 @@ def _no_entry(*args):
 
 # Triton scalar types as the launch's type codes: only those whose width in the kernel's
 # parameter list is certain (fp16 and bf16 scalars, which Triton never makes of a Python float,
-# stay with Triton's launch).
-_TYPE_CODES = {"i8": "b", "i16": "h", "i32": "i", "i64": "l", "u8": "B", "u16": "H", "u32": "I",
+# stay with Triton's launch). A Python bool is u1, a byte, as Triton's launcher passes it.
+_TYPE_CODES = {"i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "B", "u8": "B", "u16": "H", "u32": "I",
                "u64": "K", "fp32": "f", "fp64": "d"}
 
 

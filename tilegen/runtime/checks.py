@@ -145,8 +145,10 @@ _FLOAT32_MAX = 3.4028234663852886e38
 _FLOAT64_MAX = sys.float_info.max
 
 
-_INT_SCALARS = (int, torch.SymInt)
-_FLOAT_SCALARS = (int, float, torch.SymInt, torch.SymFloat)
+# (A bool is an int to Python, but no number to a spec: an int or float scalar refuses it, and a
+# bool scalar takes True and False alone, as PyTorch's bool arguments do.)
+_SCALARS = {"int": (int, torch.SymInt), "float": (int, float, torch.SymInt, torch.SymFloat),
+            "bool": (bool, torch.SymBool)}
 
 
 def check_scalar(op, name, value, kind, meets=(), stores=()):
@@ -155,9 +157,8 @@ def check_scalar(op, name, value, kind, meets=(), stores=()):
     the int outputs that store it alone, each in its own dtype. A value past such a dtype's range
     is refused, where PyTorch would wrap it (+, *, comparisons) or refuse it (clamp, where) and the
     kernel would compute it in 64 bits. (A traced call may hold a symbolic scalar: torch.compile
-    with dynamic shapes makes Python numbers SymInts and SymFloats.)"""
-    ok = isinstance(value, _FLOAT_SCALARS if kind == "float" else _INT_SCALARS)
-    if not ok or isinstance(value, bool):
+    with dynamic shapes makes Python numbers SymInts and SymFloats.) `kind`: "float", "int" or "bool"."""
+    if not isinstance(value, _SCALARS[kind]) or (kind != "bool" and isinstance(value, bool)):
         raise TypeError(f"{op}: argument '{name}' must be a Python {kind}, got {type(value).__name__}")
     if kind == "int" and not _INT_RANGE[0] <= value < _INT_RANGE[1]:
         raise ValueError(f"{op}: argument '{name}' = {_shown(value)} does not fit in 64 bits")
