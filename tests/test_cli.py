@@ -29,6 +29,12 @@ def test_build_says_up_to_date_or_what_changed(cli, project):
     # The spec's bytes are hashed into the headers of its files and of __init__.py.
     assert changed.output.strip() == ("generated: updated 4 of 64 files for 20 ops (changed: __init__.py, add.py, "
                                       "bench/bench_add.py, tests/test_add.py)")
+    # A spec taken away: its files are removed, counted apart from the package's files.
+    spec.unlink()
+    fewer = cli("build", "specs/")
+    assert fewer.exit_code == 0, fewer.output
+    assert fewer.output.strip() == ("generated: updated 1 of 61 files, removed 3 for 19 ops (changed: __init__.py; "
+                                    "removed: add.py, bench/bench_add.py, tests/test_add.py)")
 
 
 def test_the_package_folder_is_spelled_package_everywhere(cli, project):

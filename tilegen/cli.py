@@ -144,7 +144,10 @@ def build(specs, out, check, force, debug):
                                                    ("removed", before.extra)) if names]
     said = "; ".join(f"{label}: {', '.join(names[:6])}{f' and {len(names) - 6} more' if len(names) > 6 else ''}"
                      for label, names in changes)
-    click.echo(f"{out}: updated {sum(len(n) for _, n in changes)} of {len(files)} files for {len(sources)} ops ({said})")
+    # (Removed files are none of the package's files: counted apart, not as some of them updated.)
+    removed = f", removed {len(before.extra)}" if before.extra else ""
+    click.echo(f"{out}: updated {len(before.missing) + len(before.changed)} of {len(files)} files{removed} for "
+               f"{len(sources)} ops ({said})")
 
 
 @main.command()
