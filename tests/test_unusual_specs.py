@@ -453,6 +453,69 @@ def test_bool_scalars_choose_a_matmuls_epilogue_and_a_reductions_output(tmp_path
     assert "use_log = use_log != 0" in module  # (Triton takes a Python bool as a byte: a 1-bit condition)
 
 
+REQUIRED_SCALARS = {
+    "scaled_req.yaml": """
+op: scaled_req
+kind: elementwise
+doc: y = x * scale + shift, where (flip) negated; no scalar has a default.
+inputs:
+  x: {dtype: [float32]}
+scalars:
+  scale: {type: float}
+  shift: {type: int}
+  flip: {type: bool}
+outputs:
+  y: {dtype: x}
+compute:
+  y: where(flip, -x, x) * scale + shift
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+""",
+    "mm_req.yaml": """
+op: mm_req
+kind: matmul
+doc: c = acc * scale, scale required.
+inputs:
+  a: {shape: [M, K], dtype: [float32]}
+  b: {shape: [K, N], dtype: a}
+scalars:
+  scale: {type: float}
+outputs:
+  c: {shape: [M, N], dtype: a}
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+epilogue:
+  c: acc * scale
+""",
+    "row_req.yaml": """
+op: row_req
+kind: reduction
+doc: y = x * scale - max(x), scale required.
+inputs:
+  x: {dtype: [float32], shape: [..., N]}
+scalars:
+  scale: {type: float}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+compute:
+  y: x * scale - max(x)
+tiles:
+  N: {block: BLOCK_N, sizes: [128]}
+""",
+}
+
+
+def test_scalars_without_a_default_are_given_in_every_generated_test_call(tmp_path):
+    # (The wrapper takes them as required keywords: its tests called it without them, and failed
+    # on the missing argument before checking anything.)
+    assert_generated_tests_pass(tmp_path, REQUIRED_SCALARS, ["scaled_req", "mm_req", "row_req"],
+                                "reference or bad_arguments or empty or scalars or out_argument or gradients_match")
+    module = (tmp_path / "generated" / "tests" / "test_scaled_req.py").read_text()
+    assert "scaled_req = functools.partial(scaled_req, scale=1.3, shift=2, flip=False)" in module
+
+
 def test_int_scalars_keep_their_launch_types():
     # (Only float scalars are widened: an int one takes the inputs' int dtype in the math.)
     module = (REPO / "generated" / "clamp_add.py").read_text()

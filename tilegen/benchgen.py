@@ -5,7 +5,7 @@ from __future__ import annotations
 from .dtypes import DTYPES
 from .lowering import records_gradients
 from .spec import Spec
-from .testgen import _dtype_exprs, _positive_domain, _scalar_test_value, pytorch_lines, row_shape_exprs
+from .testgen import _base_value, _dtype_exprs, _positive_domain, pytorch_lines, row_shape_exprs
 
 # The matmul shape set every benchmark and the tables start from, as (M, N, K).
 MATMUL_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
@@ -53,8 +53,7 @@ def bench_context(spec: Spec, header: str, package: str) -> dict:
         output_dtype_exprs=_dtype_exprs(spec, spec.outputs),
         scalars=[dict(name=s.name, label=s.public) for s in spec.scalars],
         unpack=", ".join(t.name for t in spec.inputs) + ("," if len(spec.inputs) == 1 else ""),
-        scalar_values=", ".join(f'"{s.public}": {s.default!r}' if s.default is not None
-                                else f'"{s.public}": {_scalar_test_value(s)}' for s in spec.scalars),
+        scalar_values=", ".join(f'"{s.public}": {_base_value(s)}' for s in spec.scalars),
         torch_lines=torch_lines,
         result=names[0] if len(names) == 1 else "(" + ", ".join(names) + ",)",
         # The op's results run_tilegen returns (None: all of them, as the op returns them).

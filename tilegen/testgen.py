@@ -150,6 +150,15 @@ def matmul_shaped(spec: Spec, expressions: dict, outputs) -> list[str]:
             for t in outputs if "acc" not in expressions[t.name].names]
 
 
+def _base_value(scalar) -> str:
+    """The value a test call gives a scalar where it gives none: its default, or for a scalar the
+    spec gives none (a required keyword) one of its own, other than _scalar_test_value's (so a
+    test that passes that one still changes the value the kernel gets)."""
+    if scalar.default is not None:
+        return repr(scalar.default)
+    return {"bool": "False", "int": "2", "float": "1.3"}[scalar.type]
+
+
 def _scalar_test_value(scalar) -> str:
     if scalar.type == "bool":  # the other branch than the default's
         return repr(not scalar.default)
@@ -218,11 +227,13 @@ def _common(spec: Spec, header: str, package: str) -> dict:
         as_tuple_got="(got,)" if len(spec.outputs) == 1 else "got",
         as_tuple_want="(want,)" if len(spec.outputs) == 1 else "want",
         scalars=[dict(name=s.name, label=s.public, type=s.type,
-                      default=repr(s.default) if s.default is not None else _scalar_test_value(s),
+                      default=_base_value(s),
                       # An int scalar stays int in the oracle, as in the kernel (int math stays int).
                       oracle_dtype={"float": "torch.float64", "int": "torch.int64", "bool": "torch.bool"}[s.type])
                  for s in scalars],
         scalar_values=", ".join(f'"{s.public}": {_scalar_test_value(s)}' for s in scalars),
+        # Scalars without a default, given in every call the tests make (by a partial of the op).
+        required_scalars=", ".join(f"{s.public}={_base_value(s)}" for s in scalars if s.default is None),
         follower=followers[0].name if followers else "",
         follower_label=followers[0].public if followers else "",
         positive=_positive_domain(spec),
