@@ -7,6 +7,7 @@ math gets to a few digits only), a float32-only input of an op run in float64.""
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -515,6 +516,56 @@ def test_scalars_without_a_default_are_given_in_every_generated_test_call(tmp_pa
                                 "reference or bad_arguments or empty or scalars or out_argument or gradients_match")
     module = (tmp_path / "generated" / "tests" / "test_scaled_req.py").read_text()
     assert "scaled_req = _partial(scaled_req, scale=1.3, shift=2, flip=False)" in module
+
+
+INT_SCALARS_IN_FLOAT_MATH = {
+    "third_of.yaml": """
+op: third_of
+kind: elementwise
+doc: y = x * (k / 3) + exp(k / 7) in float64; only x is out of the output's kind.
+inputs:
+  x: {dtype: [float32, float64]}
+scalars:
+  k: {type: int, default: 5}
+outputs:
+  y: {dtype: x}
+compute:
+  y: x * (k / 3) + exp(k / 7)
+tiles:
+  N: {block: BLOCK, sizes: [64]}
+""",
+    "third_of_rows.yaml": """
+op: third_of_rows
+kind: reduction
+doc: y = x * (k / 3) - max(x) * sqrt(k * 1.0 / 7) over rows.
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+scalars:
+  k: {type: int, default: 5}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+compute:
+  y: x * (k / 3) - max(x) * sqrt(k * 1.0 / 7)
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+""",
+}
+
+
+def test_int_scalars_in_float64_math_are_exact_python_ints(tmp_path):
+    # k / 3 of a Python int is a float64 number in PyTorch; the kernel's own int division made it
+    # float32, a float64 op then off by 1e-8 (its generated tests compared it at 1e-10: the
+    # reduction's failed, the elementwise oracle held k as an int64 tensor and rounded alike).
+    assert_generated_tests_pass(tmp_path, INT_SCALARS_IN_FLOAT_MATH, ["third_of", "third_of_rows"],
+                                "matches_reference or scalars")
+    with built_package(tmp_path / "direct", "thirds", INT_SCALARS_IN_FLOAT_MATH) as package:
+        if not INTERPRET and not torch.cuda.is_available():
+            pytest.skip("needs a CUDA GPU, or TRITON_INTERPRET=1")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        x = torch.linspace(-3, 3, 64, dtype=torch.float64, device=device).reshape(2, 32)
+        torch.testing.assert_close(package.third_of(x, k=7), x * (7 / 3) + math.exp(7 / 7), rtol=1e-15, atol=1e-15)
+        want = x * (7 / 3) - x.amax(-1, keepdim=True) * math.sqrt(7 * 1.0 / 7)
+        torch.testing.assert_close(package.third_of_rows(x, k=7), want, rtol=1e-15, atol=1e-15)
 
 
 def test_int_scalars_keep_their_launch_types():

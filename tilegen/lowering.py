@@ -154,7 +154,7 @@ def common_context(spec: Spec, header: str) -> dict:
         scalar_params=kernel_scalar_params(spec.scalars),
         plain_scalar_params=", ".join(s.name for s in spec.scalars),  # (a function a kernel calls)
         # An elementwise math function's (a forward's, a backward's, a matmul epilogue's gradient).
-        math_scalar_casts=scalar_casts(spec.scalars),
+        math_scalar_casts=scalar_casts(spec.scalars, widened=spec.int_scalars_in_float_math()),
         scalar_names="".join(f"{s.name}, " for s in spec.scalars).rstrip(" "),
         # The forward Op's `scalars`: each one's public name and type, for the checks at launch.
         scalar_kinds=tuple_source(f'("{s.public}", "{s.type}")' for s in spec.scalars),
@@ -233,14 +233,24 @@ def kernel_scalar_params(scalars) -> str:
     return ", ".join(f"{s.name}: tl.float64" if s.type == "float" else s.name for s in scalars)
 
 
-def scalar_casts(scalars, dtype: str = "compute", rank: int = 1) -> list[str]:
+def scalar_casts(scalars, dtype: str = "compute", rank: int = 1, widened=frozenset()) -> list[str]:
     """The lines that take each float scalar in `dtype` (a name in the kernel), as a tensor of
     `rank` ones: a Python float in the interpreter has no .to(), and a float64 one must not pass
     through float32 on its way (float64 math). A bool scalar becomes a 1-bit value: Triton takes a
-    Python bool as an unsigned byte, which where() and the logic of bool tensors do not read as one."""
+    Python bool as an unsigned byte, which where() and the logic of bool tensors do not read as one.
+    The int scalars `widened` (Spec.int_scalars_in_float_math) are taken in float64 where the math
+    is: Triton computes `k / 3` or `k * 0.5` of an int in float32, where PyTorch's Python int gives
+    a float64 op the exact float64 value (in float32 math both round to float32)."""
     ones = ", ".join(["1"] * rank)
-    return [f"{s.name} = (tl.zeros([{ones}], {dtype}) + {s.name}).to({dtype})" if s.type == "float"
-            else f"{s.name} = {s.name} != 0" for s in scalars if s.type in ("float", "bool")]
+    lines = []
+    for s in scalars:
+        if s.type == "float":
+            lines.append(f"{s.name} = (tl.zeros([{ones}], {dtype}) + {s.name}).to({dtype})")
+        elif s.type == "bool":
+            lines.append(f"{s.name} = {s.name} != 0")
+        elif s.name in widened:
+            lines += ["if MATH_64:", f"    {s.name} = (tl.zeros([{ones}], {dtype}) + {s.name}).to({dtype})"]
+    return lines
 
 
 def tuple_source(items) -> str:

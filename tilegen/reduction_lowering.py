@@ -163,7 +163,8 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     return dict(
         name=name,
         # The math takes a float scalar in its own dtype (a loop's accumulators keep one type).
-        scalar_casts=scalar_casts(scalars, rank=2),
+        # (A reduction holds no int tensor: every int scalar reaches float math alone.)
+        scalar_casts=scalar_casts(scalars, rank=2, widened=frozenset(s.name for s in scalars if s.type == "int")),
         pointer_params=", ".join(f"{n}_ptr" for n in tensors),
         scalar_params=kernel_scalar_params(scalars),
         stride_params=", ".join(s for n, role in tensors.items() for s in _strides(n, role)),

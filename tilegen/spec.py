@@ -199,6 +199,13 @@ class Spec:
             resolved[scalar] = inputs, outputs
         return resolved
 
+    def int_scalars_in_float_math(self) -> frozenset[str]:
+        """The int scalars no int tensor meets and no int output stores (int_scalars_met): their
+        values reach float math alone, as a Python int does in PyTorch, exactly (`k / 3` is a
+        float64 number there); a kernel's own int arithmetic would make such a value float32."""
+        int_context = {name for name, (inputs, outputs) in self.int_scalars_met().items() if inputs or outputs}
+        return frozenset(s.name for s in self.scalars if s.type == "int" and s.name not in int_context)
+
     def float_inputs(self) -> list[str]:
         """The inputs that hold float values: those the math upcasts, and those with gradients."""
         return _floats(self.inputs)

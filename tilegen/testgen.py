@@ -202,6 +202,7 @@ def _sample_dtype(spec: Spec) -> str:
 def _common(spec: Spec, header: str, package: str) -> dict:
     lines, result = _oracle(spec)
     scalars = [s for s in spec.scalars]
+    in_float_math = spec.int_scalars_in_float_math()
     followers = [t for t in spec.inputs[1:] if t.dtype_source == spec.inputs[0].dtype_source]
     refusal = _interpreter_refusal(spec)
     return dict(
@@ -228,8 +229,10 @@ def _common(spec: Spec, header: str, package: str) -> dict:
         as_tuple_want="(want,)" if len(spec.outputs) == 1 else "want",
         scalars=[dict(name=s.name, label=s.public, type=s.type,
                       default=_base_value(s),
-                      # An int scalar stays int in the oracle, as in the kernel (int math stays int).
-                      oracle_dtype={"float": "torch.float64", "int": "torch.int64", "bool": "torch.bool"}[s.type])
+                      # An int scalar stays int in the oracle where it meets int math, as in the
+                      # kernel; one that reaches float math alone is an exact float64 number there.
+                      oracle_dtype={"float": "torch.float64", "bool": "torch.bool",
+                                    "int": "torch.float64" if s.name in in_float_math else "torch.int64"}[s.type])
                  for s in scalars],
         scalar_values=", ".join(f'"{s.public}": {_scalar_test_value(s)}' for s in scalars),
         # Scalars without a default, given in every call the tests make (by a partial of the op).
