@@ -114,10 +114,11 @@ def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], 
 
 
 def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: dict[str, str],
-               scalars: list[ScalarSpec], block: str, reads_back: bool = False,
+               scalars: list[ScalarSpec], block: str, widened: frozenset[str], reads_back: bool = False,
                masks=()) -> dict:
     """The pieces of one reduction kernel: `inputs` and `outputs` map names to roles; `masks` are
-    the bool inputs, loaded as they are (int1), never cast to the math's dtype. With `reads_back`,
+    the bool inputs, loaded as they are (int1), never cast to the math's dtype; `widened` are the
+    int scalars taken in float64 math (Spec.int_scalars_in_float_math). With `reads_back`,
     a long row's outputs may be stored by its first pass and loaded back by the outputs' pass
     (_read_back), where the launch says that is exact (READ_BACK)."""
     keep = frozenset(masks)
@@ -163,8 +164,7 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     return dict(
         name=name,
         # The math takes a float scalar in its own dtype (a loop's accumulators keep one type).
-        # (A reduction holds no int tensor: every int scalar reaches float math alone.)
-        scalar_casts=scalar_casts(scalars, rank=2, widened=frozenset(s.name for s in scalars if s.type == "int")),
+        scalar_casts=scalar_casts(scalars, rank=2, widened=widened),
         pointer_params=", ".join(f"{n}_ptr" for n in tensors),
         scalar_params=kernel_scalar_params(scalars),
         stride_params=", ".join(s for n, role in tensors.items() for s in _strides(n, role)),
@@ -332,7 +332,7 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
     return dict(
         name=name,
         kernel=row_kernel(name, program, kernel_inputs, results, scalars, spec.tiles[0].block,
-                          masks=_masks(spec)),
+                          spec.int_scalars_in_float_math(), masks=_masks(spec)),
         roles=tuple_source(repr(r) for r in [*kernel_inputs.values(), *results.values()]),
         kernel_inputs=list(kernel_inputs),
         results=list(results),
@@ -397,7 +397,7 @@ def reduction_context(spec: Spec, header: str) -> dict:
     tile = spec.tiles[0]
     kernel = row_kernel(spec.op, program, {n: roles[n] for n in inputs},
                         {**{n: roles[n] for n in outputs}, **{k: "row" for k in kept}}, scalars, tile.block,
-                        reads_back=True, masks=_masks(spec))
+                        spec.int_scalars_in_float_math(), reads_back=True, masks=_masks(spec))
     ctx.update(
         kernel=kernel,
         read_back=tuple_source(str((inputs + outputs).index(n)) for n in kernel["read_back"]["loaded"])
