@@ -289,7 +289,7 @@ def elementwise_test_context(spec: Spec, header: str, package: str) -> dict:
         ctx.update(layout_shape=fit((37, 129)), nan_shape=fit((257,)), out_shape=fit((100, 3)),
                    scalar_shape=fit((1000,)), config_shape=fit((3001,)), config_numel=3001, bad_shape=fit((8,)),
                    never_mask=None, tiny_shape=fit((3, 5)), broadcast_rows=4, broadcast_last=33,
-                   dynamic_shapes=(fit((6, 33)), fit((10, 47))))
+                   dynamic_shapes=(fit((6, 33)), fit((47, 47))))
     # Six strided dims (the output's shape as the spec's axes let it be), made by permuting a
     # contiguous tensor of these sizes: (8, 6, 4, 7, 5, 3) from (3, 4, 5, 6, 7, 8).
     high = fit((8, 6, 4, 7, 5, 3))
@@ -428,12 +428,13 @@ def row_shape_exprs(spec: Spec, tensors, shape: str = "shape") -> list[str]:
 
 def _matmul_dynamic_shapes(fit, never) -> tuple:
     """(M, N, K) twice, the first axis the wrapper does not hold to a block multiple (masks:
-    never) sized otherwise the second time; the same shape twice where every axis is held."""
+    never) sized the second time as the next axis is (a guard relating two sizes fails there);
+    the same shape twice where every axis is held."""
     first = fit(40, 65, 129)
     for axis, held in enumerate(never):
         if not held:
             second = list(first)
-            second[axis] = (72, 97, 193)[axis]
+            second[axis] = first[(axis + 1) % 3]
             return first, tuple(second)
     return first, first
 
@@ -458,8 +459,9 @@ def reduction_test_context(spec: Spec, header: str, package: str) -> dict:
         single_output_per_row=len(spec.outputs) == 1 and roles[spec.outputs[0].name] == "row",
         overlapping_out=_overlapping_out(spec, roles),
         along=spec.reduced_axis_keyword(),
-        # More rows, and longer ones (within the tile a compiled graph guards on).
-        dynamic_shapes=((6, 50), (10, 60)),
+        # More rows, and longer ones (within the tile a compiled graph guards on), as many rows as
+        # the row is long (a guard relating the two sizes fails there).
+        dynamic_shapes=((6, 50), (60, 60)),
     )
     return ctx
 

@@ -18,6 +18,7 @@ import torch
 
 from . import native, ops
 from .library import formula_of, implementation_of, tracing
+from .sizes import same_shape
 
 
 class Gradients:
@@ -110,7 +111,7 @@ class Gradients:
                      for g, (shape, dtype, device) in zip(grads[:self.outputs], ctx.outputs)]
         saved = self._saved(ctx) if self._reads_results(needed) else None
         chosen = self.gradients(saved, grads, needed, ctx.scalars)
-        return (*(g if g is None or g.shape == shape else g.sum_to_size(shape) for g, shape in zip(chosen, ctx.shapes)),
+        return (*(g if g is None or same_shape(g.shape, shape) else g.sum_to_size(shape) for g, shape in zip(chosen, ctx.shapes)),
                 *(None for _ in ctx.scalars))
 
     def _reads_results(self, needed):

@@ -8,6 +8,7 @@ import torch
 
 from .device import INTERPRET
 from .library import refuse_out_with_grad
+from .sizes import same_shape
 
 
 def dtype_names(dtypes):
@@ -66,7 +67,7 @@ def broadcast_shape(op, named):
     every one has it already (nothing to expand). Raises ValueError naming the op, the argument
     that does not broadcast, its shape and the shape of those before it."""
     first = named[0][1].shape
-    if all(value.shape == first for _, value in named[1:]):
+    if all(same_shape(value.shape, first) for _, value in named[1:]):
         return None  # the common case, without torch.broadcast_shapes' Python-level work
     shape = tuple(first)
     for index, (name, value) in enumerate(named[1:], 1):
@@ -77,7 +78,7 @@ def broadcast_shape(op, named):
             whose = f"the shape of {before}" if index == 1 else f"the shapes of {before}, broadcast together"
             raise ValueError(f"{op}: argument '{name}' has shape {tuple(value.shape)}, which does not broadcast "
                              f"with {shape} ({whose}; shapes broadcast as in PyTorch)") from None
-    return None if all(tuple(value.shape) == shape for _, value in named) else shape
+    return None if all(same_shape(value.shape, shape) for _, value in named) else shape
 
 
 def broadcast_leading(op, named, has, of, rule):
@@ -124,7 +125,7 @@ def epilogue_view(op, name, value, shape, axes):
     `axes` ([M], [N] or [M, N]): any tensor that broadcasts to it as in PyTorch (a per-tensor scale
     as a 0-d tensor, [1] for [N], [N] for [M, N]) is expanded with stride 0, never copied."""
     shape = tuple(shape)
-    if tuple(value.shape) == shape:
+    if same_shape(value.shape, shape):
         return value
     if value.dim() > len(shape) or any(got not in (1, want) for got, want in zip(value.shape[::-1], shape[::-1])):
         raise ValueError(f"{op}: argument '{name}' has shape {tuple(value.shape)}, which does not broadcast to "
@@ -293,7 +294,7 @@ def check_apart(op, name, out, inputs, in_place=False):
 
 def same_elements(a, b):
     """Whether tensors `a` and `b` are views of the same elements, laid out the same way."""
-    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+    return (a.data_ptr() == b.data_ptr() and same_shape(a.shape, b.shape) and same_shape(a.stride(), b.stride())
             and a.element_size() == b.element_size())
 
 
@@ -307,7 +308,7 @@ def prepare_out(op, out, shape, dtype, device, inputs, name="out", others=(), in
         raise TypeError(f"{op}: argument '{name}' must be a torch.Tensor or None, got {type(out).__name__}")
     if out.layout != torch.strided or out.is_nested:
         raise TypeError(f"{op}: argument '{name}' must be a dense (strided) tensor")
-    if tuple(out.shape) != tuple(shape):
+    if not same_shape(out.shape, shape):
         raise ValueError(f"{op}: argument '{name}' has shape {tuple(out.shape)}, expected {tuple(shape)}")
     if out.dtype != dtype:
         raise TypeError(f"{op}: argument '{name}' has dtype {dtype_names([out.dtype])}, "

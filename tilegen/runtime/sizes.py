@@ -58,6 +58,13 @@ def guarding():
     return torch.compiler.is_compiling() or torch._guards.TracingContext.try_get() is not None
 
 
+def same_shape(a, b):
+    """Whether shapes `a` and `b` are equal, comparing sizes only where the ranks agree: a tuple's
+    == compares sizes before lengths, and a traced size compared with another adds a guard (a
+    [B, 16] input beside a [16] bias: B != 16, which narrows an exported Dim into an error)."""
+    return len(a) == len(b) and all(x == y for x, y in zip(a, b))
+
+
 def symbolic(*sizes):
     """Whether any of `sizes` is a traced size."""
     return any(isinstance(s, torch.SymInt) for s in sizes)
