@@ -1346,6 +1346,30 @@ def test_a_one_gradient_backward_is_registered_returning_a_list():
     assert generated.bias_gelu  # imported, so registered
 
 
+def test_an_exported_dim_beside_a_broadcast_input_stays_free():
+    # Shapes of two ranks (a [rows, 16] input, a [16] bias; a matmul's [N] bias beside its
+    # [M, N] output; a [16] gradient summed from a [rows, 16] one) compare unequal without
+    # comparing sizes: a tuple's == compares sizes first, and `rows == 16` added a guard that
+    # turned the named Dim into an export error.
+    import generated
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def random(*shape, seed=0):
+        return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device)
+
+    class Model(torch.nn.Module):
+        def forward(self, x, w, bias):
+            return generated.bias_gelu(x, bias) + generated.matmul_bias_gelu(x, w, bias)
+
+    w, bias = random(16, 16, seed=1), random(16, seed=2)
+    rows = torch.export.Dim("rows", min=2, max=1024)
+    exported = torch.export.export(Model(), (random(4, 16), w, bias), dynamic_shapes=({0: rows}, None, None))
+    for count in (16, 33):
+        x = random(count, 16, seed=count)
+        torch.testing.assert_close(exported.module()(x, w, bias), Model()(x, w, bias))
+
+
 def test_compiled_graphs_guard_on_the_tile_and_exported_ones_serve_every_size():
     # A reduction's rows held in one tile: torch.compile(dynamic=True) keeps the whole-row tile with
     # a guard on the row length (a longer row recompiles), where torch.export's graph, which must
