@@ -587,3 +587,19 @@ def test_outputs_named_like_old_wrapper_locals_compute_right(cli, project):
         env.pop("TRITON_INTERPRET")
     done = subprocess.run([sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True)
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("never, second", [
+    ((False, False, False), (65, 65, 129)),  # M sized as N: a guard relating them fails
+    ((True, False, False), (64, 129, 129)),  # N sized as K (M held)
+    ((False, True, False), (129, 128, 129)),  # M sized as K, not as the held N (a multiple of 16)
+    ((True, True, False), (64, 128, 193)),  # K alone free: a size of its own
+    ((True, True, True), (64, 128, 192)),  # every axis held: the same shape twice
+])
+def test_matmul_dynamic_samples_vary_a_free_axis_as_another_free_one(never, second):
+    from tilegen.testgen import _matmul_dynamic_shapes
+
+    def fit(*shape):  # a held axis rounded up to a block of 64
+        return tuple(-(-size // 64) * 64 if held else size for size, held in zip(shape, never))
+
+    assert _matmul_dynamic_shapes(fit, list(never)) == (fit(40, 65, 129), second)

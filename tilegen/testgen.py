@@ -428,14 +428,16 @@ def row_shape_exprs(spec: Spec, tensors, shape: str = "shape") -> list[str]:
 
 def _matmul_dynamic_shapes(fit, never) -> tuple:
     """(M, N, K) twice, the first axis the wrapper does not hold to a block multiple (masks:
-    never) sized the second time as the next axis is (a guard relating two sizes fails there);
-    the same shape twice where every axis is held."""
+    never) sized otherwise the second time: as another such axis is, where there is one (a guard
+    relating two sizes fails there; a held axis' size, a multiple of 16, would meet the guard a
+    compiled matmul keeps on that), else a size of its own; the same shape twice where every
+    axis is held."""
     first = fit(40, 65, 129)
-    for axis, held in enumerate(never):
-        if not held:
-            second = list(first)
-            second[axis] = first[(axis + 1) % 3]
-            return first, tuple(second)
+    free = [axis for axis, held in enumerate(never) if not held]
+    if free:
+        second = list(first)
+        second[free[0]] = first[free[1]] if len(free) > 1 else (72, 97, 193)[free[0]]
+        return first, tuple(second)
     return first, first
 
 
