@@ -59,10 +59,11 @@ def guarding():
 
 
 def same_shape(a, b):
-    """Whether shapes `a` and `b` are equal, comparing sizes only where the ranks agree: a tuple's
-    == compares sizes before lengths, and a traced size compared with another adds a guard (a
-    [B, 16] input beside a [16] bias: B != 16, which narrows an exported Dim into an error)."""
-    return len(a) == len(b) and all(x == y for x, y in zip(a, b))
+    """Whether shapes `a` and `b` (tuples or torch.Size) are equal, comparing sizes only where the
+    ranks agree: a tuple's == compares sizes before lengths, and a traced size compared with
+    another adds a guard (a [B, 16] input beside a [16] bias: B != 16, which narrows an exported
+    Dim into an error)."""
+    return len(a) == len(b) and a == b
 
 
 def symbolic(*sizes):
