@@ -1348,9 +1348,10 @@ def test_a_one_gradient_backward_is_registered_returning_a_list():
 
 def test_an_exported_dim_beside_a_broadcast_input_stays_free():
     # Shapes of two ranks (a [rows, 16] input, a [16] bias; a matmul's [N] bias beside its
-    # [M, N] output; a [16] gradient summed from a [rows, 16] one) compare unequal without
-    # comparing sizes: a tuple's == compares sizes first, and `rows == 16` added a guard that
-    # turned the named Dim into an export error.
+    # [M, N] output) compare unequal without comparing sizes: a tuple's == compares sizes first,
+    # and `rows == 16` added a guard that turned the named Dim into an export error. (The same
+    # comparison in the autograd formula's sum back to a bias' shape is run by the generated
+    # dynamic-shape compile tests, with a backward, at coinciding sizes.)
     import generated
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
