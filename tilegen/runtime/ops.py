@@ -443,8 +443,12 @@ class MatmulOp(Op):
             batching = [count] + [views[i].stride(0) if stacked else 0 for i in self.batched]
         if split_k == 1 and not traced:
             workspace = (None, None)  # no partial sums: the split-K arguments are never read
-        elif split_k == 1:  # a traced launch passes tensors (never read) rather than None
-            workspace = split_k_workspace(device, 1, 1, fresh=True)
+        elif split_k == 1:
+            # A traced launch passes tensors (never read) rather than None: empty ones, which a
+            # compiled graph allocates without running a kernel (zeroed counters took a fill kernel
+            # beside the op's in some compiled graphs: tests/test_runtime.py checks it runs alone).
+            workspace = (torch.empty(1, dtype=torch.float32, device=device),
+                         torch.empty(1, dtype=torch.int32, device=device))
         else:
             workspace = split_k_workspace(device, tiles * split_k * bm * bn, tiles, fresh=traced)
         head = list(pointers)
