@@ -883,17 +883,6 @@ def test_declared_axes_are_checked_by_rank_and_size_naming_both_arguments():
         rt.check_axes("bias_gelu", [("x", torch.empty(()), ("...", "N")), ("bias", bias, ("N",))])
 
 
-def test_torch_func_transforms_are_refused_naming_the_op_and_argument():
-    import generated
-
-    a, b = torch.randn(5, 7), torch.randn(5, 7)
-    message = r"scaled_silu_mul: argument 'a' is transformed by torch.func \(grad, vmap, jvp, jacrev\)"
-    with pytest.raises(TypeError, match=message):
-        torch.func.grad(lambda a: generated.scaled_silu_mul(a, b).sum())(a)
-    with pytest.raises(TypeError, match=message):
-        torch.func.vmap(lambda a: generated.scaled_silu_mul(a, b[0]))(a)
-
-
 @pytest.mark.parametrize("requires_grad", [False, True])
 @pytest.mark.parametrize("op", ["scaled_silu_mul", "matmul_relu", "softmax"])
 def test_forward_mode_tangents_are_refused_naming_the_op_and_argument(op, requires_grad):

@@ -396,6 +396,8 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         mask=policy,
         space=f"rt.ElementwiseSpace({tile.block!r}, {blocks}, {warps}, exact={exact})",
         input_names=inputs,
+        # Under torch.vmap, inputs that take extra leading axes are batched in one call (batching.py).
+        leading=tuple(t.shape is None or t.shape[0] == "..." for t in spec.inputs),
         # Float inputs are upcast to the math's precision on load; int and bool ones stay as they are.
         upcast=spec.float_inputs(),
         output_names=outputs,

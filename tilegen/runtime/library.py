@@ -18,8 +18,10 @@ import inspect
 import os
 
 import torch
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 from torch.autograd import forward_ad
 
+from .batching import vmap_rule
 from .device import INTERPRET
 
 # Whether registered ops are triton_ops (traceable into their kernels) or opaque custom ops
@@ -73,25 +75,45 @@ def refuse_grad(op, why, /, **tensors):
                                "torch.no_grad() or with detached inputs")
 
 
-def refuse_functorch(op, /, **tensors):
-    """torch.func's transforms (grad, vmap, jvp, jacrev) wrap tensors in ways Triton's kernels
-    cannot read, and forward-mode AD's dual tensors carry tangents no derived formula propagates:
-    refused with one error naming the op, rather than an error from deep inside or a result whose
-    tangent is silently missing."""
+def vmapped(op, out, /, **tensors):
+    """Whether a call is made under torch.vmap (and no other torch.func transform): the op's Python
+    function then calls the registered op, which its batching rule serves (batching.py), since a
+    Triton kernel cannot read the batched tensors vmap wraps. Refused, with one error naming the
+    op and the argument: the other transforms (grad, vjp, jacrev, jvp, functionalize: PyTorch runs
+    no custom op's autograd formula under them, and the kernels cannot read their tensors), out=
+    under vmap, and forward-mode AD's dual tensors, whose tangents no derived formula propagates
+    (rather than a result whose tangent is silently missing). Autograd outside the vmap records the
+    registered op's formula on the plain tensors its batching rule receives."""
     if torch.compiler.is_compiling():  # traced tensors are never torch.func's
-        return
+        return False
     duals = forward_ad._current_level >= 0  # (tangents exist only inside a dual level)
+    batched = False
     for name, value in tensors.items():
         if not isinstance(value, torch.Tensor):
             continue
         if torch._C._functorch.is_functorch_wrapped_tensor(value):
-            raise TypeError(f"{op}: argument '{name}' is transformed by torch.func (grad, vmap, jvp, jacrev), "
-                            "which tilegen's ops do not support; use torch.autograd (backward, "
-                            "torch.autograd.grad) and call the op on whole batches")
-        if duals and forward_ad.unpack_dual(value).tangent is not None:
+            if not _vmap_alone():
+                raise TypeError(f"{op}: argument '{name}' is transformed by torch.func (grad, vjp, jacrev, jvp, "
+                                "functionalize), which tilegen's ops do not support (PyTorch runs no custom op's "
+                                "autograd formula under them); use torch.autograd (backward, torch.autograd.grad) "
+                                "and call the op on whole batches, or torch.vmap alone")
+            batched = True
+        elif duals and forward_ad.unpack_dual(value).tangent is not None:
             raise TypeError(f"{op}: argument '{name}' carries a forward-mode tangent (torch.autograd.forward_ad), "
                             "which tilegen's ops do not propagate (no forward-mode derivative is derived); use "
                             "reverse mode (backward, torch.autograd.grad)")
+    if batched and out is not None:
+        raise TypeError(f"{op}: out= under torch.vmap, which the op cannot write through; call it without out= "
+                        "(vmap returns the batched result)")
+    return batched
+
+
+def _vmap_alone():
+    """Whether every torch.func transform active now is a vmap."""
+    return all(interpreter.key() == _VMAP for interpreter in retrieve_all_functorch_interpreters())
+
+
+_VMAP = torch._C._functorch.TransformType.Vmap
 
 
 # Each registered op's implementation and autograd formula, by its OpOverload (autograd.call
@@ -120,10 +142,12 @@ def copy_out(out, result):
     return tuple(out)
 
 
-def register(qualname, gradients=None, traceable=None):
+def register(qualname, gradients=None, traceable=None, leading=None):
     """Decorator: register the annotated function as the op `qualname` ("namespace::name"), with
     `gradients` (a Gradients) as its autograd formula, and return its OpOverload
-    (`torch.ops.namespace.name.default`). Without `gradients` a backward through it raises."""
+    (`torch.ops.namespace.name.default`). Without `gradients` a backward through it raises.
+    Under torch.vmap it runs the whole batch at once where every batched tensor input takes extra
+    leading axes (`leading`, one flag per tensor input; None: none does), else once a sample."""
     traceable = TRACEABLE if traceable is None else traceable
 
     def decorate(impl):
@@ -140,6 +164,7 @@ def register(qualname, gradients=None, traceable=None):
             op.register_autograd(gradients, setup_context=gradients.setup_context)
         namespace, name = qualname.split("::")
         overload = getattr(getattr(torch.ops, namespace), name).default
+        op.register_vmap(vmap_rule(overload, qualname, _tensor_count(impl), leading))
         _IMPLEMENTATIONS[overload] = impl
         if gradients is not None:
             gradients.name = name
@@ -147,6 +172,12 @@ def register(qualname, gradients=None, traceable=None):
         return overload
 
     return decorate
+
+
+def _tensor_count(impl):
+    """How many leading parameters of `impl` are tensors (its scalars follow them)."""
+    annotations = [p.annotation for p in inspect.signature(impl).parameters.values()]
+    return next((i for i, a in enumerate(annotations) if a not in (torch.Tensor, torch.Tensor | None)), len(annotations))
 
 
 def _one_result_as_list(impl):
@@ -173,7 +204,7 @@ def _outside_forward_mode(qualname, impl):
     zeros, and a forward_ad dual input's tangent is dropped, silently. Its implementation cannot tell
     a tangent that was dropped from a plain input (the dispatcher hands it plain tensors either
     way), so any call inside a level is refused; the op's Python function (generated.<op>) serves
-    plain tensors there and refuses dual or transformed ones itself (refuse_functorch). Eager calls
+    plain tensors there and refuses dual or transformed ones itself (vmapped). Eager calls
     that run the implementation directly (autograd.call) do not pass here."""
     @functools.wraps(impl)
     def entry(*args, **kwargs):

@@ -1,0 +1,144 @@
+"""torch.vmap of generated ops (tilegen.runtime.batching), against the op called on each sample in
+turn, and the torch.func transforms refused with one error naming the op and the argument."""
+
+import pytest
+import torch
+
+import tilegen.runtime as rt
+from tilegen.runtime import batching
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def randn(*shape, requires_grad=False):
+    return torch.randn(*shape, device=DEVICE, requires_grad=requires_grad)
+
+
+def each_sample(fn, args, dims):
+    """What vmap means: `fn` on each sample, the results stacked along a new first axis."""
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    results = [fn(*(a if d is None else a.select(d, i) for a, d in zip(args, dims))) for i in range(size)]
+    if isinstance(results[0], torch.Tensor):
+        return torch.stack(results)
+    return tuple(torch.stack(parts) for parts in zip(*results))
+
+
+@pytest.fixture
+def paths(monkeypatch):
+    """Which of the rule's two ways served each call: 'once' (the whole batch) or 'each' sample."""
+    taken = []
+    at_once, per_sample = batching._at_once, batching._per_sample
+    monkeypatch.setattr(batching, "_at_once", lambda *a: taken.append("once") or at_once(*a))
+    monkeypatch.setattr(batching, "_per_sample", lambda *a: taken.append("each") or per_sample(*a))
+    return taken
+
+
+CASES = {
+    # name: (op, shapes, in_dims, the rule's path): elementwise inputs that broadcast are batched in
+    # one call, the batch axis lined up first (another rank, a 0-d sample, a batch axis not first);
+    # an input of a fixed rank, a matmul operand and a reduction's row run once a sample.
+    "add, both batched": ("add", [(3, 5, 7), (3, 5, 7)], (0, 0), "once"),
+    "add, one shared": ("add", [(3, 5, 7), (5, 7)], (0, None), "once"),
+    "add, batch axis last": ("add", [(5, 7, 3), (5, 7)], (2, None), "once"),
+    "add, samples of two ranks": ("add", [(3, 7), (5, 7)], (0, None), "once"),
+    "add, 0-d samples": ("add", [(3,), (5, 7)], (0, None), "once"),
+    "bias_gelu, bias shared": ("bias_gelu", [(3, 5, 7), (7,)], (0, None), "once"),
+    "bias_gelu, bias batched": ("bias_gelu", [(3, 5, 7), (3, 7)], (0, 0), "each"),
+    "softmax": ("softmax", [(3, 5, 7)], (0,), "each"),
+    "layer_norm": ("layer_norm", [(3, 5, 7), (7,), (7,)], (0, None, None), "each"),
+    "matmul_relu": ("matmul_relu", [(3, 16, 8), (8, 16)], (0, None), "each"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_vmap_matches_the_op_on_each_sample(case, paths):
+    import generated
+
+    name, shapes, dims, path = CASES[case]
+    fn = getattr(generated, name)
+    args = [randn(*shape) for shape in shapes]
+    got = torch.func.vmap(fn, in_dims=dims)(*args)
+    assert paths == [path]
+    torch.testing.assert_close(got, each_sample(fn, args, dims))
+
+
+def test_vmap_serves_the_registered_op_and_nested_vmaps(paths):
+    import generated
+
+    a, b = randn(2, 3, 4), randn(2, 3, 4)
+    torch.testing.assert_close(torch.func.vmap(torch.func.vmap(generated.add))(a, b), a + b)
+    assert paths == ["once", "once"]  # (each level's rule, the inner one's call batched by the outer)
+    x, y = randn(3, 5), randn(5)
+    torch.testing.assert_close(torch.func.vmap(torch.ops.generated.add, in_dims=(0, None))(x, y), x + y)
+    scaled = torch.func.vmap(lambda a, b: generated.scaled_silu_mul(a, b, alpha=0.5), in_dims=(1, 0))
+    torch.testing.assert_close(scaled(x.T, x), 0.5 * torch.nn.functional.silu(x) * x)
+
+
+@pytest.mark.parametrize("name, shapes", [("add", [(3, 5, 7), (5, 7)]), ("softmax", [(3, 5, 7)]),
+                                          ("matmul_relu", [(3, 16, 8), (8, 16)])])
+def test_autograd_outside_vmap_records_the_op_on_the_plain_tensors(name, shapes):
+    # The rule calls the registered op on plain tensors, which records its autograd formula there.
+    import generated
+
+    fn = getattr(generated, name)
+    args = [randn(*shape, requires_grad=True) for shape in shapes]
+    dims = (0,) + (None,) * (len(args) - 1)
+    got = torch.func.vmap(fn, in_dims=dims)(*args)
+    want = each_sample(fn, args, dims)
+    seed = torch.randn_like(want)
+    for g, w in zip(torch.autograd.grad(got, args, seed), torch.autograd.grad(want, args, seed)):
+        torch.testing.assert_close(g, w)
+
+
+def test_an_empty_batch_is_served_at_once_and_refused_a_sample_at_a_time():
+    import generated
+
+    assert torch.func.vmap(generated.add)(randn(0, 4), randn(0, 4)).shape == (0, 4)
+    with pytest.raises(ValueError, match=r"torch.ops.generated.softmax: torch.vmap over an empty batch \(size 0\)"):
+        torch.func.vmap(generated.softmax)(randn(0, 4, 5))
+
+
+def test_out_is_refused_under_vmap():
+    import generated
+
+    with pytest.raises(TypeError, match=r"^add: out= under torch.vmap, which the op cannot write through"):
+        torch.func.vmap(lambda a: generated.add(a, a, out=torch.empty(7, device=DEVICE)))(randn(3, 7))
+
+
+TRANSFORMED = r"{op}: argument '{arg}' is transformed by torch.func \(grad, vjp, jacrev, jvp, functionalize\)"
+
+
+def test_the_other_transforms_are_refused_naming_the_op_and_argument():
+    import generated
+
+    x, y = randn(3, 5), randn(5)
+    add = TRANSFORMED.format(op="add", arg="a")
+    for transform in (lambda: torch.func.grad(lambda a: generated.add(a, y).sum())(y),
+                      lambda: torch.func.vjp(lambda a: generated.add(a, y), y),
+                      lambda: torch.func.jacrev(lambda a: generated.add(a, y))(y),
+                      lambda: torch.func.jvp(lambda a: generated.add(a, y), (y,), (y,)),
+                      lambda: torch.func.functionalize(lambda a: generated.add(a, y))(y),
+                      lambda: torch.func.vmap(torch.func.grad(lambda a: generated.add(a, a).sum()))(x)):
+        with pytest.raises(TypeError, match=add):
+            transform()
+    with pytest.raises(TypeError, match=TRANSFORMED.format(op="softmax", arg="x")):
+        torch.func.grad(lambda a: torch.func.vmap(generated.softmax)(a).sum())(randn(3, 5, 7))
+
+
+def test_the_rule_lines_the_batch_axis_up_before_the_samples_axes():
+    # One call with a batched input whose samples are of a lower rank than another input's: the
+    # batch axis goes first and 1-sized axes after it, so broadcasting pairs sample axes alike.
+    rule = batching.vmap_rule(torch.add, "test::add", 2, leading=(True, True))
+
+    class Info:
+        batch_size = 3
+
+    a, b = torch.randn(7, 3), torch.randn(5, 7)
+    result, dims = rule(Info, (1, None), a, b)
+    assert dims == 0
+    torch.testing.assert_close(result, torch.stack([a[:, i] + b for i in range(3)]))
+    result, dims = rule(Info, (None, None), b, b)  # batched at another level only
+    assert dims is None and torch.equal(result, b + b)
+    result, dims = batching.vmap_rule(torch.add, "test::add", 2)(Info, (1, None), a, b)
+    torch.testing.assert_close(result, torch.stack([a[:, i] + b for i in range(3)]))
+    assert rt.vmapped("add", None, a=a, b=b) is False  # no transform: the op's own path
