@@ -34,9 +34,11 @@ def paths(monkeypatch):
 
 
 CASES = {
-    # name: (op, shapes, in_dims, the rule's path): elementwise inputs that broadcast are batched in
-    # one call, the batch axis lined up first (another rank, a 0-d sample, a batch axis not first);
-    # an input of a fixed rank, a matmul operand and a reduction's row run once a sample.
+    # name: (op, shapes, in_dims, the rule's path): inputs that take leading axes (an elementwise
+    # op's broadcasting ones, a reduction's rows, a batched matmul's operands) are batched in one
+    # call, the batch axis lined up first (another rank, a 0-d sample, a batch axis not first); a
+    # batched input of a fixed rank (a bias or weight [N], a 2-D matmul's operand) runs a sample
+    # at a time.
     "add, both batched": ("add", [(3, 5, 7), (3, 5, 7)], (0, 0), "once"),
     "add, one shared": ("add", [(3, 5, 7), (5, 7)], (0, None), "once"),
     "add, batch axis last": ("add", [(5, 7, 3), (5, 7)], (2, None), "once"),
@@ -44,9 +46,15 @@ CASES = {
     "add, 0-d samples": ("add", [(3,), (5, 7)], (0, None), "once"),
     "bias_gelu, bias shared": ("bias_gelu", [(3, 5, 7), (7,)], (0, None), "once"),
     "bias_gelu, bias batched": ("bias_gelu", [(3, 5, 7), (3, 7)], (0, 0), "each"),
-    "softmax": ("softmax", [(3, 5, 7)], (0,), "each"),
-    "layer_norm": ("layer_norm", [(3, 5, 7), (7,), (7,)], (0, None, None), "each"),
+    "softmax": ("softmax", [(3, 5, 7)], (0,), "once"),
+    "layer_norm": ("layer_norm", [(3, 5, 7), (7,), (7,)], (0, None, None), "once"),
+    "layer_norm, weight batched": ("layer_norm", [(3, 5, 7), (3, 7), (7,)], (0, 0, None), "each"),
+    "add_rms_norm, residual shared": ("add_rms_norm", [(3, 5, 7), (5, 7), (7,)], (0, None, None), "once"),
     "matmul_relu": ("matmul_relu", [(3, 16, 8), (8, 16)], (0, None), "each"),
+    "bmm, b shared": ("bmm", [(3, 2, 16, 8), (8, 16)], (0, None), "once"),
+    "bmm, a of one matrix": ("bmm", [(3, 16, 8), (2, 8, 16)], (0, None), "once"),
+    "bmm, a shared": ("bmm", [(2, 16, 8), (8, 16, 3)], (None, 2), "once"),
+    "bmm_bias_silu, bias batched": ("bmm_bias_silu", [(3, 16, 8), (8, 16), (3, 16)], (0, None, 0), "each"),
 }
 
 
@@ -94,8 +102,9 @@ def test_an_empty_batch_is_served_at_once_and_refused_a_sample_at_a_time():
     import generated
 
     assert torch.func.vmap(generated.add)(randn(0, 4), randn(0, 4)).shape == (0, 4)
-    with pytest.raises(ValueError, match=r"torch.ops.generated.softmax: torch.vmap over an empty batch \(size 0\)"):
-        torch.func.vmap(generated.softmax)(randn(0, 4, 5))
+    assert torch.func.vmap(generated.softmax)(randn(0, 4, 5)).shape == (0, 4, 5)
+    with pytest.raises(ValueError, match=r"torch.ops.generated.matmul_relu: torch.vmap over an empty batch \(size 0\)"):
+        torch.func.vmap(generated.matmul_relu, in_dims=(0, None))(randn(0, 16, 8), randn(8, 16))
 
 
 def test_out_is_refused_under_vmap():

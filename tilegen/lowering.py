@@ -163,6 +163,9 @@ def common_context(spec: Spec, header: str) -> dict:
         # The public wrapper's own parameters: the spec's names.
         public_call_args=", ".join([t.public for t in spec.inputs] + [s.public for s in spec.scalars]),
         input_args=", ".join(t.name for t in spec.inputs),
+        # Under torch.vmap, the inputs that take extra leading axes: batched ones go in one call
+        # (runtime/batching.py). An elementwise input of no declared shape broadcasts as PyTorch's.
+        leading=tuple(spec.kind == "elementwise" if t.shape is None else t.shape[:1] == ("...",) for t in spec.inputs),
         named_inputs=", ".join(f"{t.public}={t.name}" for t in spec.inputs),
         typed_params=_typed_params(spec),
         return_type="torch.Tensor" if len(spec.outputs) == 1 else
@@ -396,8 +399,6 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         mask=policy,
         space=f"rt.ElementwiseSpace({tile.block!r}, {blocks}, {warps}, exact={exact})",
         input_names=inputs,
-        # Under torch.vmap, inputs that take extra leading axes are batched in one call (batching.py).
-        leading=tuple(t.shape is None or t.shape[0] == "..." for t in spec.inputs),
         # Float inputs are upcast to the math's precision on load; int and bool ones stay as they are.
         upcast=spec.float_inputs(),
         output_names=outputs,
