@@ -137,7 +137,7 @@ def test_the_other_transforms_are_refused_naming_the_op_and_argument():
 def test_the_rule_lines_the_batch_axis_up_before_the_samples_axes():
     # One call with a batched input whose samples are of a lower rank than another input's: the
     # batch axis goes first and 1-sized axes after it, so broadcasting pairs sample axes alike.
-    rule = batching.vmap_rule(torch.add, "test::add", 2, leading=(True, True))
+    rule = batching.vmap_rule(torch.add, "test::add", 2, batchable=(True, True), own_axes=(0, 0))
 
     class Info:
         batch_size = 3
@@ -151,3 +151,24 @@ def test_the_rule_lines_the_batch_axis_up_before_the_samples_axes():
     result, dims = batching.vmap_rule(torch.add, "test::add", 2)(Info, (1, None), a, b)
     torch.testing.assert_close(result, torch.stack([a[:, i] + b for i in range(3)]))
     assert rt.vmapped("add", None, a=a, b=b) is False  # no transform: the op's own path
+
+
+def test_the_rule_lines_up_the_axes_before_each_inputs_own():
+    # A reduction's row [..., N] beside its per-row input [...]: the per-row input's axes line up
+    # with the row's before N (its own axis), not from the right.
+    def scaled_rows(x, t):
+        return x / t[..., None]
+
+    rule = batching.vmap_rule(scaled_rows, "test::scaled_rows", 2, batchable=(True, True), own_axes=(1, 0))
+
+    class Info:
+        batch_size = 3
+
+    x, t = torch.randn(3, 5, 7), torch.rand(5, 3) + 1  # t batched along its axis 1
+    for args, dims in (((x, t), (0, 1)), ((x[0], t), (None, 1)), ((x, t[:, 0]), (0, None))):
+        result, out_dims = rule(Info, dims, *args)
+        assert out_dims == 0
+        torch.testing.assert_close(result, each_sample(scaled_rows, args, dims))
+    x2 = torch.randn(3, 7)  # a row of another rank than t's samples: its batch axis padded
+    result, _ = rule(Info, (0, None), x2, t[:, 0])
+    torch.testing.assert_close(result, each_sample(scaled_rows, (x2, t[:, 0]), (0, None)))

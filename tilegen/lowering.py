@@ -163,9 +163,7 @@ def common_context(spec: Spec, header: str) -> dict:
         # The public wrapper's own parameters: the spec's names.
         public_call_args=", ".join([t.public for t in spec.inputs] + [s.public for s in spec.scalars]),
         input_args=", ".join(t.name for t in spec.inputs),
-        # Under torch.vmap, the inputs that take extra leading axes: batched ones go in one call
-        # (runtime/batching.py). An elementwise input of no declared shape broadcasts as PyTorch's.
-        leading=tuple(spec.kind == "elementwise" if t.shape is None else t.shape[:1] == ("...",) for t in spec.inputs),
+        batching=_batching(spec),
         named_inputs=", ".join(f"{t.public}={t.name}" for t in spec.inputs),
         typed_params=_typed_params(spec),
         return_type="torch.Tensor" if len(spec.outputs) == 1 else
@@ -189,6 +187,19 @@ def _backward_table(spec: Spec, kind_table: dict, op_table: dict) -> str | None:
     if not own:
         return None
     return render_table(table_for_spec(spec, kind_table, op_table, own))
+
+
+def _batching(spec: Spec) -> str:
+    """The registered op's batching arguments (runtime/batching.py): which inputs take extra leading
+    axes, and how many of each one's last axes are its own. An elementwise op's inputs broadcast
+    whole, as PyTorch's (no axis of their own); another kind's `[..., X]` lines its `...` up with
+    the other inputs' (a reduction's row [..., N] beside a per-row [...], a batched matmul's
+    operands), and an input of a fixed rank is all its own axes."""
+    elementwise = spec.kind == "elementwise"
+    batchable = tuple(elementwise if t.shape is None else t.shape[:1] == ("...",) for t in spec.inputs)
+    own = tuple(0 if elementwise or t.shape is None else len(t.shape) - (t.shape[:1] == ("...",))
+                for t in spec.inputs)
+    return f"batchable={batchable}, own_axes={own}"
 
 
 def _typed_params(spec: Spec) -> str:

@@ -4,44 +4,49 @@
 A Triton kernel cannot read the batched tensors torch.vmap wraps its inputs in, so an op's Python
 function hands a vmapped call to the registered op (library.vmapped), and PyTorch calls the rule
 here with the plain tensors and the axis each is batched along. Where every batched input takes
-extra leading axes (an elementwise op's inputs broadcast together), the batch axis moved first is
-one more of them: one call serves the whole batch. Otherwise (an input of a fixed rank, a matmul
-operand, a reduction's row) the op runs once a sample and the results are stacked, as PyTorch's
-own fallback would, without its performance warning on every call.
+extra leading axes (an elementwise op's broadcasting inputs, a reduction's rows, a batched
+matmul's operands: shapes the spec declares as `[..., ...]`), the batch axis moved first is one
+more of them: one call serves the whole batch. Otherwise (a batched input of a fixed rank: a bias
+or a weight, a 2-D matmul's operand) the op runs once a sample and the results are stacked, as
+PyTorch's own fallback would, without its performance warning on every call.
 """
 
 import torch
 
 
-def vmap_rule(op, name, tensors, leading=None):
+def vmap_rule(op, name, tensors, batchable=None, own_axes=None):
     """The batching rule of the registered op `op` ("namespace::name" `name`), whose first
-    `tensors` arguments are tensors;
-    `leading[i]`: whether tensor input i takes extra leading axes (None: none does)."""
-    leading = (False,) * tensors if leading is None else tuple(leading)
+    `tensors` arguments are tensors. Per tensor input: `batchable`, whether it takes extra leading
+    axes (None: none does); `own_axes`, how many of its last axes are its own, the axes before
+    them lining up with the other inputs' from the right (0 for an elementwise op's inputs, which
+    broadcast whole; 1 for a reduction's row [..., N]; 0 for its per-row input [...])."""
+    batchable = (False,) * tensors if batchable is None else tuple(batchable)
+    own_axes = (0,) * tensors if own_axes is None else tuple(own_axes)
 
     def rule(info, in_dims, *args):
         dims = in_dims[:tensors]
         if all(d is None for d in dims):  # (batched at another level only)
             return _unbatched(op(*args))
-        if all(takes or d is None for takes, d in zip(leading, dims)):
-            return _at_once(op, tensors, dims, args)
+        if all(takes or d is None for takes, d in zip(batchable, dims)):
+            return _at_once(op, own_axes, dims, args)
         return _per_sample(op, name, info.batch_size, in_dims, args)
 
     return rule
 
 
-def _at_once(op, tensors, dims, args):
+def _at_once(op, own_axes, dims, args):
     """The whole batch in one call: each batched input's batch axis moved first, then 1-sized axes
-    after it up to the samples' highest rank, so that broadcasting lines the batch axis up with
-    itself and each sample's axes with the other inputs' (as per sample)."""
-    rank = max(a.dim() - (d is not None) for a, d in zip(args[:tensors], dims))
-    lined_up = [a if d is None else _first(a, d, rank) for a, d in zip(args[:tensors], dims)]
-    return _batched_at_0(op(*lined_up, *args[tensors:]))
+    after it, so that every input has as many lined-up axes before its own as the one with the
+    most: broadcasting pairs the batch axis with itself and each sample's axes as per sample."""
+    tensors = len(own_axes)
+    lined = [a.dim() - (d is not None) - own for a, d, own in zip(args[:tensors], dims, own_axes)]
+    most = max(lined)
+    ready = [a if d is None else _first(a, d, most - n) for a, d, n in zip(args[:tensors], dims, lined)]
+    return _batched_at_0(op(*ready, *args[tensors:]))
 
 
-def _first(tensor, dim, rank):
-    moved = tensor.movedim(dim, 0)
-    return moved[(slice(None),) + (None,) * (rank - (moved.dim() - 1))]
+def _first(tensor, dim, pad):
+    return tensor.movedim(dim, 0)[(slice(None),) + (None,) * pad]
 
 
 def _per_sample(op, name, size, in_dims, args):

@@ -142,12 +142,12 @@ def copy_out(out, result):
     return tuple(out)
 
 
-def register(qualname, gradients=None, traceable=None, leading=None):
+def register(qualname, gradients=None, traceable=None, batchable=None, own_axes=None):
     """Decorator: register the annotated function as the op `qualname` ("namespace::name"), with
     `gradients` (a Gradients) as its autograd formula, and return its OpOverload
     (`torch.ops.namespace.name.default`). Without `gradients` a backward through it raises.
     Under torch.vmap it runs the whole batch at once where every batched tensor input takes extra
-    leading axes (`leading`, one flag per tensor input; None: none does), else once a sample."""
+    leading axes, else once a sample (`batchable` and `own_axes`: batching.vmap_rule's)."""
     traceable = TRACEABLE if traceable is None else traceable
 
     def decorate(impl):
@@ -164,7 +164,7 @@ def register(qualname, gradients=None, traceable=None, leading=None):
             op.register_autograd(gradients, setup_context=gradients.setup_context)
         namespace, name = qualname.split("::")
         overload = getattr(getattr(torch.ops, namespace), name).default
-        op.register_vmap(vmap_rule(overload, qualname, _tensor_count(impl), leading))
+        op.register_vmap(vmap_rule(overload, qualname, _tensor_count(impl), batchable, own_axes))
         _IMPLEMENTATIONS[overload] = impl
         if gradients is not None:
             gradients.name = name
