@@ -172,3 +172,12 @@ def test_the_rule_lines_up_the_axes_before_each_inputs_own():
     x2 = torch.randn(3, 7)  # a row of another rank than t's samples: its batch axis padded
     result, _ = rule(Info, (0, None), x2, t[:, 0])
     torch.testing.assert_close(result, each_sample(scaled_rows, (x2, t[:, 0]), (0, None)))
+
+
+def test_a_reduction_over_another_axis_counts_its_dim_in_each_sample():
+    import generated
+
+    x = randn(3, 4, 6, 5)
+    torch.testing.assert_close(torch.func.vmap(lambda a: generated.softmax(a, dim=1))(x), torch.softmax(x, dim=2))
+    got = torch.func.vmap(lambda a: generated.softmax(a, dim=0), in_dims=1)(x)
+    torch.testing.assert_close(got, torch.softmax(x, dim=0).movedim(1, 0))
