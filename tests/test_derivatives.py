@@ -196,7 +196,7 @@ def test_random_expressions_match_autograd_of_the_oracle(source, points):
     try:
         parse_expression(source, names)
     except ValueError:
-        return  # e.g. a function of constants only: not an expression the language accepts
+        return  # e.g. abs() of numbers alone: not an expression the language accepts
     a = torch.tensor(points + [0.0, 1.0], dtype=torch.float64)
     b = torch.tensor(points[::-1] + [0.0, 1.0], dtype=torch.float64)
     # Scalars reach the oracle as float64 tensors, as in the generated tests.

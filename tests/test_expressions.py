@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -121,7 +123,7 @@ def _expressions(draw, depth=0):
         return f"({draw(_expressions(depth + 1))}) ** {draw(st.integers(1, 8))}"
     name = draw(st.sampled_from(sorted(FUNCTIONS)))
     args = [draw(_expressions(depth + 1)) for _ in range(FUNCTIONS[name].arity)]
-    args[-1] = f"({args[-1]}) + a"  # a call of constants only is rejected
+    args[-1] = f"({args[-1]}) + a"  # (a call of numbers alone is folded, or refused: each reads a)
     if name == "where":
         args[0] = f"{args[0]} > {draw(_atoms)}"
     return f"{name}({', '.join(args)})"
@@ -148,6 +150,39 @@ def test_generated_expressions_round_trip(source):
 ])
 def test_eager_form_keeps_python_scalars(source, eager):
     assert tidy(parse_expression(source, NAMES).to_eager()) == eager
+
+
+@pytest.mark.parametrize("source, number", [
+    ("sqrt(2.0 / 3.141592653589793)", math.sqrt(2 / math.pi)),
+    ("tanh(sqrt(2.0))", math.tanh(math.sqrt(2))),
+    ("exp(-1.0) * 2", math.exp(-1) * 2),
+    ("sigmoid(-1000.0)", 0.0),  # (no overflow on the way)
+    ("gelu(1.0) + silu(2) + rsqrt(4) + erf(0.5) + log(2.0) + sin(1.0) + cos(1.0)",
+     0.5 * (1 + math.erf(1 / math.sqrt(2))) + 2 / (1 + math.exp(-2)) + 0.5 + math.erf(0.5) + math.log(2)
+     + math.sin(1) + math.cos(1)),
+])
+def test_a_function_of_numbers_alone_is_folded_into_its_number(source, number):
+    expression = parse_expression(f"a * ({source})", NAMES)
+    for emitted in (expression.to_triton(), expression.to_torch(), expression.to_eager()):
+        assert not any(name in emitted for name in ("exp", "log", "sqrt", "sin", "cos", "erf", "sigmoid", "tanh",
+                                                     "silu", "gelu")), emitted  # no call is left
+    value = eval(expression.to_torch(), {"torch": torch, "a": torch.tensor(1.0, dtype=torch.float64)})
+    assert value.item() == pytest.approx(number, rel=1e-15, abs=1e-300)
+
+
+@pytest.mark.parametrize("source, message", [
+    ("a + log(0.0)", "log() of constants has no finite value here"),
+    ("a + sqrt(-1.0)", "sqrt() of constants has no finite value here"),
+    ("a / rsqrt(0.0)", "rsqrt() of constants has no finite value here"),
+    ("a + exp(100.0)", "exp() of constants is out of range (2.68812e+43)"),
+    ("a / sin(0.0)", "division by a constant zero"),
+    ("a + abs(-2.0)", "abs() of constants only"),
+    ("a + maximum(0.5, 1.0)", "maximum() of constants only"),
+])
+def test_a_function_of_numbers_alone_without_a_finite_value_or_spelled_otherwise_is_refused(source, message):
+    with pytest.raises(ExpressionError) as info:
+        parse_expression(source, NAMES)
+    assert info.value.message == message
 
 
 def test_eager_form_treats_scalar_names_as_numbers():

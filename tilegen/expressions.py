@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -203,7 +204,7 @@ def parse_expression(source: object, names: set[str], reductions: bool = False, 
     if checker.problems:
         first, *others = checker.problems
         raise ExpressionError(first.message, first.allowed, tuple(others), first.unknown_name)
-    return Expression(text, tree, tuple(sorted(checker.used)))
+    return Expression(text, _FoldConstants().visit(tree), tuple(sorted(checker.used)))
 
 
 class _Infinity(ast.NodeTransformer):
@@ -310,12 +311,20 @@ class _Checker:
                 return
             if len(node.args) != spec.arity:
                 raise ExpressionError(f"{func.id}() takes {spec.arity} argument(s), got {len(node.args)}", self.allowed)
-            if not any(value_names(arg) for arg in node.args):
+            constant = not any(value_names(arg) for arg in node.args)
+            if constant and func.id not in _FOLDED:
                 raise ExpressionError(f"{func.id}() of constants only", "write its value as a number")
             for index, arg in enumerate(node.args):
                 if isinstance(arg, ast.Starred):
                     raise ExpressionError("starred arguments are not allowed", self.allowed)
                 self.check(arg, depth + 1, in_condition=(func.id == "where" and index == 0))
+            if constant:  # (folded into its number after the check: _FoldConstants)
+                value = _constant_value(node)
+                if value is None:
+                    raise ExpressionError(f"{func.id}() of constants has no finite value here",
+                                          f"a constant argument in {func.id}()'s domain")
+                if abs(value) > MAX_LITERAL:
+                    raise ExpressionError(f"{func.id}() of constants is out of range ({value:g})", f"|x| <= {MAX_LITERAL:g}")
             return
         raise ExpressionError(f"{_refused_construct(node)} is not allowed", self.allowed)
 
@@ -475,13 +484,43 @@ def _refused_construct(node: ast.AST) -> str:
     return _REFUSED_CONSTRUCTS.get(type(node), f"Python's {type(node).__name__}")
 
 
+def _sigmoid(v: float) -> float:
+    return 1.0 / (1.0 + math.exp(-v)) if v >= 0 else math.exp(v) / (1.0 + math.exp(v))
+
+
+# The functions a spec may call on constants alone, for a number it would rather not write out
+# (sqrt(2.0 / 3.141592653589793), exp(-1.0)): folded into that number at the build, in float64, so
+# that the kernel, the oracle and the eager code read the same literal. (Of the others, abs(-2.0) or
+# maximum(0.5, 1.0) is a number written another way: refused.)
+_FOLDED: dict[str, Callable[[float], float]] = {
+    "exp": math.exp, "log": math.log, "sqrt": math.sqrt, "rsqrt": lambda v: 1.0 / math.sqrt(v),
+    "sin": math.sin, "cos": math.cos, "erf": math.erf, "tanh": math.tanh, "sigmoid": _sigmoid,
+    "silu": lambda v: v * _sigmoid(v), "gelu": lambda v: 0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0))),
+}
+
+
+class _FoldConstants(ast.NodeTransformer):
+    """Each call of a _FOLDED function on constants alone (checked: its value is finite) as its number."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        value = _constant_value(node)
+        if value is None:
+            return self.generic_visit(node)
+        return ast.copy_location(ast.Constant(value), node)
+
+
 def _constant_value(node: ast.AST) -> float | None:
-    """The value of a checked subtree of numbers and arithmetic alone, or None where it reads a
-    name, calls a function, or cannot be computed (a constant division by zero inside it, an
-    overflow)."""
+    """The value of a checked subtree of numbers, arithmetic and _FOLDED functions alone, or None
+    where it reads a name, calls another function, or has no finite value (a constant division
+    by zero inside it, an overflow, an argument outside a function's domain)."""
     try:
         if isinstance(node, ast.Constant):
             return float(node.value)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FOLDED:
+            if len(node.args) != 1 or (argument := _constant_value(node.args[0])) is None:
+                return None
+            value = _FOLDED[node.func.id](argument)
+            return value if math.isfinite(value) else None
         if isinstance(node, ast.UnaryOp):
             value = _constant_value(node.operand)
             return None if value is None else (-value if isinstance(node.op, ast.USub) else value)
@@ -493,7 +532,7 @@ def _constant_value(node: ast.AST) -> float | None:
                 return left ** node.right.value
             return {ast.Add: left + right, ast.Sub: left - right, ast.Mult: left * right}.get(
                 type(node.op), left / right if right else None)
-    except (OverflowError, ZeroDivisionError):
+    except (OverflowError, ZeroDivisionError, ValueError):  # (ValueError: outside math's domain)
         return None
     return None
 
