@@ -147,6 +147,64 @@ tiles:
 """
 
 
+# Constants written as functions of numbers (folded at the build): GELU's tanh form in an
+# elementwise op, and a matmul epilogue's and a reduction's.
+FOLDED_CONSTANTS = {
+    "gelu_tanh.yaml": """
+op: gelu_tanh
+kind: elementwise
+doc: GELU's tanh approximation, its constant written as sqrt(2 / pi).
+inputs:
+  x: {dtype: [float16, float32]}
+outputs:
+  y: {dtype: x}
+compute:
+  y: 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.141592653589793) * (x + 0.044715 * x ** 3)))
+tiles:
+  N: {block: BLOCK, sizes: [1024]}
+""",
+    "mm_folded.yaml": """
+op: mm_folded
+kind: matmul
+doc: c = acc * rsqrt(2.0) + erf(0.5)
+inputs:
+  a: {shape: [M, K], dtype: [float32]}
+  b: {shape: [K, N], dtype: a}
+outputs:
+  c: {shape: [M, N], dtype: a}
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+epilogue:
+  c: acc * rsqrt(2.0) + erf(0.5)
+""",
+    "softmax_folded.yaml": """
+op: softmax_folded
+kind: reduction
+doc: softmax of x * rsqrt(64), shifted by log(2) too.
+inputs:
+  x: {dtype: [float32], shape: [..., N]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+steps:
+  s: x * rsqrt(64.0)
+  m: max(s)
+  e: exp(s - m - log(2.0))
+compute:
+  y: e / sum(e)
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+""",
+}
+
+
+@needs_backend
+def test_functions_of_numbers_alone_are_folded_in_each_kind(tmp_path):
+    assert_generated_tests_pass(tmp_path, FOLDED_CONSTANTS, ["gelu_tanh", "mm_folded", "softmax_folded"],
+                                "matches_reference or gradients_match_autograd")
+
+
 def test_a_float32_input_of_an_op_run_in_float64_gets_its_gradient_tests(tmp_path):
     assert_generated_tests_pass(tmp_path, {"scaled_by_float32.yaml": FLOAT32_BESIDE_FLOAT64}, ["scaled_by_float32"],
                                 "gradients_match or gradcheck")
