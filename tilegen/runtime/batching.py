@@ -12,11 +12,11 @@ PyTorch's own fallback would, without its performance warning on every call.
 """
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 
-def vmap_rule(op, name, tensors, batchable=None, own_axes=None):
-    """The batching rule of the registered op `op` ("namespace::name" `name`), whose first
-    `tensors` arguments are tensors. Per tensor input: `batchable`, whether it takes extra leading
+def vmap_rule(op, tensors, batchable=None, own_axes=None):
+    """The batching rule of the registered op `op`, whose first `tensors` arguments are tensors. Per tensor input: `batchable`, whether it takes extra leading
     axes (None: none does); `own_axes`, how many of its last axes are its own, the axes before
     them lining up with the other inputs' from the right (0 for an elementwise op's inputs, which
     broadcast whole; 1 for a reduction's row [..., N]; 0 for its per-row input [...])."""
@@ -29,7 +29,7 @@ def vmap_rule(op, name, tensors, batchable=None, own_axes=None):
             return _unbatched(op(*args))
         if all(takes or d is None for takes, d in zip(batchable, dims)):
             return _at_once(op, own_axes, dims, args)
-        return _per_sample(op, name, info.batch_size, in_dims, args)
+        return _per_sample(op, info.batch_size, in_dims, args)
 
     return rule
 
@@ -49,14 +49,30 @@ def _first(tensor, dim, pad):
     return tensor.movedim(dim, 0)[(slice(None),) + (None,) * pad]
 
 
-def _per_sample(op, name, size, in_dims, args):
+def _per_sample(op, size, in_dims, args):
+    """The op once a sample, the results stacked along a new first axis (an empty batch: empty
+    results of the shapes a sample's would have, found on fake tensors)."""
     if size == 0:
-        raise ValueError(f"torch.ops.{name.replace('::', '.')}: torch.vmap over an empty batch (size 0), which this op runs a sample "
-                         "at a time and so cannot give a result shape; vmap over at least one sample")
+        return _empty_batch(op, in_dims, args)
     results = [op(*(a if d is None else a.select(d, i) for a, d in zip(args, in_dims))) for i in range(size)]
     if isinstance(results[0], torch.Tensor):
         return torch.stack(results), 0
     return tuple(torch.stack(parts) for parts in zip(*results)), (0,) * len(results[0])
+
+
+def _empty_batch(op, in_dims, args):
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        samples = [a if d is None else mode.from_tensor(_sample_like(a, d)) for a, d in zip(args, in_dims)]
+        results = op(*samples)
+    empty = [torch.empty((0, *r.shape), dtype=r.dtype, device=r.device)
+             for r in ((results,) if isinstance(results, torch.Tensor) else results)]
+    return (empty[0], 0) if isinstance(results, torch.Tensor) else (tuple(empty), (0,) * len(empty))
+
+
+def _sample_like(tensor, dim):
+    """A sample of `tensor` batched along `dim` (of size 0): its shape less that axis, its dtype."""
+    shape = tensor.shape[:dim] + tensor.shape[dim + 1:]
+    return torch.empty(shape, dtype=tensor.dtype, device=tensor.device)
 
 
 def _batched_at_0(output):

@@ -164,7 +164,7 @@ def register(qualname, gradients=None, traceable=None, batchable=None, own_axes=
             op.register_autograd(gradients, setup_context=gradients.setup_context)
         namespace, name = qualname.split("::")
         overload = getattr(getattr(torch.ops, namespace), name).default
-        op.register_vmap(vmap_rule(overload, qualname, _tensor_count(impl), batchable, own_axes))
+        op.register_vmap(vmap_rule(overload, _tensor_count(impl), batchable, own_axes))
         _IMPLEMENTATIONS[overload] = impl
         if gradients is not None:
             gradients.name = name
