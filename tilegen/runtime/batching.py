@@ -16,10 +16,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 
 def vmap_rule(op, tensors, batchable=None, own_axes=None):
-    """The batching rule of the registered op `op`, whose first `tensors` arguments are tensors. Per tensor input: `batchable`, whether it takes extra leading
-    axes (None: none does); `own_axes`, how many of its last axes are its own, the axes before
-    them lining up with the other inputs' from the right (0 for an elementwise op's inputs, which
-    broadcast whole; 1 for a reduction's row [..., N]; 0 for its per-row input [...])."""
+    """The batching rule of the registered op `op`, whose first `tensors` arguments are tensors.
+    Per tensor input: `batchable`, whether it takes extra leading axes (None: none does);
+    `own_axes`, how many of its last axes are its own, the axes before them lining up with the
+    other inputs' from the right (0 for an elementwise op's inputs, which broadcast whole; 1 for a
+    reduction's row [..., N]; 0 for its per-row input [...])."""
     batchable = (False,) * tensors if batchable is None else tuple(batchable)
     own_axes = (0,) * tensors if own_axes is None else tuple(own_axes)
 

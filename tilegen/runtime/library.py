@@ -164,7 +164,7 @@ def register(qualname, gradients=None, traceable=None, batchable=None, own_axes=
             op.register_autograd(gradients, setup_context=gradients.setup_context)
         namespace, name = qualname.split("::")
         overload = getattr(getattr(torch.ops, namespace), name).default
-        op.register_vmap(vmap_rule(overload, _tensor_count(impl), batchable, own_axes))
+        op.register_vmap(vmap_rule(overload, _tensor_count(overload), batchable, own_axes))
         _IMPLEMENTATIONS[overload] = impl
         if gradients is not None:
             gradients.name = name
@@ -174,10 +174,12 @@ def register(qualname, gradients=None, traceable=None, batchable=None, own_axes=
     return decorate
 
 
-def _tensor_count(impl):
-    """How many leading parameters of `impl` are tensors (its scalars follow them)."""
-    annotations = [p.annotation for p in inspect.signature(impl).parameters.values()]
-    return next((i for i, a in enumerate(annotations) if a not in (torch.Tensor, torch.Tensor | None)), len(annotations))
+def _tensor_count(overload):
+    """How many leading arguments of the op are tensors, optional ones included (its schema's;
+    scalars follow them)."""
+    tensor = torch._C.OptionalType(torch._C.TensorType.get())
+    arguments = overload._schema.arguments
+    return next((i for i, a in enumerate(arguments) if not a.type.isSubtypeOf(tensor)), len(arguments))
 
 
 def _one_result_as_list(impl):
