@@ -150,8 +150,6 @@ def test_the_rule_lines_the_batch_axis_up_before_the_samples_axes():
     result, dims = rule(Info, (1, None), a, b)
     assert dims == 0
     torch.testing.assert_close(result, torch.stack([a[:, i] + b for i in range(3)]))
-    result, dims = rule(Info, (None, None), b, b)  # batched at another level only
-    assert dims is None and torch.equal(result, b + b)
     result, dims = batching.vmap_rule(torch.add, 2)(Info, (1, None), a, b)
     torch.testing.assert_close(result, torch.stack([a[:, i] + b for i in range(3)]))
     assert rt.vmapped("add", None, a=a, b=b) is False  # no transform: the op's own path

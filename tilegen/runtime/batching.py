@@ -25,9 +25,8 @@ def vmap_rule(op, tensors, batchable=None, own_axes=None):
     own_axes = (0,) * tensors if own_axes is None else tuple(own_axes)
 
     def rule(info, in_dims, *args):
+        # (PyTorch calls it only where some input is batched at its level.)
         dims = in_dims[:tensors]
-        if all(d is None for d in dims):  # (batched at another level only)
-            return _unbatched(op(*args))
         if all(takes or d is None for takes, d in zip(batchable, dims)):
             return _at_once(op, own_axes, dims, args)
         return _per_sample(op, info.batch_size, in_dims, args)
@@ -78,7 +77,3 @@ def _sample_like(tensor, dim):
 
 def _batched_at_0(output):
     return output, (0 if isinstance(output, torch.Tensor) else (0,) * len(output))
-
-
-def _unbatched(output):
-    return output, (None if isinstance(output, torch.Tensor) else (None,) * len(output))
