@@ -118,6 +118,23 @@ def test_out_is_refused_under_vmap():
         torch.func.vmap(lambda a: generated.add(a, a, out=torch.empty(7, device=DEVICE)))(randn(3, 7))
 
 
+def test_a_scalar_under_vmap_is_checked_as_in_an_eager_call():
+    # A batched tensor given for a scalar would fail in PyTorch's dispatcher naming no argument;
+    # an unbatched 0-d one would be read as a number, where an eager call refuses it.
+    import generated
+
+    a, b = randn(3, 8), randn(3, 8)
+    scalar_given = r"^scaled_silu_mul: argument 'alpha' must be a Python float, got Tensor \(a scalar is one value"
+    with pytest.raises(TypeError, match=scalar_given):
+        torch.func.vmap(lambda a, b, s: generated.scaled_silu_mul(a, b, alpha=s))(a, b, randn(3))
+    with pytest.raises(TypeError, match=scalar_given):
+        torch.func.vmap(lambda a, b: generated.scaled_silu_mul(a, b, alpha=torch.tensor(2.0)))(a, b)
+    with pytest.raises(TypeError, match=r"^rms_norm: argument 'eps' must be a Python float, got str$"):
+        torch.func.vmap(lambda x, w: generated.rms_norm(x, w, eps="1e-6"))(randn(3, 4, 8), randn(3, 8))
+    got = torch.func.vmap(lambda a, b: generated.scaled_silu_mul(a, b, alpha=2))(a, b)  # an int is a float's
+    torch.testing.assert_close(got, generated.scaled_silu_mul(a, b, alpha=2.0))
+
+
 TRANSFORMED = r"{op}: argument '{arg}' is transformed by torch.func \(grad, vjp, jacrev, jvp, functionalize\)"
 
 
@@ -152,7 +169,7 @@ def test_the_rule_lines_the_batch_axis_up_before_the_samples_axes():
     torch.testing.assert_close(result, torch.stack([a[:, i] + b for i in range(3)]))
     result, dims = batching.vmap_rule(torch.add, 2)(Info, (1, None), a, b)
     torch.testing.assert_close(result, torch.stack([a[:, i] + b for i in range(3)]))
-    assert rt.vmapped("add", None, a=a, b=b) is False  # no transform: the op's own path
+    assert rt.vmapped("add", None, [], a=a, b=b) is False  # no transform: the op's own path
 
 
 def test_the_rule_lines_up_the_axes_before_each_inputs_own():

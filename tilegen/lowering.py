@@ -165,6 +165,8 @@ def common_context(spec: Spec, header: str) -> dict:
         input_args=", ".join(t.name for t in spec.inputs),
         batching=_batching(spec),
         named_inputs=", ".join(f"{t.public}={t.name}" for t in spec.inputs),
+        # ("name", value, kind) of each scalar: what a vmapped call checks (library.vmapped).
+        named_scalars="[" + ", ".join(f'("{s.public}", {s.name}, "{s.type}")' for s in spec.scalars) + "]",
         typed_params=_typed_params(spec),
         return_type="torch.Tensor" if len(spec.outputs) == 1 else
         "tuple[" + ", ".join("torch.Tensor" for _ in spec.outputs) + "]",

@@ -75,7 +75,7 @@ def refuse_grad(op, why, /, **tensors):
                                "torch.no_grad() or with detached inputs")
 
 
-def vmapped(op, out, /, **tensors):
+def vmapped(op, out, scalars, /, **tensors):
     """Whether a call is made under torch.vmap (and no other torch.func transform): the op's Python
     function then calls the registered op, which its batching rule serves (batching.py), since a
     Triton kernel cannot read the batched tensors vmap wraps. Refused, with one error naming the
@@ -83,7 +83,9 @@ def vmapped(op, out, /, **tensors):
     no custom op's autograd formula under them, and the kernels cannot read their tensors), out=
     under vmap, and forward-mode AD's dual tensors, whose tangents no derived formula propagates
     (rather than a result whose tangent is silently missing). Autograd outside the vmap records the
-    registered op's formula on the plain tensors its batching rule receives."""
+    registered op's formula on the plain tensors its batching rule receives. `scalars`: ("name",
+    value, kind) triples, checked here for a vmapped call (PyTorch would read a tensor given for one
+    before any check of the op's: a batched one fails in its dispatcher, naming no argument)."""
     if torch.compiler.is_compiling():  # traced tensors are never torch.func's
         return False
     duals = forward_ad._current_level >= 0  # (tangents exist only inside a dual level)
@@ -102,10 +104,19 @@ def vmapped(op, out, /, **tensors):
             raise TypeError(f"{op}: argument '{name}' carries a forward-mode tangent (torch.autograd.forward_ad), "
                             "which tilegen's ops do not propagate (no forward-mode derivative is derived); use "
                             "reverse mode (backward, torch.autograd.grad)")
-    if batched and out is not None:
+    if not batched:
+        return False
+    if out is not None:
         raise TypeError(f"{op}: out= under torch.vmap, which the op cannot write through; call it without out= "
                         "(vmap returns the batched result)")
-    return batched
+    from .checks import check_scalar  # (checks imports this module)
+    for name, value, kind in scalars:
+        if isinstance(value, torch.Tensor):
+            raise TypeError(f"{op}: argument '{name}' must be a Python {kind}, got Tensor (a scalar is one value "
+                            "for the whole call; under torch.vmap, pass a value that varies over the batch as a "
+                            "tensor input of the spec)")
+        check_scalar(op, name, value, kind)
+    return True
 
 
 def _vmap_alone():
