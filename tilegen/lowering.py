@@ -709,8 +709,20 @@ def matmul_context(spec: Spec, header: str) -> dict:
         output_index=len(spec.inputs),
         ranks=tuple_source(len(parts.matrix(t)) for t in list(spec.inputs) + list(spec.outputs)),
         backward=_matmul_backward(spec),
+        autocast=_autocast(spec, a, b),
     )
     return ctx
+
+
+def _autocast(spec: Spec, a: TensorSpec, b: TensorSpec) -> dict | None:
+    """What the wrapper casts inside a torch.autocast region (runtime/amp.py): each input's dtypes
+    and the operands' places. None where the operands take no half-precision dtype (a float8
+    product), which no region's dtype would change."""
+    if not all({"float16", "bfloat16"} & set(t.dtypes) for t in (a, b)):
+        return None
+    return dict(names=", ".join(t.public for t in spec.inputs),
+                dtypes=tuple_source(_dtype_constant(t.dtype_source) for t in spec.inputs),
+                operands=tuple_source(spec.inputs.index(t) for t in (a, b)))
 
 
 def _wrapped_args(names: list[str]) -> str:

@@ -25,6 +25,7 @@ refused with one error that says to rebuild.
 
 from .checks import (broadcast_shape, check_axes, check_dim, check_divisible, epilogue_view, check_interpretable, check_same_device, check_same_dtype,
                      check_scalar, check_tensor, prepare_out, split_out)
+from .amp import autocast_inputs, autocasting
 from .batch import batch_shape
 from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace, ReductionSpace
 from .device import INTERPRET, cdiv, device_facts, on_device
@@ -50,7 +51,7 @@ def require(version, module):
 
 
 __all__ = [
-    "VERSION", "RuntimeVersionError", "require", "INTERPRET", "cdiv", "device_facts", "on_device", "batch_shape",
+    "VERSION", "RuntimeVersionError", "require", "autocast_inputs", "autocasting", "INTERPRET", "cdiv", "device_facts", "on_device", "batch_shape",
     "broadcast_shape", "check_axes", "check_dim", "check_divisible", "epilogue_view", "check_interpretable", "check_same_device", "check_same_dtype",
     "check_scalar", "check_tensor", "prepare_out", "split_out",
     "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ReductionSpace", "ElementwiseOp", "MatmulOp", "ReductionOp",
