@@ -145,8 +145,10 @@ def test_a_compiled_region_casts_as_the_eager_one():
     grads = torch.autograd.grad(compiled.float().sum(), (a, b, bias))
     expected = torch.autograd.grad(eager.float().sum(), (a, b, bias))
     for got, want in zip(grads, expected):
+        # (bfloat16 math on both sides, whose traced and eager launches may take other configs and
+        # so add in other orders: they agree to bfloat16's rounding.)
         assert got.dtype == torch.float32
-        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=1e-2 * want.abs().max().item())
 
 
 @pytest.mark.skipif(not CUDA, reason="the compiled call path serves GPU calls only")

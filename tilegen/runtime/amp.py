@@ -20,20 +20,20 @@ def autocast_inputs(tensors, dtypes, operands):
     may take the region's dtype (a float8 product does not: its operands and their float32 scales
     are as the caller quantized them); each floating input that may take it is then cast to it, but
     float64 ones, and tensors of another device type, as PyTorch's autocast leaves them."""
-    a = tensors[operands[0]]
+    first, second = operands
+    a = tensors[first]
     if not isinstance(a, torch.Tensor):
         return tensors  # (the op's own checks name the argument)
     device = a.device.type
     if not torch.is_autocast_enabled(device):
         return tensors
     dtype = torch.get_autocast_dtype(device)
-    if any(dtype not in dtypes[index] for index in operands):
+    if dtype not in dtypes[first] or dtype not in dtypes[second]:
         return tensors
-    return tuple(_cast(tensor, dtype, device) if dtype in allowed else tensor
-                 for tensor, allowed in zip(tensors, dtypes))
-
-
-def _cast(tensor, dtype, device):
-    eligible = (isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and tensor.dtype != torch.float64
-                and tensor.device.type == device)
-    return tensor.to(dtype) if eligible else tensor
+    cast = None  # (a plain loop: this runs on every call in a region, where most inputs need no cast)
+    for index, tensor in enumerate(tensors):
+        if (isinstance(tensor, torch.Tensor) and tensor.dtype is not dtype and tensor.dtype is not torch.float64
+                and dtype in dtypes[index] and tensor.is_floating_point() and tensor.device.type == device):
+            cast = cast or list(tensors)
+            cast[index] = tensor.to(dtype)
+    return tensors if cast is None else tuple(cast)
