@@ -74,6 +74,17 @@ def steps():
         mine = row[0][1]
         print(f"  {m}x{n}x{k}: " + ", ".join(f"{name} {ms:.3f} ms {peak:.0f} MiB" for name, ms, peak in row)
               + f"; eager/tilegen {row[1][1] / mine:.2f}x, compile/tilegen {row[2][1] / mine:.2f}x")
+        # The same step on bfloat16 leaves, no region: what the kernels take without the casts.
+        half = [t.detach().to(HALF).requires_grad_() for t in (a, b, bias)]
+        plain = [triton.testing.do_bench(lambda: plain_step(fn, half), return_mode="median")
+                 for fn in (matmul_bias_gelu, eager)]
+        print(f"    bfloat16 leaves, no region: tilegen {plain[0]:.3f} ms, eager {plain[1]:.3f} ms "
+              f"({plain[1] / plain[0]:.2f}x)")
+
+
+def plain_step(fn, inputs):
+    c = fn(*inputs)
+    return torch.autograd.grad(c, inputs, torch.ones_like(c))
 
 
 if __name__ == "__main__":
