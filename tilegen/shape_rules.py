@@ -74,6 +74,15 @@ class ShapeRules:
                        f"{operands[0]}: [{m}, {k}] and {operands[1]}: [{k}, {n}] for an output [{m}, {n}]; either may "
                        "lead with ... (batch axes)")
             return None
+        names = list(inputs)
+        ahead = [name for name in names[:names.index(operands[1])] if name not in operands]
+        if ahead:
+            # (As torch.matmul's and F.linear's arguments: the op's signature, its tests and its
+            # benchmark take the operands first.)
+            behind = next(name for name in operands if names.index(name) > names.index(ahead[0]))
+            self.error(f"inputs.{ahead[0]}", f"epilogue input {ahead[0]!r} is listed ahead of operand {behind}",
+                       f"list {operands[0]} and {operands[1]} first in inputs, then the epilogue inputs")
+            return None
         batched = [name for name, shape in inputs.items() if shape is not None and shape[:1] == ("...",)]
         if batched and not out_batched:
             self.error(f"inputs.{batched[0]}.shape", f"input {batched[0]!r} has batch axes (...) but the "
