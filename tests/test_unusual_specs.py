@@ -336,6 +336,57 @@ def test_reduction_outputs_along_the_row_of_a_value_per_row_or_a_weight(tmp_path
                                 "matches_reference or gradients or reduced_axis or nan")
 
 
+# Inputs listed in any order: a weight and a per-row value ahead of the rows, a float32 scale and
+# a bool mask ahead of the elementwise inputs whose dtype the op runs in.
+INPUTS_IN_ANY_ORDER = {
+    "weight_first_norm.yaml": """
+op: weight_first_norm
+kind: reduction
+doc: y = (x - mean) * rsqrt(var + eps) * w + b * t, the weight and a per-row t listed first.
+inputs:
+  w: {dtype: [float16, bfloat16, float32], shape: [N]}
+  t: {dtype: [float32], shape: [...]}
+  x: {dtype: w, shape: [..., N]}
+  b: {dtype: w, shape: [N]}
+scalars:
+  eps: {type: float, default: 1.0e-5}
+outputs:
+  y: {dtype: w, shape: [..., N]}
+steps:
+  mu: mean(x)
+  d: x - mu
+  r: rsqrt(mean(d * d) + eps)
+compute:
+  y: d * r * w + b * t
+tiles:
+  N: {block: BLOCK_N, sizes: [64, 128, 1024]}
+""",
+    "scale_first_select.yaml": """
+op: scale_first_select
+kind: elementwise
+doc: z = where(m, x * s, y) with a float32 s and a bool m listed first.
+inputs:
+  s: {dtype: [float32], shape: [N]}
+  m: {dtype: [bool], shape: [..., N]}
+  x: {dtype: [float16, bfloat16, float32], shape: [..., N]}
+  y: {dtype: x, shape: [..., N]}
+outputs:
+  z: {dtype: x}
+compute:
+  z: where(m, x * s, y)
+tiles:
+  N: {block: BLOCK, sizes: [1024, 2048]}
+""",
+}
+
+
+def test_inputs_listed_in_any_order_pass_their_generated_tests(tmp_path):
+    # (The bad-argument test cut a weight listed first short: the error names the rows' input,
+    # the first to name the axis, and the weight as the one disagreeing.)
+    assert_generated_tests_pass(tmp_path, INPUTS_IN_ANY_ORDER, ["weight_first_norm", "scale_first_select"],
+                                "matches_reference or bad_arguments or gradients or wrong_device or vmap")
+
+
 FLAGS = {
     "mm_flag.yaml": """
 op: mm_flag
