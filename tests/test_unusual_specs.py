@@ -385,6 +385,11 @@ def test_inputs_listed_in_any_order_pass_their_generated_tests(tmp_path):
     # the first to name the axis, and the weight as the one disagreeing.)
     assert_generated_tests_pass(tmp_path, INPUTS_IN_ANY_ORDER, ["weight_first_norm", "scale_first_select"],
                                 "matches_reference or bad_arguments or gradients or wrong_device or vmap")
+    # The tests run over the dtypes of the input the output follows, not the scale's one dtype
+    # (x was tested in float16 alone).
+    tests = (tmp_path / "generated" / "tests" / "test_scale_first_select.py").read_text()
+    assert "DTYPES = s.dtype_params([torch.float16, torch.bfloat16, torch.float32])" in tests
+    assert "return [torch.float32, torch.bool, dtype, dtype]" in tests
 
 
 FLAGS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .dtypes import DTYPES
 from .lowering import records_gradients
 from .spec import Spec
-from .testgen import _base_value, _dtype_exprs, _positive_domain, pytorch_lines, row_shape_exprs
+from .testgen import _base_value, _dtype_exprs, _positive_domain, dtype_root, pytorch_lines, row_shape_exprs
 
 # The matmul shape set every benchmark and the tables start from, as (M, N, K).
 MATMUL_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
@@ -41,7 +41,8 @@ def compared_outputs(spec: Spec) -> list:
 
 
 def bench_context(spec: Spec, header: str, package: str) -> dict:
-    dtypes = [d for d in spec.inputs[0].dtypes if d in BENCH_DTYPES[spec.kind]] or [spec.inputs[0].dtypes[0]]
+    root = dtype_root(spec).dtypes
+    dtypes = [d for d in root if d in BENCH_DTYPES[spec.kind]] or [root[0]]
     compared = compared_outputs(spec)
     torch_lines = pytorch_lines(spec, "eager", frozenset(s.name for s in spec.scalars), compared)
     names = [t.name for t in compared]

@@ -17,8 +17,18 @@ from .spec import SIZE_ONE, Spec, TensorSpec
 _POSITIVE_DOMAIN = ("log", "sqrt", "rsqrt")
 
 
+def dtype_root(spec: Spec) -> TensorSpec:
+    """The input whose dtypes an op's tests and benchmark run over (`dtype` in them: the inputs
+    that follow it take it too, the others their first dtype): a matmul's A; another op's input
+    whose dtype its first output follows, where it follows one (a float32 scale or a bool mask
+    listed ahead of it would hold the tests to its one dtype), else its first input."""
+    source = spec.outputs[0].dtype_source
+    first = source if spec.kind != "matmul" and source in {t.name for t in spec.inputs} else spec.inputs[0].name
+    return spec.input(spec.input(first).dtype_source)
+
+
 def _dtype_exprs(spec: Spec, tensors) -> list[str]:
-    root = spec.inputs[0].dtype_source
+    root = dtype_root(spec).name
     out = []
     for tensor in tensors:
         if tensor.dtype_source == root:
@@ -191,10 +201,10 @@ def _interpreter_refusal(spec: Spec) -> str:
 
 
 def _sample_dtype(spec: Spec) -> str:
-    """The dtype the tests of one dtype run in: the first input's first dtype that Triton's
+    """The dtype the tests of one dtype run in: the dtype root's first dtype that Triton's
     interpreter runs too (a spec listing bfloat16 first for a matmul is tested in its next one),
     else its first."""
-    dtypes = spec.inputs[0].dtypes
+    dtypes = dtype_root(spec).dtypes
     runs = [d for d in dtypes if not (_interpreter_refusal(spec) and d == "bfloat16")]
     return (runs or dtypes)[0]
 
@@ -203,17 +213,18 @@ def _common(spec: Spec, header: str, package: str) -> dict:
     lines, result = _oracle(spec)
     scalars = [s for s in spec.scalars]
     in_float_math = spec.int_scalars_in_float_math()
-    followers = [t for t in spec.inputs[1:] if t.dtype_source == spec.inputs[0].dtype_source]
+    root = dtype_root(spec)
+    followers = [t for t in spec.inputs if t.dtype_source == root.name and t is not root]
     refusal = _interpreter_refusal(spec)
     return dict(
         header=header, package=package, op=spec.op,
-        dtypes_literal=", ".join(DTYPES[d].torch for d in spec.inputs[0].dtypes),
+        dtypes_literal=", ".join(DTYPES[d].torch for d in root.dtypes),
         # Why the interpreter cannot run the op in bfloat16 ("" where it can): its tests skip it there.
         bfloat16_refusal=refusal,
         first_dtype=DTYPES[_sample_dtype(spec)].torch,
         # Where bfloat16 is the op's only dtype, the interpreter runs none of its tests.
         interpreter_skip=f"{refusal} (bfloat16 is the op's only dtype); runs on a GPU"
-        if refusal and spec.inputs[0].dtypes == ("bfloat16",) else "",
+        if refusal and root.dtypes == ("bfloat16",) else "",
         input_names=[t.name for t in spec.inputs],
         input_labels=[t.public for t in spec.inputs],
         input_dtype_exprs=_dtype_exprs(spec, spec.inputs),
