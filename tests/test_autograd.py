@@ -255,6 +255,33 @@ def test_a_matmul_backward_sums_broadcast_gradients_before_its_products(through,
     assert order == ["sum", "product", "product"]
 
 
+@pytest.mark.parametrize("needs", [(False, True, True), (True, False, False), (False, False, True)])
+def test_a_matmul_backward_runs_only_the_products_of_gradients_asked_for(through, monkeypatch, needs):
+    # The first layer's input, a frozen weight: no product for a gradient no input needs (eager
+    # PyTorch's mm backward skips those too: a whole matmul a step), the others as when all are.
+    from generated import matmul_bias_gelu
+
+    module = importlib.import_module("generated.matmul_bias_gelu")
+    products, product = [], module._OP.product
+
+    def watched(x, y, *args, **kwargs):
+        products.append((tuple(x.shape), tuple(y.shape)))
+        return product(x, y, *args, **kwargs)
+
+    g = torch.Generator().manual_seed(3)
+    M, N, K = 33, 17, 21
+    inputs = [torch.randn(*shape, generator=g).to(_device()) for shape in [(M, K), (K, N), (N,)]]
+    seed = torch.randn(M, N, generator=g).to(_device())
+    every = [t.clone().requires_grad_() for t in inputs]
+    want = torch.autograd.grad(matmul_bias_gelu(*every), every, seed)
+    monkeypatch.setattr(module._OP, "product", watched)
+    asked = [t.clone().requires_grad_(need) for t, need in zip(inputs, needs)]
+    got = torch.autograd.grad(matmul_bias_gelu(*asked), [t for t in asked if t.requires_grad], seed)
+    assert products == [((M, N), (N, K))] * needs[0] + [((K, M), (M, N))] * needs[1]
+    for mine, theirs in zip(got, [w for w, need in zip(want, needs) if need]):
+        torch.testing.assert_close(mine, theirs)
+
+
 # The autograd node in C++ (csrc/autograd_node.cpp), which eager training calls record (the
 # default); here built and put in place, over the interpreter's CPU tensors.
 @pytest.fixture
@@ -891,8 +918,8 @@ def test_a_recomputed_accumulator_adds_up_as_the_forwards_did(tmp_path):
         acc = module.mm_tie(a, b, torch.full((m, 32), -float("inf"), device=device))  # the forward's sums
         # Every element at its threshold: the forward's own sums let no gradient through acc.
         g = torch.ones(m, 32, device=device)
-        kept = module._mm_tie_backward(a, b, acc.clone(), acc, g)
-        recomputed = module._mm_tie_backward(a, b, acc.clone(), None, g)
+        kept = module._mm_tie_backward(a, b, acc.clone(), acc, g, [True] * 3)
+        recomputed = module._mm_tie_backward(a, b, acc.clone(), None, g, [True] * 3)
         assert not kept[0].any() and not kept[1].any() and torch.equal(kept[2], g)
         for name, mine, theirs in zip("abt", recomputed, kept):
             assert torch.equal(mine, theirs), f"{name}: {(mine != theirs).sum().item()} elements differ"

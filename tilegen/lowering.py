@@ -275,14 +275,16 @@ def tuple_source(items) -> str:
 
 def gradients_formula(op: str | None, inputs: list[str], saved: list[str], sources: list[str], outputs: int,
                       saved_outputs: tuple = (), phases: str | None = None, whole: bool = False,
-                      records: tuple | None = None) -> str:
+                      records: tuple | None = None, selective: bool = False) -> str:
     """The rt.Gradients of an op whose tensor inputs are `inputs`: what its backward op (`op`)
     reads and where each input's gradient comes from (`phases`: its two calls; `whole`: the backward
-    op is one launch its kernel's call path learns; `records`: output_records, rt.Gradients)."""
+    op is one launch its kernel's call path learns; `records`: output_records; `selective`: the
+    backward op takes which inputs need a gradient, rt.Gradients)."""
     return (f"rt.Gradients({op or 'None'}, tensors={len(inputs)}, saved={tuple_source(inputs.index(n) for n in saved)}, "
             f"sources={tuple_source(sources)}, outputs={outputs}, saved_outputs={tuple_source(saved_outputs)}"
             + (f", records={tuple_source(tuple_source(r) for r in records)}" if records is not None else "")
-            + (f", phases={phases}" if phases else "") + (", whole=True)" if whole and op else ")"))
+            + (f", phases={phases}" if phases else "") + (", selective=True" if selective and op else "")
+            + (", whole=True)" if whole and op else ")"))
 
 
 def output_records(spec: Spec) -> tuple | None:
@@ -521,6 +523,11 @@ def _matmul_backward(spec: Spec) -> dict:
     # to an [M, N] float32 block in PyTorch's) then comes and goes before dA and dB are allocated,
     # as in eager PyTorch's order.
     sums = []
+    # A gradient no input needs is not computed (the first layer's input, a frozen weight: eager
+    # PyTorch's mm backward skips those products too); an empty tensor holds its place.
+    def if_needed(name, expression):
+        return f"{expression} if needed[{inputs.index(name)}] else {dz}.new_empty(0)"
+
     for name in inputs:
         if name in extras and name in backward.passed and extras[name] == (m, n):
             # The incoming gradient itself (returned by the autograd formula: an op's result may
@@ -528,23 +535,23 @@ def _matmul_backward(spec: Spec) -> dict:
             sources.append(f'("grad", {outputs.index(backward.passed[name])})')
             continue
         if name == a and flows and batched:  # summed over the batch axes a broadcast along
-            results.append(f"_OP.gradient({dz}, {b}.mT, {a}.shape)")
+            results.append(if_needed(a, f"_OP.gradient({dz}, {b}.mT, {a}.shape)"))
         elif name == b and flows and batched:
-            results.append(f"_OP.gradient({a}.mT, {dz}, {b}.shape)")
+            results.append(if_needed(b, f"_OP.gradient({a}.mT, {dz}, {b}.shape)"))
         elif name == a and flows:
-            results.append(f"_OP.product({dz}, {b}.t())")
+            results.append(if_needed(a, f"_OP.product({dz}, {b}.t())"))
         elif name == b and flows:
-            results.append(f"_OP.product({a}.t(), {dz})")
+            results.append(if_needed(b, f"_OP.product({a}.t(), {dz})"))
         elif name in extras and name not in backward.zero:
             if extras[name] == (m, n):
                 # A gradient shared with another name is copied: an op's results may not alias.
-                results.append(value(name) + (".clone()" if name in backward.aliases else ""))
+                results.append(if_needed(name, value(name) + ".clone()") if name in backward.aliases else value(name))
             else:
                 # In the terms' dtype (float32 where the pass made them so), as a reduction's column
                 # sums are: autograd sums it further where the argument was smaller than its axes
                 # (a 0-d scale for [M]; a batch), then casts it to the argument's dtype once.
                 axis = -2 if extras[name] == (n,) else -1
-                sums.append(f"_{name}_summed = {value(name)}.sum({axis})")
+                sums.append(f"_{name}_summed = " + if_needed(name, f"{value(name)}.sum({axis})"))
                 results.append(f"_{name}_summed")
         else:
             sources.append("None")
@@ -570,8 +577,12 @@ def _matmul_backward(spec: Spec) -> dict:
         math_args=", ".join(kernel_inputs + scalars),
         call_args=", ".join(kernel_inputs + keyed + scalars),
         math_lines=backward.lines("triton"),
+        dz_params=", ".join([f"{x}: torch.Tensor" for x in saved] + ["acc: torch.Tensor | None"]
+                            + [f"{x}: torch.Tensor" for x in outputs_read + seeds] + scalar_params(spec)),
+        # `needed`: per tensor input of the op, whether it needs its gradient (ctx.needs_input_grad).
         typed_params=", ".join([f"{x}: torch.Tensor" for x in saved] + ["acc: torch.Tensor | None"]
-                               + [f"{x}: torch.Tensor" for x in outputs_read + seeds] + scalar_params(spec)),
+                               + [f"{x}: torch.Tensor" for x in outputs_read + seeds] + scalar_params(spec)
+                               + ["needed: list[bool]"]),
         sizes=f"{m}, {k} = {a}.shape[-2:]\n    {n} = {b}.shape[-1]" if batched else f"{m}, {k} = {a}.shape\n    {n} = {b}.shape[1]",
         allocations=allocations,
         expansions=expansions,
@@ -581,10 +592,11 @@ def _matmul_backward(spec: Spec) -> dict:
         # The op itself recomputes the accumulator where the backward reads it; its training
         # variant (the one eager calls that record autograd take) keeps it instead.
         gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (None, *read),
-                                    records=output_records(spec)),
+                                    records=output_records(spec), selective=True),
         # Its eager backward runs in two calls, the kept accumulator freed between them.
         training_gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (len(outputs), *read),
-                                             f"(_{name}_dz, _{name}_products)", records=output_records(spec)),
+                                             f"(_{name}_dz, _{name}_products)", records=output_records(spec),
+                                             selective=True),
         rest_params=", ".join([f"{x}: torch.Tensor" for x in saved + seeds] + scalar_params(spec)),
         rest_args=", ".join(saved + seeds + scalars),
         all_args=", ".join(saved + ["acc"] + outputs_read + seeds + scalars),

@@ -43,11 +43,14 @@ class Gradients:
     `phases`: (first, rest), the backward op in two calls, for an eager backward to free the kept
     outputs between them: first(*backward's arguments) returns what rest(*saved inputs, *incoming
     gradients, *scalars, first's result) needs (a matmul's gradient at the accumulator, before
-    the products that allocate the operands' gradients)."""
+    the products that allocate the operands' gradients);
+    `selective`: the backward op (and the phases' second) takes last which tensor inputs need a
+    gradient, and computes the others' not (a matmul's products)."""
 
     def __init__(self, backward, tensors, saved, sources, outputs=1, saved_outputs=(), records=None, phases=None,
-                 whole=False):
+                 whole=False, selective=False):
         self.backward, self.tensors, self.saved, self.sources = backward, tensors, tuple(saved), tuple(sources)
+        self.selective = selective
         self.outputs, self.saved_outputs, self.phases, self.whole = outputs, tuple(saved_outputs), phases, whole
         self.records = None if records is None else tuple(tuple(r) for r in records)
         # What setup_context does on every call, worked out once (a training step's host time is
@@ -127,18 +130,19 @@ class Gradients:
         results = ()
         if saved is not None:
             traced = tracing((*saved, *grads))
+            selected = (list(needed),) if self.selective else ()
             if self.phases is not None and not traced:
                 first, rest = self.phases
                 computed = first(*saved, *grads, *scalars)
                 # The kept outputs' last references: freed before the products allocate theirs,
                 # as eager PyTorch frees a pre-activation once its activation's backward ran.
                 del saved[len(self.saved):]
-                results = rest(*saved, *grads, *scalars, computed)
+                results = rest(*saved, *grads, *scalars, computed, *selected)
             else:
                 # Eager, the backward's implementation runs directly: a registered op's call costs
                 # tens of microseconds of dispatch. Traced, the graph records the registered op.
                 backward = self.backward if traced else implementation_of(self.backward)
-                results = backward(*saved, *grads, *scalars)
+                results = backward(*saved, *grads, *scalars, *selected)
         return tuple(None if not need or source is None else results[source[1]] if source[0] == "result"
                      else grads[source[1]] for need, source in zip(needed, self.sources))
 
