@@ -602,6 +602,8 @@ def _matmul_backward(spec: Spec) -> dict:
         all_args=", ".join(saved + ["acc"] + outputs_read + seeds + scalars),
         placeholders=placeholders,
         no_gradient="",
+        # Its FLOP count for torch.utils.flop_counter (runtime/flops.py).
+        flops=f"rt.flops.backward_flops({len(saved)}, recomputes={reads_acc}, products={flows})",
     )
 
 

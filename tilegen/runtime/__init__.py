@@ -31,7 +31,7 @@ from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace, ReductionSpac
 from .device import INTERPRET, cdiv, device_facts, on_device
 from .autograd import Gradients, call
 from .library import copy_out, formula_of, refuse_grad, refuse_out_with_grad, register, tracing, vmapped, wants_grad
-from . import autograd, launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.launch, rt.ops
+from . import autograd, flops, launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.flops, ...
 from .ops import ElementwiseOp, MatmulOp, ReductionOp, backward_op_of, op_of
 from .sync import finish_share, wait_for_every_program
 from ..schema import RUNTIME_VERSION as VERSION, bucket, tile_of

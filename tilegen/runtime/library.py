@@ -20,6 +20,7 @@ import os
 import torch
 from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 from torch.autograd import forward_ad
+from torch.utils.flop_counter import register_flop_formula
 
 from .batching import vmap_rule
 from .device import INTERPRET
@@ -153,12 +154,13 @@ def copy_out(out, result):
     return tuple(out)
 
 
-def register(qualname, gradients=None, traceable=None, batchable=None, own_axes=None):
+def register(qualname, gradients=None, traceable=None, batchable=None, own_axes=None, flops=None):
     """Decorator: register the annotated function as the op `qualname` ("namespace::name"), with
     `gradients` (a Gradients) as its autograd formula, and return its OpOverload
     (`torch.ops.namespace.name.default`). Without `gradients` a backward through it raises.
     Under torch.vmap it runs the whole batch at once where every batched tensor input takes extra
-    leading axes, else once a sample (`batchable` and `own_axes`: batching.vmap_rule's)."""
+    leading axes, else once a sample (`batchable` and `own_axes`: batching.vmap_rule's). `flops`:
+    its FLOP count for torch.utils.flop_counter (flops.py), where it multiplies matrices."""
     traceable = TRACEABLE if traceable is None else traceable
 
     def decorate(impl):
@@ -176,6 +178,8 @@ def register(qualname, gradients=None, traceable=None, batchable=None, own_axes=
         namespace, name = qualname.split("::")
         overload = getattr(getattr(torch.ops, namespace), name).default
         op.register_vmap(vmap_rule(overload, _tensor_count(overload), batchable, own_axes))
+        if flops is not None:
+            register_flop_formula(getattr(getattr(torch.ops, namespace), name))(flops)
         _IMPLEMENTATIONS[overload] = impl
         if gradients is not None:
             gradients.name = name
