@@ -526,7 +526,7 @@ def _matmul_backward(spec: Spec) -> dict:
     # A gradient no input needs is not computed (the first layer's input, a frozen weight: eager
     # PyTorch's mm backward skips those products too); an empty tensor holds its place.
     def if_needed(name, expression):
-        return f"{expression} if needed[{inputs.index(name)}] else {dz}.new_empty(0)"
+        return f"{expression} if _needed[{inputs.index(name)}] else {dz}.new_empty(0)"
 
     for name in inputs:
         if name in extras and name in backward.passed and extras[name] == (m, n):
@@ -579,10 +579,10 @@ def _matmul_backward(spec: Spec) -> dict:
         math_lines=backward.lines("triton"),
         dz_params=", ".join([f"{x}: torch.Tensor" for x in saved] + ["acc: torch.Tensor | None"]
                             + [f"{x}: torch.Tensor" for x in outputs_read + seeds] + scalar_params(spec)),
-        # `needed`: per tensor input of the op, whether it needs its gradient (ctx.needs_input_grad).
+        # `_needed`: per tensor input of the op, whether it needs its gradient (ctx.needs_input_grad).
         typed_params=", ".join([f"{x}: torch.Tensor" for x in saved] + ["acc: torch.Tensor | None"]
                                + [f"{x}: torch.Tensor" for x in outputs_read + seeds] + scalar_params(spec)
-                               + ["needed: list[bool]"]),
+                               + ["_needed: list[bool]"]),
         sizes=f"{m}, {k} = {a}.shape[-2:]\n    {n} = {b}.shape[-1]" if batched else f"{m}, {k} = {a}.shape\n    {n} = {b}.shape[1]",
         allocations=allocations,
         expansions=expansions,
