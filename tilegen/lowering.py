@@ -566,6 +566,10 @@ def _matmul_backward(spec: Spec) -> dict:
     scalars = [sc.name for sc in spec.scalars]
     kernel_results = [backward.results[x] for x in computed]
     read = [outputs.index(o) for o in outputs_read]  # the outputs the backward reads, saved
+    # The elementwise pass's parameters; the backward op's add `_needed`: per tensor input of the
+    # op, whether it needs its gradient (ctx.needs_input_grad).
+    dz_params = ", ".join([f"{x}: torch.Tensor" for x in saved] + ["acc: torch.Tensor | None"]
+                          + [f"{x}: torch.Tensor" for x in outputs_read + seeds] + scalar_params(spec))
     return dict(
         name=name,
         reads_acc=reads_acc,
@@ -577,12 +581,8 @@ def _matmul_backward(spec: Spec) -> dict:
         math_args=", ".join(kernel_inputs + scalars),
         call_args=", ".join(kernel_inputs + keyed + scalars),
         math_lines=backward.lines("triton"),
-        dz_params=", ".join([f"{x}: torch.Tensor" for x in saved] + ["acc: torch.Tensor | None"]
-                            + [f"{x}: torch.Tensor" for x in outputs_read + seeds] + scalar_params(spec)),
-        # `_needed`: per tensor input of the op, whether it needs its gradient (ctx.needs_input_grad).
-        typed_params=", ".join([f"{x}: torch.Tensor" for x in saved] + ["acc: torch.Tensor | None"]
-                               + [f"{x}: torch.Tensor" for x in outputs_read + seeds] + scalar_params(spec)
-                               + ["_needed: list[bool]"]),
+        dz_params=dz_params,
+        typed_params=f"{dz_params}, _needed: list[bool]",
         sizes=f"{m}, {k} = {a}.shape[-2:]\n    {n} = {b}.shape[-1]" if batched else f"{m}, {k} = {a}.shape\n    {n} = {b}.shape[1]",
         allocations=allocations,
         expansions=expansions,

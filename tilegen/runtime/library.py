@@ -179,7 +179,7 @@ def register(qualname, gradients=None, traceable=None, batchable=None, own_axes=
         overload = getattr(getattr(torch.ops, namespace), name).default
         op.register_vmap(vmap_rule(overload, _tensor_count(overload), batchable, own_axes))
         if flops is not None:
-            register_flop_formula(getattr(getattr(torch.ops, namespace), name))(flops)
+            register_flop_formula(overload.overloadpacket)(flops)
         _IMPLEMENTATIONS[overload] = impl
         if gradients is not None:
             gradients.name = name
