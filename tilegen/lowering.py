@@ -287,6 +287,21 @@ def gradients_formula(op: str | None, inputs: list[str], saved: list[str], sourc
             + (", whole=True)" if whole and op else ")"))
 
 
+# A backward op's last parameter: which of the op's tensor inputs need a gradient (rt.Gradients
+# selective), the gradients it computes.
+NEEDED_PARAM = ["_needed: list[bool]"]
+
+
+def needed_gradients(inputs: list[str], backward: Backward) -> dict:
+    """For a backward kernel computing `backward`'s gradients (its results, one per computed name)
+    of the op's tensor `inputs`: whether each result is needed, as an expression of `_needed`
+    (`result_needed`: its input needs a gradient, or an input whose gradient is the same value,
+    an alias of it, does), and the runtime's `stores=` flags made of them (`stores`)."""
+    needed = [" or ".join(f"_needed[{i}]" for i, n in enumerate(inputs) if backward.aliases.get(n, n) == name)
+              for name in backward.computed()]
+    return dict(result_needed=needed, stores=tuple_source(needed))
+
+
 def output_records(spec: Spec) -> tuple | None:
     """Per output, the positions of the tensor inputs it records a graph from (recorded_from: it
     reads them other than through detach() or a comparison; a matmul's accumulator counts as its
@@ -358,14 +373,16 @@ def _elementwise_backward(spec: Spec) -> dict:
         math_lines=backward.lines("triton"),
         # Float values are upcast to the math's precision on load; int and bool ones stay as they are.
         upcast=[n for n in saved if n in floats] + seeds,
-        typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + seeds] + scalar_params(spec)),
+        typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + seeds] + scalar_params(spec) + NEEDED_PARAM),
         call_args=", ".join(saved + seeds + scalars),
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
         like=like,
         gradient_dtypes=[gradient_dtype(spec, like_output, like, n, saved) for n in computed],
+        **needed_gradients(inputs, backward),
         gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs), whole=True,
-                                    records=output_records(spec)),
+                                    records=output_records(spec), selective=True),
     )
+
 
 
 def gradient_dtype(spec: Spec, like_output: str, like: str, name: str, saved: list[str]) -> str:
@@ -582,7 +599,7 @@ def _matmul_backward(spec: Spec) -> dict:
         call_args=", ".join(kernel_inputs + keyed + scalars),
         math_lines=backward.lines("triton"),
         dz_params=dz_params,
-        typed_params=f"{dz_params}, _needed: list[bool]",
+        typed_params=", ".join([dz_params, *NEEDED_PARAM]),
         sizes=f"{m}, {k} = {a}.shape[-2:]\n    {n} = {b}.shape[-1]" if batched else f"{m}, {k} = {a}.shape\n    {n} = {b}.shape[1]",
         allocations=allocations,
         expansions=expansions,

@@ -8,9 +8,9 @@ import ast
 from .derivatives import differentiate, normal_form
 from .expressions import expression_of
 from .naming import backward_op_name
-from .lowering import (common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula, input_checks,
-                       kernel_scalar_params, output_context, output_records, scalar_casts, scalar_params,
-                       tuple_source)
+from .lowering import (NEEDED_PARAM, common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula,
+                       input_checks, kernel_scalar_params, needed_gradients, output_context, output_records,
+                       scalar_casts, scalar_params, tuple_source)
 from .rows import ELEMENT, ROW, KeptValues, RowProgram, first_row_lines, output_pass, read_back, stage_pass, whole_row_lines
 from .spec import ScalarSpec, Spec
 
@@ -83,6 +83,12 @@ def _store(name: str, role: str) -> str:
     return f"tl.store({_address(name, role)}, {name}.to({name}_ptr.dtype.element_ty), mask={_MASK[role]})"
 
 
+def _gated(line: str, bits: int | None) -> str:
+    """`line` run only where the kernel stores an output of `bits` (STORES: a backward kernel's
+    gradients asked for); as it is where `bits` is None (a kernel that stores every output)."""
+    return line if bits is None else f"if STORES & {bits}:\n    {line}"
+
+
 def _strides(name: str, role: str) -> list[str]:
     return [f"stride_{name}_0", f"stride_{name}_1"] if role == "element" else [f"stride_{name}_0"]
 
@@ -115,13 +121,16 @@ def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], 
 
 def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: dict[str, str],
                scalars: list[ScalarSpec], block: str, widened: frozenset[str], reads_back: bool = False,
-               masks=()) -> dict:
+               masks=(), selective: bool = False) -> dict:
     """The pieces of one reduction kernel: `inputs` and `outputs` map names to roles; `masks` are
     the bool inputs, loaded as they are (int1), never cast to the math's dtype; `widened` are the
     int scalars taken in float64 math (Spec.int_scalars_in_float_math). With `reads_back`,
     a long row's outputs may be stored by its first pass and loaded back by the outputs' pass
-    (_read_back), where the launch says that is exact (READ_BACK)."""
+    (_read_back), where the launch says that is exact (READ_BACK). A `selective` kernel (a
+    backward's) stores only the outputs its STORES asks for, bit i for output i, and sums the
+    columns of only those: each store and each column sum's work is gated by its bit."""
     keep = frozenset(masks)
+    bit = {n: 1 << i for i, n in enumerate(outputs)} if selective else {}
     tensors = {**inputs, **outputs}
     reads_row = [n for n, role in inputs.items() if role == "row"]
     along = {n: role for n, role in inputs.items() if role != "row"}
@@ -147,7 +156,11 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     # A long row's column sums are left to the kernel's column phase (column_phase): the passes
     # store the row values those sums read into the workspace, one row of it each.
     values = program.row_values_read(sums) if sums else []
-    values_store = [f"tl.store({_row_value(k)}, tl.broadcast_to({v}, [ROWS, 1]), mask=row_mask)"
+    sum_bits = sum(bit[n] for n in sums) if selective else None
+    # Inside the column sums' finish or phase (run where any sum is asked for), each sum's own gate
+    # where there are more than one.
+    each = bit if len(sums) > 1 else {}
+    values_store = [_gated(f"tl.store({_row_value(k)}, tl.broadcast_to({v}, [ROWS, 1]), mask=row_mask)", sum_bits)
                     for k, v in enumerate(values)]
     # Each column sum adds up the programs' workspace rows SUM_ROWS at a time, in program order
     # (the same sum every run), over SUM_COLS columns at a time: either every program a share of
@@ -156,11 +169,11 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     for index, n in enumerate(sums):
         rows = (f"{_partial(index, 'others', 'sum_cols')}, "
                 "mask=(others < tl.num_programs(0)) & (sum_cols < row_length)")
-        finish.append(dict(total=f"_t_{n}",
-                           add=f"_t_{n} += tl.sum(tl.load({rows}, other=0.0, cache_modifier=\".cg\"), axis=0, "
-                               "keep_dims=True)",
-                           store=f"tl.store({n}_ptr + sum_cols * stride_{n}_0, _t_{n}.to({n}_ptr.dtype.element_ty), "
-                                 "mask=sum_cols < row_length)"))
+        finish.append(dict(start=_gated(f"_t_{n} = tl.zeros([1, {SUM_COLS}], compute)", each.get(n)),
+                           add=_gated(f"_t_{n} += tl.sum(tl.load({rows}, other=0.0, cache_modifier=\".cg\"), "
+                                      "axis=0, keep_dims=True)", each.get(n)),
+                           store=_gated(f"tl.store({n}_ptr + sum_cols * stride_{n}_0, _t_{n}.to({n}_ptr.dtype"
+                                        ".element_ty), mask=sum_cols < row_length)", each.get(n))))
     return dict(
         name=name,
         # The math takes a float scalar in its own dtype (a loop's accumulators keep one type).
@@ -179,12 +192,15 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         prefetch=dict(loads=[_load_ahead(n) for n in whole_elements],
                       take=[_take(n, keep) for n in whole_elements]) if whole_elements else None,
         whole_lines=whole_row_lines(program),
-        element_stores=[_store(n, outputs[n]) for n in elements],
-        row_stores=[_store(n, "row") for n in rows_out],
-        sums_before=[f"_c_{n} = tl.zeros([1, {block}], compute)" for n in sums],
-        sums_add=[f"_c_{n} += {_column_sum(n)}" for n in sums],
-        sums_store=[f"tl.store({_partial(index)}, _c_{n}, mask=cols < row_length)" for index, n in enumerate(sums)],
+        selective=selective,
+        element_stores=[_gated(_store(n, outputs[n]), bit.get(n)) for n in elements],
+        row_stores=[_gated(_store(n, "row"), bit.get(n)) for n in rows_out],
+        sums_before=[_gated(f"_c_{n} = tl.zeros([1, {block}], compute)", bit.get(n)) for n in sums],
+        sums_add=[_gated(f"_c_{n} += {_column_sum(n)}", bit.get(n)) for n in sums],
+        sums_store=[_gated(f"tl.store({_partial(index)}, _c_{n}, mask=cols < row_length)", bit.get(n))
+                    for index, n in enumerate(sums)],
         sums_finish=finish,
+        sum_bits=sum_bits,
         sum_rows=SUM_ROWS,
         sum_cols=SUM_COLS,
         first_lines=first_row_lines(program),
@@ -194,15 +210,18 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
         read_back=back,
         values_store=values_store,
         writes_along=bool(elements),
-        columns=column_phase(program, inputs, outputs, values, keep) if sums else None,
+        columns=column_phase(program, inputs, outputs, values, keep, each) if sums else None,
     )
 
 
 def column_phase(program: RowProgram, inputs: dict[str, str], outputs: dict[str, str], values: list[str],
-                 keep=()) -> dict:
+                 keep=(), bit=None) -> dict:
     """The lines of a long row's column phase: once every program has passed over its rows, each
     takes strips of COLS columns down every row, COL_ROWS rows a step, from the inputs and the row
-    values the passes left in the workspace (`values`, in order)."""
+    values the passes left in the workspace (`values`, in order). `bit`: each sum's STORES bit,
+    where its lines are gated (a selective kernel of more than one sum; the phase itself runs where
+    any is asked for)."""
+    bit = bit or {}
     along = {n: role for n, role in inputs.items() if role != "row"}
     sums = [n for n, role in outputs.items() if role == "column_sum"]
     step = output_pass(program, sums, prefix="_k")
@@ -221,10 +240,10 @@ def column_phase(program: RowProgram, inputs: dict[str, str], outputs: dict[str,
         take=[_take(n, keep) for n in elements],
         lines=list(step.body),
         # Each lane keeps its own running sum; the lanes of a column are added up once, at the end.
-        sums_before=[f"_c_{n} = tl.zeros([COL_ROWS, COLS], compute)" for n in sums],
-        sums_add=[f"_c_{n} += tl.where(mask, {n}, 0.0)" for n in sums],
-        sums_store=[f"tl.store({n}_ptr + cols * stride_{n}_0, tl.sum(_c_{n}, axis=0, keep_dims=True)"
-                    f".to({n}_ptr.dtype.element_ty), mask=cols < row_length)" for n in sums],
+        sums_before=[_gated(f"_c_{n} = tl.zeros([COL_ROWS, COLS], compute)", bit.get(n)) for n in sums],
+        sums_add=[_gated(f"_c_{n} += tl.where(mask, {n}, 0.0)", bit.get(n)) for n in sums],
+        sums_store=[_gated(f"tl.store({n}_ptr + cols * stride_{n}_0, tl.sum(_c_{n}, axis=0, keep_dims=True)"
+                           f".to({n}_ptr.dtype.element_ty), mask=cols < row_length)", bit.get(n)) for n in sums],
     )
 
 
@@ -321,6 +340,7 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
     # of the float tensors the backward reads (gradient_dtype; autograd casts each to its input's).
     like_output = next((o for o in outputs if roles[o] == "element"), outputs[0])
     like = backward.seeds[like_output]
+    needed = needed_gradients(inputs, backward)["result_needed"]
     allocations = []
     for n in computed:
         result = backward.results[n]
@@ -328,22 +348,26 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
         # A column input's gradient is summed over the rows in float32 at least.
         dtype = f"torch.promote_types({made}, torch.float32)" if roles[n] == "column" else made
         shape = {"row": "_lead", "column": "(_n,)"}.get(roles[n], "(*_lead, _n)")
-        allocations.append(f"{result} = torch.empty({shape}, dtype={dtype}, device={like}.device)")
+        # A gradient not asked for: an empty placeholder, never written (rt.ReductionOp.run's stores).
+        allocations.append(f"{result} = torch.empty({shape} if {needed[computed.index(n)]} else 0, dtype={dtype}, "
+                           f"device={like}.device)")
     return dict(
         name=name,
         kernel=row_kernel(name, program, kernel_inputs, results, scalars, spec.tiles[0].block,
-                          spec.int_scalars_in_float_math(), masks=_masks(spec)),
+                          spec.int_scalars_in_float_math(), masks=_masks(spec), selective=True),
         roles=tuple_source(repr(r) for r in [*kernel_inputs.values(), *results.values()]),
         kernel_inputs=list(kernel_inputs),
         results=list(results),
         named_inputs="[" + ", ".join(f'("{n}", {n})' for n in kernel_inputs) + "]",
-        typed_params=", ".join([f"{n}: torch.Tensor" for n in taken + outputs_read + seeds] + scalar_params(spec)),
+        typed_params=", ".join([f"{n}: torch.Tensor" for n in taken + outputs_read + seeds] + scalar_params(spec)
+                               + NEEDED_PARAM),
         call_args=", ".join(taken + outputs_read + seeds + [s.name for s in scalars]),
         allocations=allocations,
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
+        **needed_gradients(inputs, backward),
         gradients=gradients_formula(f"_{name}" if computed else None, inputs, taken, sources, len(outputs),
                                     tuple(outputs.index(o) for o in outputs_read), whole=True,
-                                    records=output_records(spec)),
+                                    records=output_records(spec), selective=True),
         # (name, the forward reduction it holds): the sums the forward stores and the backward reads.
         kept=reruns,
     )

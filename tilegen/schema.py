@@ -17,8 +17,9 @@ The rule that tells calls apart (which calls may repeat a learned launch) lives 
 # finish calls tilegen.runtime.sync.finish_share; 9: rt.ReductionOp takes `column_reads`; 10: a
 # reduction kernel takes AHEAD, its whole rows' loads issued a step ahead; 11: a reduction's wrapper
 # calls rt.ReductionOp.along for `dim=`; 12: a reduction kernel takes FIXED_N and EVICT; 13: a
-# strided elementwise kernel takes LINES and calls tilegen.runtime.strided.strided_indices).
-RUNTIME_VERSION = 13
+# strided elementwise kernel takes LINES and calls tilegen.runtime.strided.strided_indices; 14: an
+# elementwise or reduction backward kernel takes STORES, its op `selective=True` and runs `stores=`).
+RUNTIME_VERSION = 14
 
 # Each kind's config fields, block fields first, under their canonical (table file) names.
 BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",), "reduction": ("BLOCK",)}

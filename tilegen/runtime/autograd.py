@@ -45,7 +45,8 @@ class Gradients:
     gradients, *scalars, first's result) needs (a matmul's gradient at the accumulator, before
     the products that allocate the operands' gradients);
     `selective`: the backward op (and the phases' second) takes last which tensor inputs need a
-    gradient, and computes the others' not (a matmul's products)."""
+    gradient (a list of bools), and computes the others' not (a matmul's products; the gradients
+    an elementwise or reduction backward kernel stores, and the column sums it runs)."""
 
     def __init__(self, backward, tensors, saved, sources, outputs=1, saved_outputs=(), records=None, phases=None,
                  whole=False, selective=False):
@@ -160,7 +161,8 @@ class Gradients:
             self._node = module, module.Formula(self.name, self._node_gradients, self.tensors, self.saved, layout,
                                                 self.outputs, sources, self._backward_path(),
                                                 None if self.records is None else [sum(1 << i for i in read)
-                                                                                   for read in self.records])
+                                                                                   for read in self.records],
+                                                self.selective)
         return self._node[1]
 
     def _backward_path(self):

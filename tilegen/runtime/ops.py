@@ -87,6 +87,21 @@ class Op:
             (path or self.call_path).learn(call, launched, result)
 
 
+def stored_outputs(outputs, stores, selective):
+    """(the STORES constexpr, the positions of the outputs it stores) for a run of `outputs`:
+    where `selective` (a backward kernel, whose every output is a gradient) the kernel stores only
+    those `stores` says (None: all), bit i for output i; the others are placeholders of no
+    elements, passed for their pointers and never written. A kernel that is not selective stores
+    every output (and takes no STORES: None)."""
+    if not selective:
+        return None, range(len(outputs))
+    if stores is None:
+        stores = (True,) * len(outputs)
+    if len(stores) != len(outputs):
+        raise ValueError(f"stores: {len(stores)} flags for {len(outputs)} outputs")
+    return sum(1 << i for i, s in enumerate(stores) if s), [i for i, s in enumerate(stores) if s]
+
+
 # What decides an elementwise or reduction op's math dtype, for the errors that depend on it.
 _MATH_DTYPE_RULE = "float32 for float16, bfloat16 and float32 tensors; float64 for float64 ones"
 
@@ -100,29 +115,39 @@ class ElementwiseOp(Op):
     checks divisibility); `compute` the floor of the math's precision."""
 
     def __init__(self, name, kernel, strided_kernel, configs, *, block="BLOCK", mask="auto", compute=tl.float32,
-                 listed=True, fp_fusion=True, scalars=()):
+                 listed=True, fp_fusion=True, scalars=(), selective=False):
         super().__init__(name, configs, kernel, listed, fp_fusion, scalars)
         self.kernel, self.strided_kernel = self._kernel(kernel), self._kernel(strided_kernel)
         self.block, self.mask, self.compute = block, mask, compute
         self.exact_key = mask == "never"
+        self.selective = selective  # a backward kernel: it takes STORES (stored_outputs)
 
-    def run(self, inputs, outputs, scalars=(), call=None, result=None):
+    def run(self, inputs, outputs, scalars=(), call=None, result=None, stores=None):
         """Compute `outputs` (checked or allocated by the wrapper) from `inputs` and `scalars`.
         With `call` (the wrapper's arguments) and `result` (what it returns), the compiled call
-        path learns the call."""
-        numel = outputs[0].numel()  # (symbolic where traced with dynamic shapes: runtime.sizes)
+        path learns the call. A selective kernel stores only the outputs `stores` says (the others
+        are placeholders: stored_outputs)."""
+        mask, stored = stored_outputs(outputs, stores, self.selective)
+        if not stored:
+            return
+        shape = outputs[stored[0]].shape
+        numel = outputs[stored[0]].numel()  # (symbolic where traced with dynamic shapes: runtime.sizes)
         if known(numel == 0):
             return
         tensors = (*inputs, *outputs)
         layout = None
         if not all(t.is_contiguous() for t in tensors):
-            layout = collapse(list(outputs[0].shape), [list(t.stride()) for t in tensors])
+            # A placeholder is addressed nowhere: stride 0 in every dim.
+            placeholders = {len(inputs) + i for i in range(len(outputs)) if i not in stored}
+            layout = collapse(list(shape), [[0] * len(shape) if i in placeholders else list(t.stride())
+                                            for i, t in enumerate(tensors)])
             if len(layout[0]) > MAX_STRIDED_RANK:
                 # More independent dims than the strided kernel indexes: compute on contiguous copies.
-                fresh = [torch.empty(o.shape, dtype=o.dtype, device=o.device) for o in outputs]
-                self.run([t.contiguous() for t in inputs], fresh, scalars)
-                for output, computed in zip(outputs, fresh):
-                    output.copy_(computed)
+                fresh = [torch.empty(o.shape, dtype=o.dtype, device=o.device) if i in stored else o
+                         for i, o in enumerate(outputs)]
+                self.run([t.contiguous() for t in inputs], fresh, scalars, stores=stores)
+                for i in stored:
+                    outputs[i].copy_(fresh[i])
                 return
         key = (hint(numel) if self.exact_key else bucket(hint(numel)), inputs[0].element_size())
 
@@ -131,7 +156,7 @@ class ElementwiseOp(Op):
         def launch(config):
             if layout is not None:
                 config = self._for_broadcast(config, tensors, layout[1], key, facts)
-            return self._launch(tensors, scalars, numel, layout, config)
+            return self._launch(tensors, scalars, numel, layout, config, mask)
 
         traced = library.traced(tensors)
         config = self.configs.choose(key, facts, None if traced else launch, traced)
@@ -150,12 +175,14 @@ class ElementwiseOp(Op):
                                   sum(t.element_size() for t in streamed))
         return config if block == config[self.block] else {**config, self.block: block}
 
-    def _launch(self, tensors, scalars, numel, layout, config):
+    def _launch(self, tensors, scalars, numel, layout, config, stores=None):
         block = config[self.block]
         math_64 = float64_math(self.name, self.compute == tl.float64, tensors)
         check_float_range(self.name, self.scalars, scalars, math_64, _MATH_DTYPE_RULE)
         constexprs = {self.block: block, "EVEN": self._even(numel, block),
                       "INDEX_64": needs_int64(*tensors, extra=block), "MATH_64": math_64}
+        if stores is not None:
+            constexprs["STORES"] = stores
         varying = len(tensors) + len(scalars)
         if layout is None:
             return self.kernel.launch((cdiv(numel, block),), (*tensors, *scalars, numel), varying, constexprs,
@@ -494,8 +521,9 @@ class ReductionOp(Op):
     SUM_PROGRAMS_PER_SM = 2
 
     def __init__(self, name, kernel, configs, *, roles, block="BLOCK", compute=tl.float32, listed=True,
-                 row_values=0, column_reads=0, kept=0, read_back=None, fp_fusion=True, scalars=()):
+                 row_values=0, column_reads=0, kept=0, read_back=None, fp_fusion=True, scalars=(), selective=False):
         super().__init__(name, configs, kernel, listed, fp_fusion, scalars)
+        self.selective = selective  # a backward kernel: it takes STORES (stored_outputs)
         # None, or the outputs a looped row's outputs' pass loads back in place of the inputs they
         # are computed from (rows.read_back), after its first pass stored them (with any other
         # outputs it can store early): done where exact, each stored in the math's own dtype
@@ -540,17 +568,21 @@ class ReductionOp(Op):
         (a sum its backward reads again) is kept in, exactly."""
         return torch.float64 if float64_math(self.name, self.compute == tl.float64, tensors) else torch.float32
 
-    def run(self, inputs, outputs, scalars, lead, n, call=None, result=None):
+    def run(self, inputs, outputs, scalars, lead, n, call=None, result=None, stores=None):
         """Compute `outputs` (checked or allocated by the wrapper, in their own shapes) from
         `inputs` and `scalars` over rows of leading shape `lead` and length `n`. With `call`
         (the wrapper's arguments) and `result` (what it returns), the compiled call path learns
-        the call."""
+        the call. A selective kernel stores only the outputs `stores` says (the others are
+        placeholders: stored_outputs); a column sum not stored is not summed."""
+        mask, stored = stored_outputs(outputs, stores, self.selective)
+        if not stored:
+            return
         rows = 1  # (symbolic where traced with dynamic shapes: runtime.sizes)
         for size in lead:
             rows *= size
         if known(rows == 0):
-            for output, role in zip(outputs, self.tensor_roles[len(inputs):]):
-                if role == "column_sum":
+            for index, (output, role) in enumerate(zip(outputs, self.tensor_roles[len(inputs):])):
+                if role == "column_sum" and index in stored:
                     output.zero_()  # a sum over no rows
             return
         # The kernel reads each tensor through its pointer and the strides of its view. A view
@@ -558,8 +590,14 @@ class ReductionOp(Op):
         # finds it among the call's arguments or results); a copy is passed as it is.
         views, pointers, write_back, copied = [], [], [], False
         traced = library.traced((*inputs, *outputs))  # stand-ins have no data to compare
+        placeholders = {len(inputs) + i for i in range(len(outputs)) if i not in stored}
         for index, tensor in enumerate((*inputs, *outputs)):
             role = self.tensor_roles[index]
+            if index in placeholders:  # addressed nowhere: a view of no elements, its strides 0
+                width = 2 if role == "element" else 1
+                views.append(tensor.as_strided((0,) * width, (0,) * width))
+                pointers.append(tensor)
+                continue
             if role == "column_sum":  # (its buffer is made per launch)
                 views.append(tensor)
                 pointers.append(tensor)
@@ -590,10 +628,14 @@ class ReductionOp(Op):
             views.append(view)
             pointers.append(tensor if aliased else view)
         key = (bucket(hint(n)), bucket(hint(rows)), inputs[0].element_size())
+        # The column sums: every one the kernel has where it stores any (each keeps its place in
+        # the workspace; one not stored is not summed), none where it stores none.
         sums = [i for i, role in enumerate(self.tensor_roles) if role == "column_sum"]
+        if all(i in placeholders for i in sums):
+            sums = []
 
         def launch(config):
-            return self._launch(views, pointers, scalars, rows, n, config, sums)
+            return self._launch(views, pointers, scalars, rows, n, config, sums, mask)
 
         config = None
         apart = self._read_across(views[:len(inputs)]) if hint(rows) >= ACROSS_ROWS else ()
@@ -624,7 +666,7 @@ class ReductionOp(Op):
             return ()
         return tuple(i for i, v in elements if hint(v.stride(0)) == 1)
 
-    def _launch(self, views, pointers, scalars, rows, n, config, sums=()):
+    def _launch(self, views, pointers, scalars, rows, n, config, sums=(), stores=None):
         block, per_program = config[self.block], config["ROWS"]
         blocks = cdiv(rows, per_program)
         # (traced: unless runtime.sizes.known says every row fits). A config's LOOP passes over a
@@ -640,6 +682,12 @@ class ReductionOp(Op):
         per_sm = 0 if looped else config.get("PER_SM", 0)
         if per_sm:
             blocks = smaller(blocks, per_sm * sms)
+        if stores is not None:
+            constexprs["STORES"] = stores
+        if self.selective and not sums and any(role == "column_sum" for role in self.tensor_roles):
+            # A kernel that sums columns, asked for no column sum: no workspace, no finish.
+            head = (None, None)
+            constexprs.update({"SHARED_FINISH": False, "COLS": 1, "COL_ROWS": 1})
         if sums:
             # On a GPU at most one program a multiprocessor, all resident at once, so that all can
             # wait for each other and then share the finish. Elsewhere (the interpreter runs

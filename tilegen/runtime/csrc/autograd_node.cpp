@@ -85,6 +85,7 @@ struct TilegenNode : Node {
     std::shared_ptr<const std::vector<Py_ssize_t>> layout;   /* the formula's saved outputs, -1 for a recomputed one */
     size_t saved_inputs = 0;
     std::shared_ptr<PyRef> backward;  /* the backward op's call path, where it serves the backward whole */
+    bool selective = false;  /* the backward op takes last which tensor inputs need a gradient (Gradients.selective) */
     /* The results autograd does not differentiate, by slot: their shapes and options. */
     std::map<size_t, std::pair<std::vector<int64_t>, at::TensorOptions>> plain_results;
     bool released = false;
@@ -111,6 +112,14 @@ struct TilegenNode : Node {
             argv.push_back(THPVariable_Wrap(g));
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(scalars.object); i++)
             argv.push_back(Py_NewRef(PyTuple_GET_ITEM(scalars.object, i)));
+        if (selective) {
+            /* Which inputs need a gradient, as a list (the backward op's last argument): the kernel
+               stores only those gradients (and sums only their columns). */
+            PyObject *needed = PyList_New(static_cast<Py_ssize_t>(num_outputs()));
+            for (size_t i = 0; needed != nullptr && i < num_outputs(); i++)
+                PyList_SET_ITEM(needed, static_cast<Py_ssize_t>(i), Py_NewRef(task_should_compute_output(i) ? Py_True : Py_False));
+            argv.push_back(needed);
+        }
         for (PyObject *a : argv)
             wrapped = wrapped && a != nullptr;
         PyObject *call = wrapped ? PyObject_GetAttr(backward->object, call_name) : nullptr;
@@ -320,6 +329,7 @@ struct Formula {
     std::shared_ptr<const std::vector<Py_ssize_t>> *layout;
     std::shared_ptr<PyRef> *backward;  /* null where none */
     std::vector<Py_ssize_t> *records;  /* per result, a mask of the inputs it records from (Gradients.records); empty: all */
+    bool selective;  /* the backward op takes which inputs need a gradient (Gradients.selective) */
 };
 
 bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
@@ -338,20 +348,23 @@ bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
     return true;
 }
 
-/* Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources, backward=None, records=None):
+/* Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources, backward=None, records=None,
+           selective=False):
    `saved_outputs` the outputs the backward reads, in its order, -1 for one it recomputes (passed
    as None); `sources` one int per tensor input: the index of the incoming gradient that is its
    gradient (an input the op adds to an output), NO_GRADIENT, or FIRST_RESULT - r for the backward
    op's result r (the Python function computes them); `backward` an object whose `call` serves the
    backward op's call whole or returns None (its compiled call path), or None; `records` per
    result a mask of the tensor inputs it records a graph from (bit i: input i), or None for all:
-   a result none of whose inputs requires grad stays a plain tensor, as PyTorch's would. */
+   a result none of whose inputs requires grad stays a plain tensor, as PyTorch's would; `selective`:
+   the backward op takes last a list of which tensor inputs need a gradient. */
 PyObject *Formula_new(PyTypeObject *type, PyObject *args, PyObject *) {
     const char *op;
     PyObject *gradients, *saved_inputs, *saved_outputs, *sources, *backward = Py_None, *records = Py_None;
     Py_ssize_t tensors, results;
-    if (!PyArg_ParseTuple(args, "sOnOOnO|OO:Formula", &op, &gradients, &tensors, &saved_inputs, &saved_outputs, &results,
-                          &sources, &backward, &records))
+    int selective = 0;
+    if (!PyArg_ParseTuple(args, "sOnOOnO|OOp:Formula", &op, &gradients, &tensors, &saved_inputs, &saved_outputs, &results,
+                          &sources, &backward, &records, &selective))
         return nullptr;
     if (!PyCallable_Check(gradients))
         return PyErr_Format(PyExc_TypeError, "Formula: gradients must be callable");
@@ -370,6 +383,7 @@ PyObject *Formula_new(PyTypeObject *type, PyObject *args, PyObject *) {
     auto source_list = std::make_shared<std::vector<Py_ssize_t>>();
     self->sources = new std::shared_ptr<const std::vector<Py_ssize_t>>(source_list);
     self->records = new std::vector<Py_ssize_t>();
+    self->selective = selective != 0;
     if (!read_indices(saved_inputs, self->saved_inputs) || !read_indices(saved_outputs, layout.get()) ||
         !read_indices(sources, source_list.get()) || (records != Py_None && !read_indices(records, self->records))) {
         Py_DECREF(self);
@@ -508,6 +522,7 @@ PyObject *Formula_attach(Formula *self, PyObject *const *argv, Py_ssize_t count)
     node->layout = *self->layout;
     node->saved_inputs = self->saved_inputs->size();
     node->backward = *self->backward;
+    node->selective = self->selective;
     Py_DECREF(scalars);
     node->kept.reserve(self->saved_inputs->size() + self->saved_outputs->size());
     for (Py_ssize_t i : *self->saved_inputs)
@@ -563,7 +578,7 @@ PyMODINIT_FUNC PyInit__tilegen_autograd_node(void) {
     FormulaType.tp_new = Formula_new;
     FormulaType.tp_dealloc = reinterpret_cast<destructor>(Formula_dealloc);
     FormulaType.tp_methods = Formula_methods;
-    FormulaType.tp_doc = "Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources, backward=None)";
+    FormulaType.tp_doc = "Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources, backward=None, records=None, selective=False)";
     if (PyType_Ready(&FormulaType) < 0)
         return nullptr;
     PyObject *module = PyModule_Create(&module_def);

@@ -418,7 +418,8 @@ void put(std::string &key, T value) {
 /* Append to `key` what a launch for these arguments depends on (tilegen.schema's call
    signature rule): for a tensor its dtype, device, sizes, strides and 16-byte alignment; for an
    int what Triton specializes it on (its value when small, else its divisibility by 16 and its
-   high bits); for a float whether it is past float32's range; for any other scalar its type. False
+   high bits); for a float whether it is past float32's range; for a list of bools (a backward op's
+   gradients asked for) its values; for any other scalar its type. False
    for an argument it does not know. A tensor that requires grad (grad mode on) is refused unless
    `grad` is given; there it is set. */
 bool append_key(std::string &key, PyObject *const *args, Py_ssize_t count, bool *grad) {
@@ -471,6 +472,16 @@ bool append_key(std::string &key, PyObject *const *args, Py_ssize_t count, bool 
             }
         } else if (arg == Py_None) {
             put(key, 'n');
+        } else if (PyList_CheckExact(arg)) {
+            /* A list of bools: which gradients a backward op computes (Gradients.selective). */
+            put(key, 'L');
+            put(key, static_cast<int64_t>(PyList_GET_SIZE(arg)));
+            for (Py_ssize_t j = 0; j < PyList_GET_SIZE(arg); j++) {
+                PyObject *item = PyList_GET_ITEM(arg, j);
+                if (!PyBool_Check(item))
+                    return false;
+                put(key, item == Py_True ? 'Y' : 'N');
+            }
         } else {
             return false;
         }
