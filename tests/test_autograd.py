@@ -282,6 +282,43 @@ def test_a_matmul_backward_runs_only_the_products_of_gradients_asked_for(through
         torch.testing.assert_close(mine, theirs)
 
 
+@pytest.mark.parametrize("op, shapes, needs", [
+    ("layer_norm", [(6, 40), (40,), (40,)], (True, False, False)),  # frozen weight and bias
+    ("layer_norm", [(5, 3000), (3000,), (3000,)], (True, False, True)),  # long rows, a frozen weight
+    ("layer_norm", [(6, 40), (40,), (40,)], (False, True, False)),  # the weight alone
+    ("rms_norm", [(5, 3000), (3000,)], (True, False)),
+    ("rms_norm", [(6, 40), (40,)], (False, True)),
+    ("bias_gelu", [(6, 40), (40,)], (True, False)),
+    ("bias_gelu", [(6, 40), (40,)], (False, True)),  # bias's gradient is x's, summed over the rows
+])
+def test_a_fused_backward_computes_only_the_gradients_asked_for(through, monkeypatch, op, shapes, needs):
+    # A frozen norm weight or bias: its columns are not summed (a pass over the rows, or a finish
+    # after a grid-wide wait) and no gradient is stored for it; those asked for are as when all are.
+    module = importlib.import_module(f"generated.{op}")
+    stored, run = [], module._BACKWARD.run
+
+    def watched(inputs, outputs, *args, stores=None, **kwargs):
+        stored.append((stores, tuple(o.numel() > 0 for o in outputs)))
+        return run(inputs, outputs, *args, stores=stores, **kwargs)
+
+    g = torch.Generator().manual_seed(5)
+    inputs = [torch.randn(*shape, generator=g).to(_device()) for shape in shapes]
+    every = [t.clone().requires_grad_() for t in inputs]
+    first = module.__dict__[op](*every)
+    first = first[0] if isinstance(first, tuple) else first
+    seed = torch.randn(first.shape, generator=g).to(_device())
+    want = torch.autograd.grad(first, every, seed)
+    monkeypatch.setattr(module._BACKWARD, "run", watched)
+    asked = [t.clone().requires_grad_(need) for t, need in zip(inputs, needs)]
+    out = module.__dict__[op](*asked)
+    got = torch.autograd.grad(out[0] if isinstance(out, tuple) else out, [t for t in asked if t.requires_grad], seed)
+    # One gradient result per input (the norms), or one that both inputs' gradients are (bias_gelu).
+    expected = needs if len(stored[0][0]) == len(needs) else (any(needs),)
+    assert stored == [(expected, expected)]
+    for mine, theirs in zip(got, [w for w, need in zip(want, needs) if need]):
+        torch.testing.assert_close(mine, theirs)
+
+
 # The autograd node in C++ (csrc/autograd_node.cpp), which eager training calls record (the
 # default); here built and put in place, over the interpreter's CPU tensors.
 @pytest.fixture

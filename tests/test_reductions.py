@@ -338,7 +338,8 @@ def test_a_bias_gradient_is_summed_by_the_backward_kernel_not_after_it():
     from generated.layer_norm import _layer_norm_backward
 
     x, w, g = torch.randn(5, 12, dtype=torch.float64), torch.randn(12, dtype=torch.float64), torch.randn(5, 12, dtype=torch.float64)
-    gradients = _layer_norm_backward(*(t.to(DEVICE) for t in (x, w, g, torch.zeros(5), torch.zeros(5))), 1e-5)
+    gradients = _layer_norm_backward(*(t.to(DEVICE) for t in (x, w, g, torch.zeros(5), torch.zeros(5))), 1e-5,
+                                     [True] * 3)
     assert len(gradients) == 3
     torch.testing.assert_close(gradients[2].cpu(), g.sum(0), atol=1e-12, rtol=1e-12)
     expression = parse_expression("d * r * w + b", {"d", "r", "w", "b"})

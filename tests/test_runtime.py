@@ -851,7 +851,7 @@ def test_a_broadcast_call_launches_a_block_long_enough_for_the_bytes_its_threads
 
     launched = []
     original = _OP._launch
-    monkeypatch.setattr(_OP, "_launch", lambda *args: launched.append(args[-1]["BLOCK"]) or original(*args))
+    monkeypatch.setattr(_OP, "_launch", lambda *args: launched.append(args[4]["BLOCK"]) or original(*args))  # (config)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gen = torch.Generator().manual_seed(2)
     for dtype, row_block in ((torch.float16, 2048), (torch.float32, 1024)):

@@ -53,7 +53,7 @@ RESERVED_BLOCK_NAMES = frozenset({"GROUP_M", "INDEX_64", "MATH_64", "NUM_SMS", "
                                   "SAVE_ACC", "SPLIT_K", "USE_TMA", "USE_TMA_STORE", "TRANS_A", "TRANS_B", "PEEL_K",
                                   "PERSISTENT", "FLATTEN", "BATCHED", "EVEN",
                                   "ROWS", "ONE_TILE", "UNROLL", "AHEAD", "PER_SM", "FIXED_N", "EVICT",
-                                  "READ_BACK", "SHARED_FINISH", "COLS", "COL_ROWS"})
+                                  "READ_BACK", "SHARED_FINISH", "COLS", "COL_ROWS", "STORES"})
 RESERVED_BLOCK_PREFIXES = ("EVEN_", "MASK_", "HAS_", "OUT_", "IN_")
 # A reduction's on/off config fields, each with what its values mean.
 REDUCTION_FLAGS = {"FIXED_N": "1: the row length compiled in where it is a power of two, or 0: read at run time",
