@@ -1396,3 +1396,15 @@ def test_compiled_graphs_guard_on_the_tile_and_exported_ones_serve_every_size():
     for count, length in [(10, 60), (3, 5000)]:
         x = rows(count, length, 2)
         torch.testing.assert_close(exported.module()(x), model(x))
+
+
+def test_a_selective_kernel_stores_only_the_outputs_asked_for():
+    from tilegen.runtime.ops import stored_outputs
+
+    outputs = [torch.empty(3), torch.empty(0), torch.empty(3)]
+    assert stored_outputs(outputs, (True, False, True), selective=True) == (0b101, [0, 2])
+    assert stored_outputs(outputs, None, selective=True) == (0b111, [0, 1, 2])
+    bits, stored = stored_outputs(outputs, None, selective=False)  # (a forward: no STORES)
+    assert bits is None and list(stored) == [0, 1, 2]
+    with pytest.raises(ValueError, match="2 flags for 3 outputs"):
+        stored_outputs(outputs, (True, False), selective=True)

@@ -384,7 +384,6 @@ def _elementwise_backward(spec: Spec) -> dict:
     )
 
 
-
 def gradient_dtype(spec: Spec, like_output: str, like: str, name: str, saved: list[str]) -> str:
     """The dtype a backward makes input `name`'s gradient in: that of `like` (the incoming
     gradient of output `like_output`), or, where the backward reads `name` and its dtype may

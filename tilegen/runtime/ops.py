@@ -127,7 +127,7 @@ class ElementwiseOp(Op):
         With `call` (the wrapper's arguments) and `result` (what it returns), the compiled call
         path learns the call. A selective kernel stores only the outputs `stores` says (the others
         are placeholders: stored_outputs)."""
-        mask, stored = stored_outputs(outputs, stores, self.selective)
+        store_bits, stored = stored_outputs(outputs, stores, self.selective)
         if not stored:
             return
         shape = outputs[stored[0]].shape
@@ -156,7 +156,7 @@ class ElementwiseOp(Op):
         def launch(config):
             if layout is not None:
                 config = self._for_broadcast(config, tensors, layout[1], key, facts)
-            return self._launch(tensors, scalars, numel, layout, config, mask)
+            return self._launch(tensors, scalars, numel, layout, config, store_bits)
 
         traced = library.traced(tensors)
         config = self.configs.choose(key, facts, None if traced else launch, traced)
@@ -574,7 +574,7 @@ class ReductionOp(Op):
         (the wrapper's arguments) and `result` (what it returns), the compiled call path learns
         the call. A selective kernel stores only the outputs `stores` says (the others are
         placeholders: stored_outputs); a column sum not stored is not summed."""
-        mask, stored = stored_outputs(outputs, stores, self.selective)
+        store_bits, stored = stored_outputs(outputs, stores, self.selective)
         if not stored:
             return
         rows = 1  # (symbolic where traced with dynamic shapes: runtime.sizes)
@@ -635,7 +635,7 @@ class ReductionOp(Op):
             sums = []
 
         def launch(config):
-            return self._launch(views, pointers, scalars, rows, n, config, sums, mask)
+            return self._launch(views, pointers, scalars, rows, n, config, sums, store_bits)
 
         config = None
         apart = self._read_across(views[:len(inputs)]) if hint(rows) >= ACROSS_ROWS else ()
