@@ -536,6 +536,7 @@ class ReductionOp(Op):
         # The kernel's tensors: the op's, then the values per row it stores beyond its outputs
         # (`kept`: sums its backward's decisions read, reduction_lowering.kept_statistics).
         self.tensor_roles = self.roles + ("row",) * kept
+        self.sums_columns = "column_sum" in self.roles  # (a backward's weight gradient)
 
     @staticmethod
     def reduces_last(dim):
@@ -684,7 +685,7 @@ class ReductionOp(Op):
             blocks = smaller(blocks, per_sm * sms)
         if stores is not None:
             constexprs["STORES"] = stores
-        if self.selective and not sums and any(role == "column_sum" for role in self.tensor_roles):
+        if self.sums_columns and not sums:
             # A kernel that sums columns, asked for no column sum: no workspace, no finish.
             head = (None, None)
             constexprs.update({"SHARED_FINISH": False, "COLS": 1, "COL_ROWS": 1})
