@@ -15,7 +15,7 @@ from .derivatives import Backward, differentiate, recorded_from
 from .expressions import assignments
 from .naming import backward_op_name, training_op_name
 from .spec import Spec, TensorSpec, fixed_axes
-from .schema import RUNTIME_VERSION
+from .schema import RUNTIME_VERSION, store_bit
 from .tables import backward_table_name, load_table, render_table, table_for_spec
 
 
@@ -296,10 +296,11 @@ def needed_gradients(inputs: list[str], backward: Backward) -> dict:
     """For a backward kernel computing `backward`'s gradients (its results, one per computed name)
     of the op's tensor `inputs`: whether each result is needed, as an expression of `_needed`
     (`result_needed`: its input needs a gradient, or an input whose gradient is the same value,
-    an alias of it, does), and the runtime's `stores=` flags made of them (`stores`)."""
+    an alias of it, does), the runtime's `stores=` flags made of them (`stores`), and the kernel's
+    STORES bit of each result (`store_bits`)."""
     needed = [" or ".join(f"_needed[{i}]" for i, n in enumerate(inputs) if backward.aliases.get(n, n) == name)
               for name in backward.computed()]
-    return dict(result_needed=needed, stores=tuple_source(needed))
+    return dict(result_needed=needed, stores=tuple_source(needed), store_bits=[store_bit(i) for i in range(len(needed))])
 
 
 def output_records(spec: Spec) -> tuple | None:

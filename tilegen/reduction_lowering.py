@@ -11,6 +11,7 @@ from .naming import backward_op_name
 from .lowering import (NEEDED_PARAM, common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula,
                        input_checks, kernel_scalar_params, needed_gradients, output_context, output_records,
                        scalar_casts, scalar_params, tuple_source)
+from .schema import store_bit
 from .rows import ELEMENT, ROW, KeptValues, RowProgram, first_row_lines, output_pass, read_back, stage_pass, whole_row_lines
 from .spec import ScalarSpec, Spec
 
@@ -130,7 +131,7 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     backward's) stores only the outputs its STORES asks for, bit i for output i, and sums the
     columns of only those: each store and each column sum's work is gated by its bit."""
     keep = frozenset(masks)
-    bit = {n: 1 << i for i, n in enumerate(outputs)} if selective else {}
+    bit = {n: store_bit(i) for i, n in enumerate(outputs)} if selective else {}
     tensors = {**inputs, **outputs}
     reads_row = [n for n, role in inputs.items() if role == "row"]
     along = {n: role for n, role in inputs.items() if role != "row"}

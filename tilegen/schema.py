@@ -45,6 +45,12 @@ UNROLL_SIZES = (1, 2, 4, 8)
 PER_SM_COUNTS = (1, 2, 4)
 
 
+def store_bit(index):
+    """The bit of a selective backward kernel's STORES that asks it for its `index`-th output (a
+    gradient): the kernel stores, and sums the columns of, only the outputs whose bits are set."""
+    return 1 << index
+
+
 def rename_blocks(config, source, target):
     """`config` with its block fields renamed from the names `source` to `target` (in order)."""
     names = dict(zip(source, target))

@@ -24,7 +24,7 @@ from .sync import grid_wait_allowed
 from .layout import (MAX_STRIDED_RANK, batch_descriptors_fit, collapse, described_operand, k_rows_load_wide,
                      needs_int64, offsets_along_fit, pad_after_first, size_factor, stride_factor, tma_loads_fit,
                      tma_orientation, tma_stores_fit)
-from ..schema import bucket
+from ..schema import bucket, store_bit
 
 
 # Every op made, by the module its kernels are defined in (op_of); a module's backward kernel's
@@ -90,7 +90,7 @@ class Op:
 def stored_outputs(outputs, stores, selective):
     """(the STORES constexpr, the positions of the outputs it stores) for a run of `outputs`:
     where `selective` (a backward kernel, whose every output is a gradient) the kernel stores only
-    those `stores` says (None: all), bit i for output i; the others are placeholders of no
+    those `stores` says (None: all; schema.store_bit); the others are placeholders of no
     elements, passed for their pointers and never written. A kernel that is not selective stores
     every output (and takes no STORES: None)."""
     if not selective:
@@ -99,7 +99,7 @@ def stored_outputs(outputs, stores, selective):
         stores = (True,) * len(outputs)
     if len(stores) != len(outputs):
         raise ValueError(f"stores: {len(stores)} flags for {len(outputs)} outputs")
-    return sum(1 << i for i, s in enumerate(stores) if s), [i for i, s in enumerate(stores) if s]
+    return sum(store_bit(i) for i, s in enumerate(stores) if s), [i for i, s in enumerate(stores) if s]
 
 
 # What decides an elementwise or reduction op's math dtype, for the errors that depend on it.
