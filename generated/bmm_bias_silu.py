@@ -456,7 +456,7 @@ def _bmm_bias_silu(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> torc
     return _compute(a, b, bias, None)
 
 
-@rt.register("generated::bmm_bias_silu_training", rt.Gradients(_bmm_bias_silu_backward, tensors=3, saved=(0, 1, 2,), sources=(("result", 0), ("result", 1), ("result", 2),), outputs=1, saved_outputs=(1,), phases=(_bmm_bias_silu_backward_dz, _bmm_bias_silu_backward_products), selective=True), flops=rt.flops.forward_flops)
+@rt.register("generated::bmm_bias_silu_training", rt.Gradients(_bmm_bias_silu_backward, tensors=3, saved=(0, 1, 2,), sources=(("result", 0), ("result", 1), ("result", 2),), outputs=1, saved_outputs=(1,), phases=(_bmm_bias_silu_backward_dz, _bmm_bias_silu_backward_products), selective=True, read_by=((1,), (0,), None,)), flops=rt.flops.forward_flops)
 def _bmm_bias_silu_training(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """torch.ops.generated.bmm_bias_silu_training: bmm_bias_silu, and the accumulator A @ B it kept for
     its backward (calls that record autograd take it: the backward then need not recompute A @ B)."""

@@ -426,7 +426,7 @@ def _matmul_bias_gelu(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> t
     return _compute(a, b, bias, None)
 
 
-@rt.register("generated::matmul_bias_gelu_training", rt.Gradients(_matmul_bias_gelu_backward, tensors=3, saved=(0, 1, 2,), sources=(("result", 0), ("result", 1), ("result", 2),), outputs=1, saved_outputs=(1,), phases=(_matmul_bias_gelu_backward_dz, _matmul_bias_gelu_backward_products), selective=True), flops=rt.flops.forward_flops)
+@rt.register("generated::matmul_bias_gelu_training", rt.Gradients(_matmul_bias_gelu_backward, tensors=3, saved=(0, 1, 2,), sources=(("result", 0), ("result", 1), ("result", 2),), outputs=1, saved_outputs=(1,), phases=(_matmul_bias_gelu_backward_dz, _matmul_bias_gelu_backward_products), selective=True, read_by=((1,), (0,), None,)), flops=rt.flops.forward_flops)
 def _matmul_bias_gelu_training(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """torch.ops.generated.matmul_bias_gelu_training: matmul_bias_gelu, and the accumulator A @ B it kept for
     its backward (calls that record autograd take it: the backward then need not recompute A @ B)."""

@@ -378,7 +378,7 @@ def _matmul_relu_backward(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | 
     )
 
 
-@rt.register("generated::matmul_relu", rt.Gradients(_matmul_relu_backward, tensors=2, saved=(0, 1,), sources=(("result", 0), ("result", 1),), outputs=1, saved_outputs=(None, 0,), selective=True), batchable=(False, False), own_axes=(2, 2), flops=rt.flops.forward_flops)
+@rt.register("generated::matmul_relu", rt.Gradients(_matmul_relu_backward, tensors=2, saved=(0, 1,), sources=(("result", 0), ("result", 1),), outputs=1, saved_outputs=(None, 0,), selective=True, read_by=((1,), (0,),)), batchable=(False, False), own_axes=(2, 2), flops=rt.flops.forward_flops)
 def _matmul_relu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """torch.ops.generated.matmul_relu: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""

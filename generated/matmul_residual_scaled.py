@@ -402,7 +402,7 @@ def _matmul_residual_scaled_backward(x: torch.Tensor, w: torch.Tensor, acc: torc
     )
 
 
-@rt.register("generated::matmul_residual_scaled", rt.Gradients(_matmul_residual_scaled_backward, tensors=3, saved=(0, 1,), sources=(("result", 0), ("result", 1), ("result", 2),), outputs=1, saved_outputs=(None,), selective=True), batchable=(False, False, False), own_axes=(2, 2, 2), flops=rt.flops.forward_flops)
+@rt.register("generated::matmul_residual_scaled", rt.Gradients(_matmul_residual_scaled_backward, tensors=3, saved=(0, 1,), sources=(("result", 0), ("result", 1), ("result", 2),), outputs=1, saved_outputs=(None,), selective=True, read_by=((1,), (0,),)), batchable=(False, False, False), own_axes=(2, 2, 2), flops=rt.flops.forward_flops)
 def _matmul_residual_scaled(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, alpha: float = 1.0, beta: float = 1.0) -> torch.Tensor:
     """torch.ops.generated.matmul_residual_scaled: a triton_op on a GPU (torch.compile sees into its kernels);
     under Triton's interpreter an opaque custom op whose fake implementation skips the launches."""

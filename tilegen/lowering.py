@@ -275,15 +275,20 @@ def tuple_source(items) -> str:
 
 def gradients_formula(op: str | None, inputs: list[str], saved: list[str], sources: list[str], outputs: int,
                       saved_outputs: tuple = (), phases: str | None = None, whole: bool = False,
-                      records: tuple | None = None, selective: bool = False) -> str:
+                      records: tuple | None = None, selective: bool = False, read_by: dict | None = None) -> str:
     """The rt.Gradients of an op whose tensor inputs are `inputs`: what its backward op (`op`)
     reads and where each input's gradient comes from (`phases`: its two calls; `whole`: the backward
     op is one launch its kernel's call path learns; `records`: output_records; `selective`: the
-    backward op takes which inputs need a gradient, rt.Gradients)."""
+    backward op takes which inputs need a gradient; `read_by`: saved input -> the inputs whose
+    gradients alone read its values, for those not always read; rt.Gradients)."""
+    read_by = {name: read_by[name] for name in saved if name in read_by} if read_by else {}
+    readers = tuple_source(tuple_source(inputs.index(r) for r in read_by[name]) if name in read_by else "None"
+                           for name in saved)
     return (f"rt.Gradients({op or 'None'}, tensors={len(inputs)}, saved={tuple_source(inputs.index(n) for n in saved)}, "
             f"sources={tuple_source(sources)}, outputs={outputs}, saved_outputs={tuple_source(saved_outputs)}"
             + (f", records={tuple_source(tuple_source(r) for r in records)}" if records is not None else "")
             + (f", phases={phases}" if phases else "") + (", selective=True" if selective and op else "")
+            + (f", read_by={readers}" if read_by and op else "")
             + (", whole=True)" if whole and op else ")"))
 
 
@@ -511,6 +516,10 @@ def _matmul_backward(spec: Spec) -> dict:
     dz = value("acc") + (f".to({a}.dtype)" if passed and dtype_of[passed] != parts.a.dtype_source else "")
 
     saved = [x for x in inputs if (x in (a, b) and flows) or (x in extras and x in backward.reads)]
+    # Unless the accumulator is recomputed, A's values are read for B's gradient (A^T @ dZ) alone
+    # and B's for A's: a call whose other operand needs no gradient keeps only the shape (eager
+    # PyTorch's mm keeps no `self` for a frozen `mat2`: an activation into a frozen weight).
+    operands_read_by = {a: [b], b: [a]}
     # The elementwise pass reads the accumulator, the extras it needs (broadcast to [M, N] views)
     # and the incoming gradients, and writes the [M, N] gradients ([N] and [M] ones in float32,
     # summed after).
@@ -609,11 +618,12 @@ def _matmul_backward(spec: Spec) -> dict:
         # The op itself recomputes the accumulator where the backward reads it; its training
         # variant (the one eager calls that record autograd take) keeps it instead.
         gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (None, *read),
-                                    records=output_records(spec), selective=True),
+                                    records=output_records(spec), selective=True,
+                                    read_by=None if reads_acc else operands_read_by),
         # Its eager backward runs in two calls, the kept accumulator freed between them.
         training_gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (len(outputs), *read),
                                              f"(_{name}_dz, _{name}_products)", records=output_records(spec),
-                                             selective=True),
+                                             selective=True, read_by=operands_read_by),
         rest_params=", ".join([f"{x}: torch.Tensor" for x in saved + seeds] + scalar_params(spec)),
         rest_args=", ".join(saved + seeds + scalars),
         all_args=", ".join(saved + ["acc"] + outputs_read + seeds + scalars),

@@ -22,6 +22,7 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/SavedTensorHooks.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/function.h>
@@ -58,6 +59,12 @@ struct Kept {
 
 Kept keep(const at::Tensor &t) {
     return Kept{t.detach(), t._version()};
+}
+
+/* What is kept for a saved input whose values no gradient asked for reads (Gradients.read_by):
+   its shape, dtype and device over one element, every stride 0 (autograd.shape_only). */
+at::Tensor shape_only(const at::Tensor &t) {
+    return at::empty({}, t.options()).expand(t.sizes());
 }
 
 /* The Python object a node shares with its formula: its refcount is touched under the GIL only. */
@@ -330,6 +337,7 @@ struct Formula {
     std::shared_ptr<PyRef> *backward;  /* null where none */
     std::vector<Py_ssize_t> *records;  /* per result, a mask of the inputs it records from (Gradients.records); empty: all */
     bool selective;  /* the backward op takes which inputs need a gradient (Gradients.selective) */
+    std::vector<Py_ssize_t> *readers;  /* per saved input, a mask of the inputs whose gradients read it; 0: always read */
 };
 
 bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
@@ -349,7 +357,7 @@ bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
 }
 
 /* Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources, backward=None, records=None,
-           selective=False):
+           selective=False, readers=None):
    `saved_outputs` the outputs the backward reads, in its order, -1 for one it recomputes (passed
    as None); `sources` one int per tensor input: the index of the incoming gradient that is its
    gradient (an input the op adds to an output), NO_GRADIENT, or FIRST_RESULT - r for the backward
@@ -357,14 +365,17 @@ bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
    backward op's call whole or returns None (its compiled call path), or None; `records` per
    result a mask of the tensor inputs it records a graph from (bit i: input i), or None for all:
    a result none of whose inputs requires grad stays a plain tensor, as PyTorch's would; `selective`:
-   the backward op takes last a list of which tensor inputs need a gradient. */
+   the backward op takes last a list of which tensor inputs need a gradient; `readers` per saved
+   input a mask of the tensor inputs whose gradients read its values (0: always read), or None for
+   all always read: one none of whose readers requires grad is kept as its shape alone. */
 PyObject *Formula_new(PyTypeObject *type, PyObject *args, PyObject *) {
     const char *op;
-    PyObject *gradients, *saved_inputs, *saved_outputs, *sources, *backward = Py_None, *records = Py_None;
+    PyObject *gradients, *saved_inputs, *saved_outputs, *sources, *backward = Py_None, *records = Py_None,
+             *readers = Py_None;
     Py_ssize_t tensors, results;
     int selective = 0;
-    if (!PyArg_ParseTuple(args, "sOnOOnO|OOp:Formula", &op, &gradients, &tensors, &saved_inputs, &saved_outputs, &results,
-                          &sources, &backward, &records, &selective))
+    if (!PyArg_ParseTuple(args, "sOnOOnO|OOpO:Formula", &op, &gradients, &tensors, &saved_inputs, &saved_outputs, &results,
+                          &sources, &backward, &records, &selective, &readers))
         return nullptr;
     if (!PyCallable_Check(gradients))
         return PyErr_Format(PyExc_TypeError, "Formula: gradients must be callable");
@@ -384,16 +395,25 @@ PyObject *Formula_new(PyTypeObject *type, PyObject *args, PyObject *) {
     self->sources = new std::shared_ptr<const std::vector<Py_ssize_t>>(source_list);
     self->records = new std::vector<Py_ssize_t>();
     self->selective = selective != 0;
+    self->readers = new std::vector<Py_ssize_t>();
     if (!read_indices(saved_inputs, self->saved_inputs) || !read_indices(saved_outputs, layout.get()) ||
-        !read_indices(sources, source_list.get()) || (records != Py_None && !read_indices(records, self->records))) {
+        !read_indices(sources, source_list.get()) || (records != Py_None && !read_indices(records, self->records)) ||
+        (readers != Py_None && !read_indices(readers, self->readers))) {
         Py_DECREF(self);
         return nullptr;
+    }
+    if (readers == Py_None)
+        self->readers->assign(self->saved_inputs->size(), 0);
+    if (self->readers->size() != self->saved_inputs->size()) {
+        Py_DECREF(self);
+        return PyErr_Format(PyExc_ValueError, "Formula: %zd readers for %zd saved inputs", self->readers->size(),
+                            self->saved_inputs->size());
     }
     if (records != Py_None && static_cast<Py_ssize_t>(self->records->size()) != results) {
         Py_DECREF(self);
         return PyErr_Format(PyExc_ValueError, "Formula: %zd records for %zd results", self->records->size(), results);
     }
-    if (records != Py_None && tensors > 62) {  /* (records' masks; Gradients.node_formula makes no node then) */
+    if ((records != Py_None || readers != Py_None) && tensors > 62) {  /* (the masks; Gradients.node_formula makes no node then) */
         Py_DECREF(self);
         return PyErr_Format(PyExc_ValueError, "Formula: %zd tensors, at most 62", tensors);
     }
@@ -430,6 +450,7 @@ void Formula_dealloc(Formula *self) {
     delete self->layout;
     delete self->backward;
     delete self->records;
+    delete self->readers;
     Py_TYPE(self)->tp_free(reinterpret_cast<PyObject *>(self));
 }
 
@@ -470,17 +491,19 @@ PyObject *Formula_usable(Formula *, PyObject *) {
     return compiled < 0 ? nullptr : PyBool_FromLong(!compiled);
 }
 
-/* Whether result j records a graph from an input that requires grad (`records` empty: from every
-   input, and some requires grad, or no node would be attached). */
-bool records_any(const std::vector<Py_ssize_t> &records, Py_ssize_t j, const variable_list &inputs) {
-    if (records.empty())
-        return true;
-    Py_ssize_t mask = records[static_cast<size_t>(j)];
+/* Whether an input in `mask` (bit i: input i) requires grad. */
+bool any_requires_grad(Py_ssize_t mask, const variable_list &inputs) {
     for (size_t i = 0; i < inputs.size(); i++) {
         if (((mask >> i) & 1) && inputs[i].defined() && inputs[i].requires_grad())
             return true;
     }
     return false;
+}
+
+/* Whether result j records a graph from an input that requires grad (`records` empty: from every
+   input, and some requires grad, or no node would be attached). */
+bool records_any(const std::vector<Py_ssize_t> &records, Py_ssize_t j, const variable_list &inputs) {
+    return records.empty() || any_requires_grad(records[static_cast<size_t>(j)], inputs);
 }
 
 /* formula.attach(args, outputs): the outputs (a tuple, the results first) made the results of one
@@ -525,8 +548,11 @@ PyObject *Formula_attach(Formula *self, PyObject *const *argv, Py_ssize_t count)
     node->selective = self->selective;
     Py_DECREF(scalars);
     node->kept.reserve(self->saved_inputs->size() + self->saved_outputs->size());
-    for (Py_ssize_t i : *self->saved_inputs)
-        node->kept.push_back(keep(inputs[static_cast<size_t>(i)]));
+    for (size_t s = 0; s < self->saved_inputs->size(); s++) {
+        const at::Tensor &input = inputs[static_cast<size_t>((*self->saved_inputs)[s])];
+        Py_ssize_t readers = (*self->readers)[s];
+        node->kept.push_back(keep(readers == 0 || any_requires_grad(readers, inputs) ? input : shape_only(input)));
+    }
     node->shapes.reserve(inputs.size());
     for (const at::Tensor &t : inputs)
         node->shapes.emplace_back(t.sizes().begin(), t.sizes().end());
@@ -578,7 +604,7 @@ PyMODINIT_FUNC PyInit__tilegen_autograd_node(void) {
     FormulaType.tp_new = Formula_new;
     FormulaType.tp_dealloc = reinterpret_cast<destructor>(Formula_dealloc);
     FormulaType.tp_methods = Formula_methods;
-    FormulaType.tp_doc = "Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources, backward=None, records=None, selective=False)";
+    FormulaType.tp_doc = "Formula(op, gradients, tensors, saved_inputs, saved_outputs, results, sources, backward=None, records=None, selective=False, readers=None)";
     if (PyType_Ready(&FormulaType) < 0)
         return nullptr;
     PyObject *module = PyModule_Create(&module_def);
