@@ -4,7 +4,8 @@
 # bench/probes/frozen_grid.py (a frozen norm weight's backward grid). PART=b: the autograd,
 # reduction, call-path and decided-statistics tests; centred_range's generated opcheck built by
 # this tree's tilegen and, where OLD names a folder holding an older tilegen, by that one too; then
-# bench/probes/selective_backward.py's norms and elementwise steps beside eager and torch.compile.
+# bench/probes/frozen_stack_memory.py (what a stack of frozen matmul layers holds for its backward)
+# and selective_backward.py's norms and elementwise steps beside eager and torch.compile.
 #   OUT=... PART=a|b [OLD=folder] bash bench/results/h200/selective_h200/run.sh
 set -uo pipefail
 export PYTHONPATH="$PWD"
@@ -45,6 +46,9 @@ b)
     grep -E "^(FAILED|ERROR)" "$out/tests.log" | head -20
     centred_range main "$PWD"
     if [ -n "${OLD:-}" ]; then centred_range old "$PWD/$OLD"; fi
+    timeout 120 python3 bench/probes/frozen_stack_memory.py > "$out/frozen_stack_memory.txt" 2>&1
+    echo "memory: $?"
+    cat "$out/frozen_stack_memory.txt"
     timeout 200 python3 bench/probes/selective_backward.py norms elementwise > "$out/selective_backward.txt" 2>&1
     echo "probe: $?"
     cat "$out/selective_backward.txt"
