@@ -710,6 +710,18 @@ def test_a_formula_whose_saved_output_is_missing_is_refused_before_anything_is_a
     assert not y.requires_grad and y.grad_fn is None
 
 
+def test_a_formula_whose_masks_miscount_is_refused_with_their_counts(node):
+    # (The node's message reads the counts before the formula is freed.)
+    from tilegen import runtime as rt
+
+    with pytest.raises(ValueError, match="read_by names 1 saved inputs, saved has 2"):
+        rt.Gradients(None, tensors=2, saved=(0, 1), sources=(None, None), read_by=((1,),))
+    with pytest.raises(ValueError, match="Formula: 1 readers for 2 saved inputs"):
+        node.Formula("bad", lambda *args: (None,), 2, (0, 1), (), 1, (-2, -2), None, None, False, (2,))
+    with pytest.raises(ValueError, match="Formula: 2 records for 1 results"):
+        node.Formula("bad", lambda *args: (None,), 2, (0, 1), (), 1, (-2, -2), None, (1, 2))
+
+
 # Outputs whose dtypes are not the inputs': a bool output first, a float32 one from half inputs.
 OWN_DTYPES = {
     "ew_own.yaml": """

@@ -405,13 +405,15 @@ PyObject *Formula_new(PyTypeObject *type, PyObject *args, PyObject *) {
     if (readers == Py_None)
         self->readers->assign(self->saved_inputs->size(), 0);
     if (self->readers->size() != self->saved_inputs->size()) {
-        Py_DECREF(self);
-        return PyErr_Format(PyExc_ValueError, "Formula: %zd readers for %zd saved inputs", self->readers->size(),
-                            self->saved_inputs->size());
+        PyErr_Format(PyExc_ValueError, "Formula: %zd readers for %zd saved inputs", self->readers->size(),
+                     self->saved_inputs->size());
+        Py_DECREF(self);  /* (after the message reads its fields) */
+        return nullptr;
     }
     if (records != Py_None && static_cast<Py_ssize_t>(self->records->size()) != results) {
-        Py_DECREF(self);
-        return PyErr_Format(PyExc_ValueError, "Formula: %zd records for %zd results", self->records->size(), results);
+        PyErr_Format(PyExc_ValueError, "Formula: %zd records for %zd results", self->records->size(), results);
+        Py_DECREF(self);  /* (after the message reads its fields) */
+        return nullptr;
     }
     if ((records != Py_None || readers != Py_None) && tensors > 62) {  /* (the masks; Gradients.node_formula makes no node then) */
         Py_DECREF(self);
