@@ -52,15 +52,15 @@ a)
     if [ -n "${OLD:-}" ]; then centred_range old "$PWD/$OLD" 50; fi
     ;;
 b)
-    timeout 120 python3 -m pytest -q -n 16 --dist worksteal -p no:cacheprovider -rs generated/tests -k opcheck \
+    timeout 60 python3 -m pytest -q -n 16 --dist worksteal -p no:cacheprovider -rs generated/tests -k opcheck \
         > "$out/tests_opcheck.log" 2>&1
     echo "opcheck tests: $? $(tail -1 "$out/tests_opcheck.log")"
     grep -E "^(FAILED|ERROR)" "$out/tests_opcheck.log" | head -20
-    centred_range main "$PWD" 60
-    timeout 70 python3 bench/probes/frozen_stack_memory.py > "$out/frozen_stack_memory.txt" 2>&1
+    centred_range main "$PWD" 45
+    timeout 50 python3 bench/probes/frozen_stack_memory.py > "$out/frozen_stack_memory.txt" 2>&1
     echo "frozen_stack_memory: $?"; cat "$out/frozen_stack_memory.txt"
     if [ -n "${BEFORE:-}" ]; then
-        PYTHONPATH="$PWD/$BEFORE" timeout 70 python3 bench/probes/frozen_stack_memory.py \
+        PYTHONPATH="$PWD/$BEFORE" timeout 50 python3 bench/probes/frozen_stack_memory.py \
             > "$out/frozen_stack_memory_before.txt" 2>&1
         echo "frozen_stack_memory before: $?"; cat "$out/frozen_stack_memory_before.txt"
     fi
