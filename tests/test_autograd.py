@@ -716,6 +716,8 @@ def test_a_formula_whose_masks_miscount_is_refused_with_their_counts(node):
 
     with pytest.raises(ValueError, match="read_by names 1 saved inputs, saved has 2"):
         rt.Gradients(None, tensors=2, saved=(0, 1), sources=(None, None), read_by=((1,),))
+    with pytest.raises(ValueError, match="each read by some input's gradient or always"):
+        rt.Gradients(None, tensors=2, saved=(0, 1), sources=(None, None), read_by=((1,), ()))
     with pytest.raises(ValueError, match="Formula: 1 readers for 2 saved inputs"):
         node.Formula("bad", lambda *args: (None,), 2, (0, 1), (), 1, (-2, -2), None, None, False, (2,))
     with pytest.raises(ValueError, match="Formula: 2 records for 1 results"):

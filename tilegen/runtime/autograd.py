@@ -56,11 +56,11 @@ class Gradients:
                  whole=False, selective=False, read_by=None):
         self.backward, self.tensors, self.saved, self.sources = backward, tensors, tuple(saved), tuple(sources)
         self.selective = selective
-        # Per saved input, a mask of the inputs whose gradients read it (bit j: input j); 0: always read.
-        self.readers = (0,) * len(self.saved) if read_by is None else tuple(
-            0 if read is None else sum(1 << j for j in read) for read in read_by)
-        if len(self.readers) != len(self.saved):
-            raise ValueError(f"Gradients: read_by names {len(self.readers)} saved inputs, saved has {len(self.saved)}")
+        self.read_by = (None,) * len(self.saved) if read_by is None else tuple(
+            None if read is None else tuple(read) for read in read_by)
+        if len(self.read_by) != len(self.saved) or () in self.read_by:  # (one no gradient reads is not saved)
+            raise ValueError(f"Gradients: read_by names {len(self.read_by)} saved inputs, saved has {len(self.saved)}, "
+                             "each read by some input's gradient or always (None)")
         self.outputs, self.saved_outputs, self.phases, self.whole = outputs, tuple(saved_outputs), phases, whole
         self.records = None if records is None else tuple(tuple(r) for r in records)
         # What setup_context does on every call, worked out once (a training step's host time is
@@ -78,8 +78,8 @@ class Gradients:
         # phase drops them (compute). None can reach them but the backward.
         apart = self._apart if eager else ()
         ctx.kept = {i: outputs[i] for i in apart}
-        ctx.save_for_backward(*(inputs[i] if read_now(read, inputs) else shape_only(inputs[i])
-                                for i, read in zip(self.saved, self.readers)),
+        ctx.save_for_backward(*(inputs[i] if read is None or any(inputs[j].requires_grad for j in read)
+                                else shape_only(inputs[i]) for i, read in zip(self.saved, self.read_by)),
                               *(outputs[i] for i in self.saved_outputs if i is not None and i not in apart))
         ctx.scalars = inputs[self.tensors:]
         # A gradient comes back in the outputs' shape; an input that was broadcast gets it
@@ -161,7 +161,7 @@ class Gradients:
         """This op's Formula (its autograd node in C++, see call and native_module), or None:
         turned off, not built (yet)."""
         module = native_module()
-        if module is None or (self.tensors > 62 and (self.records is not None or any(self.readers))):  # (the node's masks)
+        if module is None or (self.tensors > 62 and (self.records is not None or any(self.read_by))):  # (the node's masks)
             return None
         if self._node is None or self._node[0] is not module:
             layout = [-1 if i is None else i for i in self.saved_outputs]
@@ -172,7 +172,8 @@ class Gradients:
                                                 self.outputs, sources, self._backward_path(),
                                                 None if self.records is None else [sum(1 << i for i in read)
                                                                                    for read in self.records],
-                                                self.selective, self.readers)
+                                                self.selective, [0 if read is None else sum(1 << j for j in read)
+                                                                 for read in self.read_by])
         return self._node[1]
 
     def _backward_path(self):
@@ -192,12 +193,6 @@ class Gradients:
         # `arranged` holds their last references, which a two-phase backward drops midway.
         saved.clear()
         return self.gradients(arranged if self._reads_results(needed) else None, grads, needed, scalars)
-
-
-def read_now(readers, inputs):
-    """Whether a saved input whose values the gradients of the inputs in the mask `readers` read
-    (0: the backward always reads them) is read by this call's backward: one of those requires grad."""
-    return not readers or any(readers >> j & 1 and inputs[j].requires_grad for j in range(readers.bit_length()))
 
 
 def shape_only(t):
