@@ -78,8 +78,8 @@ class Gradients:
         # phase drops them (compute). None can reach them but the backward.
         apart = self._apart if eager else ()
         ctx.kept = {i: outputs[i] for i in apart}
-        ctx.save_for_backward(*(inputs[i] if read is None or any(inputs[j].requires_grad for j in read)
-                                else shape_only(inputs[i]) for i, read in zip(self.saved, self.read_by)),
+        ctx.save_for_backward(*(inputs[i] if read is None or _any_requires_grad(inputs, read) else shape_only(inputs[i])
+                                for i, read in zip(self.saved, self.read_by)),
                               *(outputs[i] for i in self.saved_outputs if i is not None and i not in apart))
         ctx.scalars = inputs[self.tensors:]
         # A gradient comes back in the outputs' shape; an input that was broadcast gets it
@@ -102,7 +102,7 @@ class Gradients:
         """The results that record a graph from no input that requires grad in this call."""
         if self.records is None:
             return []
-        return [o for o, read in zip(outputs, self.records) if not any(inputs[i].requires_grad for i in read)]
+        return [o for o, read in zip(outputs, self.records) if not _any_requires_grad(inputs, read)]
 
     def _saved(self, ctx):
         # Detached: the backward computes no graph, and the compiled call path (which leaves
@@ -170,10 +170,8 @@ class Gradients:
             sources = [-1 if s is None else s[1] if s[0] == "grad" else -2 - s[1] for s in self.sources]
             self._node = module, module.Formula(self.name, self._node_gradients, self.tensors, self.saved, layout,
                                                 self.outputs, sources, self._backward_path(),
-                                                None if self.records is None else [sum(1 << i for i in read)
-                                                                                   for read in self.records],
-                                                self.selective, [0 if read is None else sum(1 << j for j in read)
-                                                                 for read in self.read_by])
+                                                None if self.records is None else [_mask(read) for read in self.records],
+                                                self.selective, [0 if read is None else _mask(read) for read in self.read_by])
         return self._node[1]
 
     def _backward_path(self):
@@ -193,6 +191,16 @@ class Gradients:
         # `arranged` holds their last references, which a two-phase backward drops midway.
         saved.clear()
         return self.gradients(arranged if self._reads_results(needed) else None, grads, needed, scalars)
+
+
+def _any_requires_grad(inputs, positions):
+    """Whether an input at one of `positions` requires grad in this call (records, read_by)."""
+    return any(inputs[i].requires_grad for i in positions)
+
+
+def _mask(positions):
+    """The node's mask of input `positions` (records, read_by): bit i for input i."""
+    return sum(1 << i for i in positions)
 
 
 def shape_only(t):
