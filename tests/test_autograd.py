@@ -324,6 +324,57 @@ def test_a_matmul_keeps_an_operand_only_where_the_other_needs_its_gradient(node,
         torch.testing.assert_close(mine, theirs)
 
 
+@pytest.mark.parametrize("op, needs, kept", [
+    ("ew_plain", (True, False), (False, True)),  # y = x * w: dx reads w alone, dw reads x alone
+    ("ew_plain", (False, True), (True, False)),
+    ("ew_plain", (True, True), (True, True)),
+    ("ew_mix", (False, True, False), (True, False, False)),  # da reads a and b, db a; c none
+    ("ew_mix", (False, False, True), (False, False, False)),  # dc is -dz itself: nothing kept
+    ("ew_mix", (True, False, False), (True, True, False)),
+    ("scaled_silu_mul", (False, True), (True, False)),  # a frozen: b, read by da alone, not kept
+])
+@pytest.mark.parametrize("through", ["node", "function", "registered op"])
+def test_an_elementwise_op_keeps_an_input_only_where_a_gradient_asked_for_reads_it(node, through, monkeypatch, package,
+                                                                                   op, needs, kept):
+    # As eager's mul keeps `self` only for `other`'s gradient: an input no gradient asked for
+    # reads is kept as its shape alone, and the backward kernel never loads it (its contiguous
+    # kernel still serves the others); the gradients are as when every input asks for one.
+    if through == "function":
+        _use_node(monkeypatch, None)
+    module = importlib.import_module("generated.scaled_silu_mul") if op == "scaled_silu_mul" else package
+    namespace = torch.ops.generated if op == "scaled_silu_mul" else torch.ops.autograd_ops
+    called = getattr(namespace, op).default if through == "registered op" else getattr(module, op)
+    ops = importlib.import_module(module.__name__ + "." + op) if module is package else module
+    launched, launch = [], ops._BACKWARD._launch
+
+    def watched(tensors, scalars, numel, layout, config, stores=None):
+        launched.append(layout is None)
+        return launch(tensors, scalars, numel, layout, config, stores)
+
+    monkeypatch.setattr(ops._BACKWARD, "_launch", watched)
+    ops._BACKWARD.call_path.forget()  # (a call learned earlier would be served without _launch)
+    g = torch.Generator().manual_seed(7)
+    inputs = [torch.randn(4, 300, generator=g, dtype=torch.float32).to(_device()) for _ in needs]
+    every = [t.clone().requires_grad_() for t in inputs]
+    def grad(outputs, wrt):  # (of the outputs that record a graph in the call: ew_plain's step records none)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        recorded, given = zip(*[(o, s) for o, s in zip(outputs, seeds) if o.requires_grad])
+        return torch.autograd.grad(recorded, wrt, given)
+
+    first = called(*every)
+    seeds = [torch.randn(o.shape, generator=g).to(_device()) for o in (first if isinstance(first, tuple) else (first,))]
+    want = grad(first, every)
+    leaves = [t.clone().requires_grad_(need) for t, need in zip(inputs, needs)]
+    asked = [t * 1.0 for t in leaves]  # (not leaves: a leaf's gradient accumulator holds it too)
+    before = [_holders(t) for t in asked]
+    out = called(*asked)
+    assert [_holders(t) != held for t, held in zip(asked, before)] == list(kept)
+    got = grad(out, [t for t in leaves if t.requires_grad])
+    for mine, theirs in zip(got, [w for w, need in zip(want, needs) if need]):
+        torch.testing.assert_close(mine, theirs)
+    assert all(launched)  # every backward launch took the contiguous kernel, stand-ins or not
+
+
 @pytest.mark.parametrize("op, shapes, needs", [
     ("layer_norm", [(6, 40), (40,), (40,)], (True, False, False)),  # frozen weight and bias
     ("layer_norm", [(5, 3000), (3000,), (3000,)], (True, False, True)),  # long rows, a frozen weight

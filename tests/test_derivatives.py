@@ -127,6 +127,23 @@ def test_an_input_added_to_an_output_passes_its_gradient_on_uncomputed():
     assert backward.passed == {"a": "c"} and backward.computed() == ["b"]
 
 
+@pytest.mark.parametrize("body, wrt, readers", [
+    # d(a*b)/da reads b alone, d/db a alone: each is kept only for the other's gradient.
+    ({"c": "a * b"}, ["a", "b"], {"a": ("b",), "b": ("a",), "_g_c": ("a", "b")}),
+    # Through a shared temporary (exp(a), read by a's and b's gradients); dz is read by a's and c's.
+    ({"y": "a + b * exp(a)", "z": "a - 2 * c"}, ["a", "b", "c"],
+     {"a": ("a", "b"), "b": ("a",), "_g_y": ("a", "b"), "_g_z": ("a", "c")}),
+    # An alias (bias's gradient is acc's) reads what its first name's does.
+    ({"c": "gelu(acc + bias)"}, ["acc", "bias"], {"acc": ("acc", "bias"), "bias": ("acc", "bias"), "_g_c": ("acc", "bias")}),
+    # A passed gradient reads nothing: x's incoming gradient is read by w's alone.
+    ({"y": "x + w * w"}, ["x", "w"], {"w": ("w",), "_g_y": ("w",)}),
+])
+def test_each_value_a_gradient_reads_names_the_gradients_that_read_it(body, wrt, readers):
+    names = {"a", "b", "c", "acc", "bias", "x", "w"}
+    backward = differentiate([(o, parse_expression(e, names)) for o, e in body.items()], wrt)
+    assert backward.readers() == readers
+
+
 def test_linear_math_reads_no_saved_value():
     e = parse_expression("alpha * acc + beta * residual", {"acc", "residual", "alpha", "beta"})
     backward = differentiate([("d", e)], ["acc", "residual"])

@@ -498,6 +498,20 @@ class Backward:
         return [name for name in self.results
                 if name not in self.zero and name not in self.aliases and name not in self.passed]
 
+    def readers(self) -> dict[str, tuple[str, ...]]:
+        """{name read (`reads`, an incoming gradient): the differentiable names whose computed
+        gradient reads it}, through the shared temporaries; an alias reads what its gradient's
+        first name does. A value no gradient asked for in a call reads need not be kept for it,
+        nor loaded (Gradients read_by, the kernel's gated loads)."""
+        reaching: dict[str, frozenset] = {}
+        for name, expression in self.steps:
+            reaching[name] = frozenset().union(*(reaching.get(n, frozenset((n,))) for n in expression.names))
+        computed = set(self.computed())
+        by_result = {name: reaching[self.results[self.aliases.get(name, name)]] for name in self.results
+                     if self.aliases.get(name, name) in computed}
+        read = [*self.reads, *(s for s in self.seeds.values() if any(s in r for r in by_result.values()))]
+        return {value: tuple(n for n, r in by_result.items() if value in r) for value in read}
+
 
 def recorded_from(body: list, wrt: list[str], steps: list = ()) -> dict[str, frozenset]:
     """{output: the names of `wrt` it records a graph from}, for the outputs of `body` ((name,

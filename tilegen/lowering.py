@@ -369,10 +369,13 @@ def _elementwise_backward(spec: Spec) -> dict:
     # bool output's is of its own dtype, and carries none).
     like_output = next(iter(spec.float_outputs()), outputs[0])
     like = backward.seeds[like_output]
+    readers = backward.readers()
     return dict(
         name=name,
         saved=saved,
         kernel_inputs=saved + seeds,
+        load_bits=(bits := load_bits(saved + seeds, readers, backward)),
+        reads=tuple_source(bits) if bits else None,
         results=results,
         pointer_params=", ".join(f"{n}_ptr" for n in saved + seeds + results),
         math_args=", ".join(saved + seeds + scalars),
@@ -386,8 +389,22 @@ def _elementwise_backward(spec: Spec) -> dict:
         gradient_dtypes=[gradient_dtype(spec, like_output, like, n, saved) for n in computed],
         **needed_gradients(inputs, backward),
         gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs), whole=True,
-                                    records=output_records(spec), selective=True),
+                                    records=output_records(spec), selective=True,
+                                    read_by={n: readers[n] for n in saved if set(readers[n]) != set(floats)}),
     )
+
+
+def load_bits(kernel_inputs: list[str], readers: dict, backward: Backward) -> list[int | None] | None:
+    """Per input of a backward kernel, the STORES bits of the gradients that read it, where not
+    every gradient does (None): the kernel loads it only where one of those is stored, so a call
+    may pass a shape-only stand-in for it (Gradients read_by keeps no more for it). None where
+    every gradient reads every input."""
+    computed = backward.computed()
+    bits = []
+    for name in kernel_inputs:
+        read = {computed.index(backward.aliases.get(n, n)) for n in readers.get(name, ())}
+        bits.append(None if len(read) == len(computed) else sum(store_bit(i) for i in sorted(read)))
+    return None if all(b is None for b in bits) else bits
 
 
 def gradient_dtype(spec: Spec, like_output: str, like: str, name: str, saved: list[str]) -> str:

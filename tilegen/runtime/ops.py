@@ -112,15 +112,21 @@ class ElementwiseOp(Op):
 
     `block` is the spec's block name; `mask` the spec's policy for the tiled axis: "auto" (a
     mask only where the size does not divide the block), "always" or "never" (the wrapper
-    checks divisibility); `compute` the floor of the math's precision."""
+    checks divisibility); `compute` the floor of the math's precision. A backward kernel
+    (`selective`) takes `reads`: per input, the STORES bits of the outputs that read it, or None
+    for one every output reads; it loads an input only where one of those is stored, so a call
+    may pass a shape-only stand-in (autograd.shape_only) for an input it does not read."""
 
     def __init__(self, name, kernel, strided_kernel, configs, *, block="BLOCK", mask="auto", compute=tl.float32,
-                 listed=True, fp_fusion=True, scalars=(), selective=False):
+                 listed=True, fp_fusion=True, scalars=(), selective=False, reads=None):
         super().__init__(name, configs, kernel, listed, fp_fusion, scalars)
         self.kernel, self.strided_kernel = self._kernel(kernel), self._kernel(strided_kernel)
         self.block, self.mask, self.compute = block, mask, compute
         self.exact_key = mask == "never"
         self.selective = selective  # a backward kernel: it takes STORES (stored_outputs)
+        if reads is not None and not selective:
+            raise ValueError(f"{name}: reads= is a backward kernel's (selective=True), whose STORES it is read with")
+        self.reads = reads
 
     def run(self, inputs, outputs, scalars=(), call=None, result=None, stores=None):
         """Compute `outputs` (checked or allocated by the wrapper) from `inputs` and `scalars`.
@@ -135,17 +141,20 @@ class ElementwiseOp(Op):
         if known(numel == 0):
             return
         tensors = (*inputs, *outputs)
+        # Placeholders are addressed nowhere: the outputs not stored, and the inputs no stored
+        # output reads (the kernel does not load them).
+        placeholders = {len(inputs) + i for i in range(len(outputs)) if i not in stored} | {
+            i for i, bits in enumerate(self.reads or ()) if bits is not None and not bits & store_bits}
         layout = None
-        if not all(t.is_contiguous() for t in tensors):
-            # A placeholder is addressed nowhere: stride 0 in every dim.
-            placeholders = {len(inputs) + i for i in range(len(outputs)) if i not in stored}
+        if not all(t.is_contiguous() for i, t in enumerate(tensors) if i not in placeholders):
             layout = collapse(list(shape), [[0] * len(shape) if i in placeholders else list(t.stride())
                                             for i, t in enumerate(tensors)])
             if len(layout[0]) > MAX_STRIDED_RANK:
                 # More independent dims than the strided kernel indexes: compute on contiguous copies.
                 fresh = [torch.empty(o.shape, dtype=o.dtype, device=o.device) if i in stored else o
                          for i, o in enumerate(outputs)]
-                self.run([t.contiguous() for t in inputs], fresh, scalars, stores=stores)
+                self.run([t if i in placeholders else t.contiguous() for i, t in enumerate(inputs)], fresh, scalars,
+                         stores=stores)
                 for i in stored:
                     outputs[i].copy_(fresh[i])
                 return
