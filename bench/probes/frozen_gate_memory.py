@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 import triton.testing
 
+from frozen_stack_memory import measure  # (this folder: held, peak and step time, as that probe takes them)
 from generated import scaled_silu_mul
 from tilegen.measure import settle_call_path
 
@@ -34,26 +35,6 @@ def stack(gate):
             x = gate(a, x)
         return x
     return run
-
-
-def measure(name, run, x, gates, seed):
-    def step():
-        return torch.autograd.grad(run(x, gates), [x], seed)
-
-    for _ in range(3):  # (warm: compiled, learned by the call path)
-        step()
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    y = run(x, gates)
-    torch.cuda.synchronize()
-    held = torch.cuda.memory_allocated() - base
-    del y
-    torch.cuda.reset_peak_memory_stats()
-    step()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    ms = triton.testing.do_bench(step, return_mode="median")
-    print(f"  {name:<14} held {held / 2**20:8.1f} MiB   peak {peak / 2**20:8.1f} MiB   step {ms:.3f} ms", flush=True)
 
 
 def main():
