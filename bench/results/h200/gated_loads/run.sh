@@ -2,7 +2,9 @@
 # Compiled on the GPU: an elementwise backward kernel loads an input only where a gradient asked
 # for reads it (ElementwiseOp reads=, the kernels' gated loads), and autograd keeps such an input
 # as its shape alone (Gradients read_by). The generated tests of the two ops whose kernels gate a
-# load (scaled_silu_mul, rms_scale_exp), the autograd tests of what is kept and computed, and
+# load (scaled_silu_mul, rms_scale_exp), every op's backward compiled with each input alone
+# requiring grad (what a traced formula keeps, stand-ins included), the autograd tests of what is
+# kept and computed, and
 # bench/probes/frozen_gate_memory.py on this tree and, where BEFORE names a folder holding an older
 # tilegen and generated package, on that one.
 #   OUT=... [BEFORE=folder] bash bench/results/h200/gated_loads/run.sh
@@ -18,6 +20,10 @@ timeout 150 python3 -m pytest -q -n 16 --dist worksteal -p no:cacheprovider -rs 
     generated/tests/test_scaled_silu_mul.py generated/tests/test_rms_scale_exp.py > "$out/tests_generated.log" 2>&1
 echo "generated tests: $? $(tail -1 "$out/tests_generated.log")"
 grep -E "^(FAILED|ERROR)" "$out/tests_generated.log" | head -20
+timeout 120 python3 -m pytest -q -n 16 -p no:cacheprovider -rs generated/tests -k "each_input_alone_compiles" \
+    > "$out/tests_alone_compiled.log" 2>&1
+echo "each input alone, compiled: $? $(tail -1 "$out/tests_alone_compiled.log")"
+grep -E "^(FAILED|ERROR)" "$out/tests_alone_compiled.log" | head -20
 timeout 60 python3 -m pytest -q -n 8 -p no:cacheprovider -rs tests/test_autograd.py \
     -k "keeps_an or computes_only_the_gradients or only_the_products" > "$out/tests_autograd.log" 2>&1
 echo "autograd tests: $? $(tail -1 "$out/tests_autograd.log")"
