@@ -1398,6 +1398,24 @@ def test_compiled_graphs_guard_on_the_tile_and_exported_ones_serve_every_size():
         torch.testing.assert_close(exported.module()(x), model(x))
 
 
+def test_an_input_no_stored_output_reads_leaves_the_contiguous_kernel_to_the_others(monkeypatch):
+    # reads=: per input, the STORES bits of the outputs that read it. A shape-only stand-in
+    # (strides 0) for an input read by no output asked for is never addressed: the others, all
+    # contiguous, take the flat kernel; asked for an output that reads it, the call is strided.
+    op = rt.ElementwiseOp("gate_backward", _StubKernel(), _StubKernel(), rt.ConfigChooser(
+        "fixed", rt.ElementwiseSpace("BLOCK", [1024], [4], exact=False)), selective=True, reads=(None, 0b01, None))
+    flat = []
+    monkeypatch.setattr(rt.launch.Kernel, "launch", lambda self, grid, args, varying, constexprs, *rest:
+                        flat.append((self is op.kernel, constexprs["STORES"])))
+    a, g = torch.empty(2048), torch.empty(2048)
+    stand_in = torch.empty(()).expand(2048)
+    op.run((a, stand_in, g), (torch.empty(0), torch.empty(2048)), stores=(False, True))
+    op.run((a, stand_in, g), (torch.empty(2048), torch.empty(0)), stores=(True, False))
+    assert flat == [(True, 0b10), (False, 0b01)]
+    with pytest.raises(ValueError, match="reads= is a backward kernel's"):
+        rt.ElementwiseOp("forward", _StubKernel(), _StubKernel(), op.configs, reads=(None,))
+
+
 def test_a_selective_kernel_stores_only_the_outputs_asked_for():
     from tilegen.runtime.ops import stored_outputs
 
