@@ -220,6 +220,37 @@ def test_random_expressions_match_autograd_of_the_oracle(source, points):
     _check(source, {"a": a, "b": b}, scalars={"alpha": torch.tensor(0.75, dtype=torch.float64)}, finite_only=True)
 
 
+@settings(max_examples=200, deadline=None)
+@given(_expressions(), _expressions(), st.lists(_points, min_size=4, max_size=4))
+def test_a_gradient_is_unchanged_by_any_value_its_readers_leave_out(first, second, points):
+    # What read_by and a kernel's gated loads rely on: a gradient that readers() does not list
+    # as reading a value gives the same result whatever that value holds (a stand-in's is
+    # unset), through every shared temporary.
+    names = {"a", "b", "alpha"}
+    try:
+        body = [("y", parse_expression(first, names)), ("z", parse_expression(second, names))]
+    except ValueError:
+        return
+    backward = differentiate(body, ["a", "b"])
+    values = {"a": torch.tensor(points, dtype=torch.float64), "b": torch.tensor(points[::-1], dtype=torch.float64),
+              "alpha": torch.tensor(0.75, dtype=torch.float64),
+              "_g_y": torch.linspace(-1, 2, 4, dtype=torch.float64), "_g_z": torch.linspace(0.5, 1.5, 4, dtype=torch.float64)}
+
+    def gradients(changed):
+        scope = {"torch": torch, **values, **changed}
+        exec("\n".join(backward.lines("torch")), scope)
+        return {n: scope[backward.results[n]] for n in backward.computed()}
+
+    before = gradients({})
+    for value, readers in backward.readers().items():
+        if value == "alpha":
+            continue  # (a scalar: always passed)
+        after = gradients({value: torch.full_like(values[value], 123.25)})
+        for name in backward.computed():
+            if name not in readers:
+                torch.testing.assert_close(after[name], before[name], equal_nan=True, msg=f"{name} reads {value}")
+
+
 @pytest.mark.parametrize("source, reads_output", [
     ("where(acc > 0, acc, 0)", True),       # relu as the example matmul_relu writes it
     ("relu(acc)", True),
