@@ -356,6 +356,7 @@ def test_an_elementwise_op_keeps_an_input_only_where_a_gradient_asked_for_reads_
     g = torch.Generator().manual_seed(7)
     inputs = [torch.randn(4, 300, generator=g, dtype=torch.float32).to(_device()) for _ in needs]
     every = [t.clone().requires_grad_() for t in inputs]
+
     def grad(outputs, wrt):  # (of the outputs that record a graph in the call: ew_plain's step records none)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         recorded, given = zip(*[(o, s) for o, s in zip(outputs, seeds) if o.requires_grad])
