@@ -141,19 +141,19 @@ class ElementwiseOp(Op):
         if known(numel == 0):
             return
         tensors = (*inputs, *outputs)
-        # Placeholders are addressed nowhere: the outputs not stored, and the inputs no stored
-        # output reads (the kernel does not load them).
-        placeholders = {len(inputs) + i for i in range(len(outputs)) if i not in stored} | {
-            i for i, bits in enumerate(self.reads or ()) if bits is not None and not bits & store_bits}
+        # The inputs no stored output reads: the kernel does not load them (a stand-in may stand there).
+        unread = {i for i, bits in enumerate(self.reads) if bits is not None and not bits & store_bits} if self.reads else ()
         layout = None
-        if not all(t.is_contiguous() for i, t in enumerate(tensors) if i not in placeholders):
+        if not all(t.is_contiguous() for i, t in enumerate(tensors) if i not in unread):
+            # A placeholder is addressed nowhere: stride 0 in every dim.
+            placeholders = {len(inputs) + i for i in range(len(outputs)) if i not in stored}.union(unread)
             layout = collapse(list(shape), [[0] * len(shape) if i in placeholders else list(t.stride())
                                             for i, t in enumerate(tensors)])
             if len(layout[0]) > MAX_STRIDED_RANK:
                 # More independent dims than the strided kernel indexes: compute on contiguous copies.
                 fresh = [torch.empty(o.shape, dtype=o.dtype, device=o.device) if i in stored else o
                          for i, o in enumerate(outputs)]
-                self.run([t if i in placeholders else t.contiguous() for i, t in enumerate(inputs)], fresh, scalars,
+                self.run([t if i in unread else t.contiguous() for i, t in enumerate(inputs)], fresh, scalars,
                          stores=stores)
                 for i in stored:
                     outputs[i].copy_(fresh[i])
