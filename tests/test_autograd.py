@@ -505,11 +505,40 @@ def test_the_node_refuses_what_autograd_refuses(package, node):
         torch.testing.assert_close(p, q)
     with pytest.raises(RuntimeError, match="rms_norm: trying to backward through the graph a second time"):
         torch.autograd.grad(y.sum(), (x, w))
-    # Gradients to differentiate again (create_graph=True, a gradient penalty): they would carry
-    # no history, and the penalty would leave this op out.
+    # Gradients to differentiate again (create_graph=True, a gradient penalty) are computed from
+    # the kept tensors' history, an input's as passed and an output's through this node: a saved
+    # tensor changed in place is refused there too.
     y = rms_norm(x, w)
-    with pytest.raises(RuntimeError, match=r"rms_norm: a second derivative is not derived \(create_graph=True"):
+    with torch.no_grad():
+        w.mul_(1.0)
+    with pytest.raises(RuntimeError, match="rms_norm: one of the tensors its backward needs was modified by an in-place"):
         torch.autograd.grad(y.sum(), x, create_graph=True)
+
+
+@pytest.mark.parametrize("recorded", ["node", "function"])
+def test_gradients_asked_for_with_create_graph_differentiate_again(monkeypatch, recorded):
+    from generated import matmul_relu, rms_norm, softmax
+
+    _use_node(monkeypatch, _built_node() if recorded == "node" else None)
+
+    x, w = _leaves((4, 16), (16,))
+    # A gradient penalty: the norm of the input's gradient, differentiated by the weight. Softmax
+    # keeps its output (y's history is its own node), rms_norm its inputs.
+    y = softmax(rms_norm(x, w)[0])
+    (dx,) = torch.autograd.grad((y * torch.arange(16.0)).sum(), x, create_graph=True)
+    (dw,) = torch.autograd.grad(dx.square().sum(), w)
+    x0, w0 = (t.detach().double().requires_grad_() for t in (x, w))
+    y0 = torch.softmax(torch.nn.functional.rms_norm(x0, (16,), w0, 1e-6), -1)
+    (dx0,) = torch.autograd.grad((y0 * torch.arange(16.0, dtype=torch.float64)).sum(), x0, create_graph=True)
+    (dw0,) = torch.autograd.grad(dx0.square().sum(), w0)
+    torch.testing.assert_close(dx.double(), dx0, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(dw.double(), dw0, rtol=1e-4, atol=1e-5)
+    # A matmul's backward is a kernel's alone: its gradients would carry no history, and a penalty
+    # built on them leave the op out. Refused by name.
+    a, b = _leaves((8, 16), (16, 8), dtype=torch.float32)
+    assert type(softmax(x).grad_fn).__name__ == ("CppFunction" if recorded == "node" else "_EagerAutogradBackward")
+    with pytest.raises(RuntimeError, match=r"matmul_relu: a second derivative is not derived for this op \(create_graph"):
+        torch.autograd.grad(matmul_relu(a, b).sum(), a, create_graph=True)
 
 
 def test_an_input_used_twice_and_a_non_leaf_input_get_their_gradients(package, node):

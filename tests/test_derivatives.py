@@ -251,6 +251,45 @@ def test_a_gradient_is_unchanged_by_any_value_its_readers_leave_out(first, secon
                 torch.testing.assert_close(after[name], before[name], equal_nan=True, msg=f"{name} reads {value}")
 
 
+@settings(max_examples=200, deadline=None)
+@given(_expressions(), st.lists(_points, min_size=4, max_size=4))
+def test_the_gradients_in_pytorchs_ops_differentiate_again_as_autograd_of_the_oracle(source, points):
+    # A backward under create_graph=True runs the gradients' lines in PyTorch's eager ops
+    # (tilegen.torch_gradients): autograd differentiates them again. Their Hessian-vector product
+    # (through the inputs and the incoming gradient alike) against autograd's twice of the oracle.
+    names = {"a", "b", "alpha"}
+    try:
+        backward = differentiate([("out", parse_expression(source, names))], ["a", "b"])
+    except ValueError:
+        return
+    a = torch.tensor(points, dtype=torch.float64, requires_grad=True)
+    b = torch.tensor(points[::-1], dtype=torch.float64, requires_grad=True)
+    seeds = torch.linspace(-1.5, 2.0, 4, dtype=torch.float64, requires_grad=True)
+    directions = torch.linspace(0.25, 1.25, 4, dtype=torch.float64), torch.linspace(1.0, -0.5, 4, dtype=torch.float64)
+    scope = {"torch": torch, "a": a, "b": b, "alpha": 0.75, "_g_out": seeds}
+    exec("\n".join(backward.lines("eager", frozenset({"alpha"}))), scope)
+    ours = [torch.zeros(4, dtype=torch.float64) if n in backward.zero else seeds if n in backward.passed
+            else scope[backward.results[backward.aliases.get(n, n)]].expand(4) for n in ("a", "b")]
+    oracle = eval(parse_expression(source, names).to_torch(), {"torch": torch, "a": a, "b": b,
+                                                              "alpha": torch.tensor(0.75, dtype=torch.float64)})
+    if not isinstance(oracle, torch.Tensor) or not oracle.requires_grad:
+        return  # (no gradient to differentiate)
+    theirs = torch.autograd.grad(oracle.expand(4), (a, b), seeds, create_graph=True, allow_unused=True)
+    theirs = [torch.zeros(4, dtype=torch.float64) if g is None else g for g in theirs]
+
+    def product(grads):
+        total = sum((g * d).sum() for g, d in zip(grads, directions))
+        if not total.requires_grad:
+            return [torch.zeros(4, dtype=torch.float64)] * 3
+        return [torch.zeros(4, dtype=torch.float64) if h is None else h
+                for h in torch.autograd.grad(total, (a, b, seeds), allow_unused=True, retain_graph=True)]
+
+    for name, got, want in zip(("a", "b", "the incoming gradient"), product(ours), product(theirs)):
+        kept = torch.isfinite(want) & torch.isfinite(got)
+        torch.testing.assert_close(got[kept], want[kept], rtol=1e-7, atol=1e-9,
+                                   msg=lambda m: f"second derivative of {source} through {name}: {m}")
+
+
 @pytest.mark.parametrize("source, reads_output", [
     ("where(acc > 0, acc, 0)", True),       # relu as the example matmul_relu writes it
     ("relu(acc)", True),

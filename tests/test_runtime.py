@@ -719,9 +719,12 @@ def test_an_int_scalar_past_the_int_tensors_dtype_is_refused_by_name():
 def _toy_ops():
     """tilegen_test::scale_add(x, y, alpha) -> (alpha * x * y, x + y), differentiated by
     tilegen_test::scale_add_backward, registered with rt.register and rt.Gradients; and a
-    variant that also returns a kept value (x * y), its backward reading it instead."""
+    variant that also returns a kept value (x * y), its backward reading it instead; and one whose
+    backward's math is also given in PyTorch's ops (differentiable: its gradients differentiate
+    again)."""
     if hasattr(torch.ops.tilegen_test, "scale_add"):
-        return torch.ops.tilegen_test.scale_add.default, torch.ops.tilegen_test.scale_add_keeping.default
+        ops = torch.ops.tilegen_test
+        return ops.scale_add.default, ops.scale_add_keeping.default, ops.scale_add_twice.default
 
     @rt.register("tilegen_test::scale_add_backward", traceable=False)
     def backward(x: torch.Tensor, y: torch.Tensor, kept: torch.Tensor | None, g: torch.Tensor, h: torch.Tensor,
@@ -745,7 +748,17 @@ def _toy_ops():
                                                                                      torch.Tensor]:
         return alpha * x * y, x + y, x * y
 
-    return scale_add, scale_add_keeping
+    def in_torch(x, y, kept, g, h, alpha):  # the backward's math in PyTorch's ops (differentiable)
+        return alpha * y * g + h, alpha * x * g + h
+
+    twice = rt.Gradients(backward, tensors=2, saved=(0, 1), sources=(("result", 0), ("result", 1)),
+                         outputs=2, saved_outputs=(None,), differentiable=in_torch)
+
+    @rt.register("tilegen_test::scale_add_twice", twice, traceable=False)
+    def scale_add_twice(x: torch.Tensor, y: torch.Tensor, alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+        return alpha * x * y, x + y
+
+    return scale_add, scale_add_keeping, scale_add_twice
 
 
 @pytest.mark.parametrize("variant", ["recomputing", "keeping"])
@@ -782,20 +795,26 @@ def test_out_is_refused_where_autograd_would_lose_the_graph():
     assert rt.wants_grad((x,)) and not rt.wants_grad((x.detach(), 1.0))
 
 
-def test_a_second_derivative_raises_rather_than_coming_back_detached():
+def test_a_second_derivative_comes_from_the_differentiable_math_or_raises():
     x = torch.randn(4, dtype=torch.float64, requires_grad=True)
-    y = torch.randn(4, dtype=torch.float64)
-    eager = rt.call(_toy_ops()[0], x, y, 2.0)  # the eager path: a torch.autograd.Function
-    # Gradients without history would leave the op out of a gradient penalty built on them: the
-    # backward raises when asked for gradients to differentiate again.
-    with pytest.raises(RuntimeError, match=r"scale_add: a second derivative is not derived \(create_graph=True"):
-        torch.autograd.grad(eager[0].sum(), (x,), create_graph=True)
-    (dx,) = torch.autograd.grad(eager[0].sum(), (x,))  # (the graph is still there)
-    assert not dx.requires_grad
-    first, _ = _toy_ops()[0](x, y, 2.0)
-    (dx,) = torch.autograd.grad(first.sum(), (x,), create_graph=True)
-    with pytest.raises(RuntimeError, match="no backward is derived|does not require grad"):
-        torch.autograd.grad(dx.sum(), (x,))
+    y = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    plain, _, twice = _toy_ops()
+    # Without math autograd can differentiate (a kernel's gradients alone), gradients asked for
+    # with create_graph=True would carry no history and a gradient penalty built on them leave the
+    # op out: the eager path (a torch.autograd.Function) and the registered op's autograd raise.
+    for route in (lambda: rt.call(plain, x, y, 2.0), lambda: plain(x, y, 2.0)):
+        out = route()
+        with pytest.raises(RuntimeError, match=r"scale_add: a second derivative is not derived for this op \(create_graph"):
+            torch.autograd.grad(out[0].sum(), (x,), create_graph=True)
+        (dx,) = torch.autograd.grad(out[0].sum(), (x,))  # (the graph is still there)
+        assert not dx.requires_grad
+    # With it, on both routes: d/dy of sum(dx * v) = alpha * v (dx = alpha * y * g + h).
+    v = torch.linspace(-1.0, 2.0, 4, dtype=torch.float64)
+    for route in (lambda: rt.call(twice, x, y, 2.0), lambda: twice(x, y, 2.0)):
+        first, second = route()
+        (dx,) = torch.autograd.grad(first.sum() + second.sum(), (x,), create_graph=True)
+        (dy,) = torch.autograd.grad((dx * v).sum(), (y,))
+        torch.testing.assert_close(dy, 2.0 * v)
 
 
 def test_broadcast_shape_follows_pytorch_and_names_what_does_not_broadcast():

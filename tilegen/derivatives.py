@@ -490,8 +490,9 @@ class Backward:
     passed: dict  # name -> the output whose incoming gradient is its gradient as it is
     decided: frozenset  # the names read that a decision reads other than by its sign (decided_beyond_sign)
 
-    def lines(self, target: str) -> list[str]:
-        return assignments(list(self.steps), target)
+    def lines(self, target: str, scalars: frozenset[str] = frozenset(), kinds: dict | None = None) -> list[str]:
+        """The gradients' lines for `target` (expressions.assignments: `scalars` and `kinds` as there)."""
+        return assignments(list(self.steps), target, scalars, kinds=kinds)
 
     def computed(self) -> list[str]:
         """The names whose gradient the lines compute (not zero, an alias or an incoming gradient)."""

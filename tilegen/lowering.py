@@ -16,6 +16,7 @@ from .expressions import assignments
 from .naming import backward_op_name, training_op_name
 from .spec import Spec, TensorSpec, fixed_axes
 from .schema import RUNTIME_VERSION, store_bit
+from .torch_gradients import torch_gradients
 from .tables import backward_table_name, load_table, render_table, table_for_spec
 
 
@@ -275,12 +276,15 @@ def tuple_source(items) -> str:
 
 def gradients_formula(op: str | None, inputs: list[str], saved: list[str], sources: list[str], outputs: int,
                       saved_outputs: tuple = (), phases: str | None = None, whole: bool = False,
-                      records: tuple | None = None, selective: bool = False, read_by: dict | None = None) -> str:
+                      records: tuple | None = None, selective: bool = False, read_by: dict | None = None,
+                      differentiable: str | None = None, named: str | None = None) -> str:
     """The rt.Gradients of an op whose tensor inputs are `inputs`: what its backward op (`op`)
     reads and where each input's gradient comes from (`phases`: its two calls; `whole`: the backward
     op is one launch its kernel's call path learns; `records`: output_records; `selective`: the
     backward op takes which inputs need a gradient; `read_by`: saved input -> the inputs whose
-    gradients alone read its values, for those not always read; rt.Gradients)."""
+    gradients alone read its values, for those not always read; `differentiable`: the backward op's
+    math in PyTorch's ops, for a backward under create_graph=True; `named`: the op its errors name,
+    where another op registers it (a matmul's training variant); rt.Gradients)."""
     read_by = {name: read_by[name] for name in saved if name in read_by} if read_by else {}
     readers = tuple_source(tuple_source(inputs.index(r) for r in read_by[name]) if name in read_by else "None"
                            for name in saved)
@@ -289,6 +293,8 @@ def gradients_formula(op: str | None, inputs: list[str], saved: list[str], sourc
             + (f", records={tuple_source(tuple_source(r) for r in records)}" if records is not None else "")
             + (f", phases={phases}" if phases else "") + (", selective=True" if selective and op else "")
             + (f", read_by={readers}" if read_by and op else "")
+            + (f", differentiable={differentiable}" if differentiable and op else "")
+            + (f", named={named!r}" if named else "")
             + (", whole=True)" if whole and op else ")"))
 
 
@@ -388,9 +394,11 @@ def _elementwise_backward(spec: Spec) -> dict:
         like=like,
         gradient_dtypes=[gradient_dtype(spec, like_output, like, n, saved) for n in computed],
         **needed_gradients(inputs, backward),
+        in_torch=torch_gradients(spec, backward, saved + seeds, results),
         gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs), whole=True,
                                     records=output_records(spec), selective=True,
-                                    read_by={n: readers[n] for n in saved if set(readers[n]) != set(floats)}),
+                                    read_by={n: readers[n] for n in saved if set(readers[n]) != set(floats)},
+                                    differentiable=f"_{name}_in_torch"),
     )
 
 
@@ -640,7 +648,7 @@ def _matmul_backward(spec: Spec) -> dict:
         # Its eager backward runs in two calls, the kept accumulator freed between them.
         training_gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (len(outputs), *read),
                                              f"(_{name}_dz, _{name}_products)", records=output_records(spec),
-                                             selective=True, read_by=operands_read_by),
+                                             selective=True, read_by=operands_read_by, named=spec.op),
         rest_params=", ".join([f"{x}: torch.Tensor" for x in saved + seeds] + scalar_params(spec)),
         rest_args=", ".join(saved + seeds + scalars),
         all_args=", ".join(saved + ["acc"] + outputs_read + seeds + scalars),

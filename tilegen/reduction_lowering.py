@@ -14,6 +14,7 @@ from .lowering import (NEEDED_PARAM, common_context, fixed_or, gradient_dtype, g
 from .schema import store_bit
 from .rows import ELEMENT, ROW, KeptValues, RowProgram, first_row_lines, output_pass, read_back, stage_pass, whole_row_lines
 from .spec import ScalarSpec, Spec
+from .torch_gradients import torch_gradients
 
 # The tensor roles along the rows (Spec.row_roles) and how a kernel addresses each.
 _ADDRESS = {
@@ -352,8 +353,16 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
         # A gradient not asked for: an empty placeholder, never written (rt.ReductionOp.run's stores).
         allocations.append(f"{result} = torch.empty({shape} if {needed[computed.index(n)]} else 0, dtype={dtype}, "
                            f"device={like}.device)")
+    # Where no decision reads a kept sum, the same math in PyTorch's ops (a backward that reruns the
+    # forward for its sums has none: its second derivative is refused by name).
+    in_torch = None if reruns else torch_gradients(
+        spec, backward, saved + outputs_read + seeds, list(results),
+        rows=tuple(n for n, role in kernel_inputs.items() if role == "row"),
+        row_results=tuple(r for r, role in results.items() if role == "row"),
+        length=next(n for n, role in kernel_inputs.items() if role == "element"))
     return dict(
         name=name,
+        in_torch=in_torch,
         kernel=row_kernel(name, program, kernel_inputs, results, scalars, spec.tiles[0].block,
                           spec.int_scalars_in_float_math(), masks=_masks(spec), selective=True),
         roles=tuple_source(repr(r) for r in [*kernel_inputs.values(), *results.values()]),
@@ -368,7 +377,8 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
         **needed_gradients(inputs, backward),
         gradients=gradients_formula(f"_{name}" if computed else None, inputs, taken, sources, len(outputs),
                                     tuple(outputs.index(o) for o in outputs_read), whole=True,
-                                    records=output_records(spec), selective=True),
+                                    records=output_records(spec), selective=True,
+                                    differentiable=in_torch and f"_{name}_in_torch"),
         # (name, the forward reduction it holds): the sums the forward stores and the backward reads.
         kept=reruns,
     )

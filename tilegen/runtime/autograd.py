@@ -47,14 +47,20 @@ class Gradients:
     `selective`: the backward op (and the phases' second) takes last which tensor inputs need a
     gradient (a list of bools), and computes the others' not (a matmul's products; the gradients
     an elementwise or reduction backward kernel stores, and the column sums it runs);
+    `named`: the op its errors and its node name, where another op registers it (a matmul's
+    training variant: the op itself), else the registered op's own name;
+    `differentiable`: the backward op's math in PyTorch's own ops (its parameters and results, less
+    `_needed`), which autograd differentiates again: what a backward asked for gradients with
+    create_graph=True runs, on the saved tensors with their history (None: such a backward raises);
     `read_by`: per saved input, the tensor inputs whose gradients read its values, or None for a
     saved input the backward always reads (the default, for all): where none of those requires
     grad in a call, only its shape is kept (shape_only), as eager PyTorch's mm keeps no `self`
     for a frozen `mat2` (a matmul's A is read for B's gradient alone, once the accumulator is kept)."""
 
     def __init__(self, backward, tensors, saved, sources, outputs=1, saved_outputs=(), records=None, phases=None,
-                 whole=False, selective=False, read_by=None):
+                 whole=False, selective=False, read_by=None, differentiable=None, named=None):
         self.backward, self.tensors, self.saved, self.sources = backward, tensors, tuple(saved), tuple(sources)
+        self.differentiable = differentiable
         self.selective = selective
         self.read_by = (None,) * len(self.saved) if read_by is None else tuple(
             None if read is None else tuple(read) for read in read_by)
@@ -69,7 +75,8 @@ class Gradients:
         self._apart = tuple(i for i in self.saved_outputs if i is not None and i >= outputs) if phases is not None else ()
         self._computes = backward is not None and any(s is not None and s[0] == "result" for s in self.sources)
         self._node = None  # node_formula's (the module, its Formula), once made
-        self.name = "op"  # the op's name, for errors (register sets it)
+        self.named = named
+        self.name = named or "op"  # the op's name, for errors (register sets it)
 
     def setup_context(self, ctx, inputs, output, eager=False):
         outputs = output if isinstance(output, tuple) else (output,)
@@ -106,8 +113,9 @@ class Gradients:
 
     def _saved(self, ctx):
         # Detached: the backward computes no graph, and the compiled call path (which leaves
-        # tensors that require grad to autograd) can then serve its launches.
-        saved = [t.detach() for t in ctx.saved_tensors]
+        # tensors that require grad to autograd) can then serve its launches. Under
+        # create_graph=True with their history: the gradients are differentiated through them.
+        saved = list(ctx.saved_tensors) if torch.is_grad_enabled() else [t.detach() for t in ctx.saved_tensors]
         outputs = saved[len(self.saved):]
         apart = ctx.kept
         if not _keeps_graph():
@@ -142,7 +150,14 @@ class Gradients:
         if saved is not None:
             traced = tracing((*saved, *grads))
             selected = (list(needed),) if self.selective else ()
-            if self.phases is not None and not traced:
+            if torch.is_grad_enabled() and not traced:
+                # create_graph=True: gradients autograd can differentiate again, from PyTorch's ops
+                # on the saved tensors with their history (a kernel's results would carry none, and
+                # a gradient penalty or a Hessian-vector product built on them leave this op out).
+                if self.differentiable is None:
+                    raise RuntimeError(no_second_derivative(self.name))
+                results = self.differentiable(*saved, *grads, *scalars)
+            elif self.phases is not None and not traced:
                 first, rest = self.phases
                 computed = first(*saved, *grads, *scalars)
                 # The kept outputs' last references: freed before the products allocate theirs,
@@ -277,8 +292,6 @@ class _EagerAutograd(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         gradients = ctx.gradients
-        if torch.is_grad_enabled():
-            raise RuntimeError(no_second_derivative(gradients.name))
         return (None, None, *gradients.compute(ctx, grads, ctx.needs_input_grad[2:2 + gradients.tensors]))
 
 
@@ -290,11 +303,21 @@ def _forward(gradients, implementation, args):
 
 
 def no_second_derivative(op):
-    """Why a backward run with create_graph=True raises (the C++ node says the same): its gradients
-    would carry no history, so a gradient penalty or a Hessian-vector product built on them would
-    silently leave this op's share out."""
-    return (f"{op}: a second derivative is not derived (create_graph=True asks for gradients that can be "
-            "differentiated again); compute the gradients without create_graph")
+    """Why a backward run with create_graph=True raises where the op has no `differentiable` math
+    (a matmul's): its kernel's gradients would carry no history, so a gradient penalty or a
+    Hessian-vector product built on them would silently leave this op's share out."""
+    return (f"{op}: a second derivative is not derived for this op (create_graph=True asks for gradients that "
+            "can be differentiated again; its backward is a kernel's, with no history); compute the gradients "
+            "without create_graph")
+
+
+def in_precision(floor, *tensors):
+    """`tensors` in the precision of an op's math, as its kernels compute (a differentiable
+    backward's inputs): `floor` (the spec's compute dtype), float64 where one of them is; int and
+    bool tensors as they are."""
+    wide = floor == torch.float64 or any(t.dtype == torch.float64 for t in tensors)
+    dtype = torch.float64 if wide else floor
+    return tuple(t.to(dtype) if t.is_floating_point() else t for t in tensors)
 
 
 def call(op, *args):

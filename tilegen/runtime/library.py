@@ -182,7 +182,7 @@ def register(qualname, gradients=None, traceable=None, batchable=None, own_axes=
             register_flop_formula(overload.overloadpacket)(flops)
         _IMPLEMENTATIONS[overload] = impl
         if gradients is not None:
-            gradients.name = name
+            gradients.name = gradients.named or name
             _FORMULAS[overload] = gradients
         return overload
 

@@ -13,8 +13,9 @@
    gradients with zeros for those no loss reads, which inputs need a gradient, scalars); it
    returns one gradient (or None) per tensor input. Where every gradient needed is an incoming
    one (an input the op adds to an output), the node passes them on without Python. A backward
-   asked for gradients to differentiate again (create_graph=True) raises: they would carry no
-   history. */
+   asked for gradients to differentiate again (create_graph=True) gets the saved tensors with their
+   history (an input as it was passed; an output as this node's result), and the Python function
+   computes gradients autograd can differentiate (Gradients.differentiable), or raises. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,6 +31,7 @@
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -51,14 +53,21 @@ constexpr Py_ssize_t FIRST_RESULT = -2;
 PyObject *call_name = nullptr;  /* "call", interned */
 
 /* A tensor the backward reads: a detached alias (same storage and version counter) and the
-   version it had when kept. */
+   version it had when kept; for create_graph=True, an input as it was passed (`original`, with its
+   history), or the slot of an output this node is the history of (`slot`; an output holds no
+   reference to its own node, which would never be freed). */
 struct Kept {
     at::Tensor alias;
     int64_t version = 0;
+    at::Tensor original;
+    Py_ssize_t slot = -1;
 };
 
 Kept keep(const at::Tensor &t) {
-    return Kept{t.detach(), t._version()};
+    Kept k;
+    k.alias = t.detach();
+    k.version = t._version();
+    return k;
 }
 
 /* What is kept for a saved input whose values no gradient asked for reads (Gradients.read_by):
@@ -179,17 +188,24 @@ struct TilegenNode : Node {
                                  "torch.compile compiles), or set TILEGEN_AUTOGRAD_NODE=0");
     }
 
+    /* A kept tensor with its history, for a backward under create_graph=True. */
+    at::Tensor with_history(const Kept &k) {
+        if (k.original.defined())
+            return k.original;
+        if (k.slot >= 0)
+            return torch::autograd::make_variable(k.alias, torch::autograd::Edge(getptr(), static_cast<uint32_t>(k.slot)));
+        return k.alias;
+    }
+
     void release_variables() override {
         kept.clear();
         released = true;
     }
 
     variable_list apply(variable_list &&grads) override {
-        /* create_graph=True: gradients without history would leave this op's share out of a
-           gradient penalty or a Hessian-vector product, silently (as autograd.no_second_derivative). */
-        if (at::GradMode::is_enabled())
-            throw std::runtime_error(op + ": a second derivative is not derived (create_graph=True asks for gradients "
-                                     "that can be differentiated again); compute the gradients without create_graph");
+        /* create_graph=True: the gradients are differentiated again, so they are computed from the
+           kept tensors' history by the Python function (a kernel's results would carry none). */
+        bool graph = at::GradMode::is_enabled();
         if (released)
             throw std::runtime_error(op + ": trying to backward through the graph a second time; specify "
                                      "retain_graph=True the first time");
@@ -206,7 +222,7 @@ struct TilegenNode : Node {
         saved.reserve(kept.size());
         bool hand_over = !torch::autograd::get_current_graph_task_keep_graph();
         for (Kept &k : kept)
-            saved.push_back(hand_over ? std::move(k.alias) : k.alias);
+            saved.push_back(graph ? with_history(k) : hand_over ? std::move(k.alias) : k.alias);
         if (hand_over)
             kept.clear();
         for (size_t i = 0; i < grads.size(); i++) {
@@ -233,7 +249,7 @@ struct TilegenNode : Node {
         }
         PyGILState_STATE state = PyGILState_Ensure();
         variable_list results(inputs);
-        int served = backward ? serve_backward(saved, grads, results) : 0;
+        int served = backward && !graph ? serve_backward(saved, grads, results) : 0;
         if (served != 0) {
             if (served < 0) {
                 python_error error;
@@ -553,8 +569,12 @@ PyObject *Formula_attach(Formula *self, PyObject *const *argv, Py_ssize_t count)
     for (size_t s = 0; s < self->saved_inputs->size(); s++) {
         const at::Tensor &input = inputs[static_cast<size_t>((*self->saved_inputs)[s])];
         Py_ssize_t readers = (*self->readers)[s];
-        node->kept.push_back(keep(readers == 0 || any_requires_grad(readers, inputs) ? input : shape_only(input)));
+        bool read = readers == 0 || any_requires_grad(readers, inputs);
+        node->kept.push_back(keep(read ? input : shape_only(input)));
+        if (read)
+            node->kept.back().original = input;
     }
+    std::vector<Py_ssize_t> historied;  /* the results given this node as their history */
     node->shapes.reserve(inputs.size());
     for (const at::Tensor &t : inputs)
         node->shapes.emplace_back(t.sizes().begin(), t.sizes().end());
@@ -565,13 +585,17 @@ PyObject *Formula_attach(Formula *self, PyObject *const *argv, Py_ssize_t count)
            leaves it (and one marked non-differentiable); its slot keeps the others' numbering. */
         if (records_any(*self->records, j, inputs) && torch::autograd::isDifferentiableType(output.scalar_type())) {
             torch::autograd::set_history(output, node);
+            historied.push_back(j);
         } else {
             node->plain_results[node->add_input_metadata(Node::undefined_input())] = {
                 std::vector<int64_t>(output.sizes().begin(), output.sizes().end()), output.options()};
         }
     }
-    for (Py_ssize_t j : *self->saved_outputs)
+    for (Py_ssize_t j : *self->saved_outputs) {
         node->kept.push_back(keep(THPVariable_Unpack(PyTuple_GET_ITEM(outputs, j))));
+        if (std::find(historied.begin(), historied.end(), j) != historied.end())
+            node->kept.back().slot = j;
+    }
     Py_RETURN_TRUE;
     END_HANDLE_TH_ERRORS
 }
