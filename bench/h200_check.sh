@@ -25,6 +25,7 @@
 #   OUT=/tmp/check STEPS="batched:forward batched:backward" bash bench/h200_check.sh   # about 3 minutes
 #   OUT=/tmp/check STEPS="fp8" bash bench/h200_check.sh                  # about 3 minutes
 #   OUT=/tmp/check STEPS="broadcast" bash bench/h200_check.sh            # about 2 minutes
+#   OUT=/tmp/check STEPS="build second_derivative" bash bench/h200_check.sh  # create_graph=True: tests, a penalty's step
 #   OUT=/tmp/check STEPS="build callpath" bash bench/h200_check.sh       # the compiled call path's tests alone
 #   OUT=/tmp/check STEPS="reductions:forward_compile" REDUCE_SHAPES=16384x1024,32768x4096 bash bench/h200_check.sh
 #   OUT=/tmp/check STEPS="reductions:tune build reductions:forward" bash bench/h200_check.sh  # about 8 minutes
@@ -171,6 +172,11 @@ step compile:matmul_residual_scaled 420 python3 -m tilegen bench matmul_residual
 # Host time per call before and after the runtime library (BEFORE: a folder holding the older
 # tree's package as generated_before; not a default step).
 step host 300 env BEFORE="${BEFORE:-.before}" python3 bench/probes/host_before_after.py
+# Second derivatives (create_graph=True): the generated gradient tests and the autograd tests,
+# compiled, the C++ node included; then a gradient penalty's step against eager's.
+step second_derivative:tests 420 python3 -m pytest -q -n 16 -p no:cacheprovider generated/tests tests/test_autograd.py \
+    tests/test_runtime.py -k "second_derivative or create_graph or gradients_match or gradient_of_each or gradcheck or node or backward"
+step second_derivative:probe 200 python3 bench/probes/second_derivative.py
 step cold_start 200 python3 -m tilegen bench add --shapes 2^24 --cold-start matmul,add --out "$out/cold_start"
 
 if [[ -n "${ARCHIVE:-}" ]]; then

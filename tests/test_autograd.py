@@ -533,12 +533,44 @@ def test_gradients_asked_for_with_create_graph_differentiate_again(monkeypatch, 
     (dw0,) = torch.autograd.grad(dx0.square().sum(), w0)
     torch.testing.assert_close(dx.double(), dx0, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(dw.double(), dw0, rtol=1e-4, atol=1e-5)
-    # A matmul's backward is a kernel's alone: its gradients would carry no history, and a penalty
-    # built on them leave the op out. Refused by name.
-    a, b = _leaves((8, 16), (16, 8), dtype=torch.float32)
-    assert type(softmax(x).grad_fn).__name__ == ("CppFunction" if recorded == "node" else "_EagerAutogradBackward")
-    with pytest.raises(RuntimeError, match=r"matmul_relu: a second derivative is not derived for this op \(create_graph"):
-        torch.autograd.grad(matmul_relu(a, b).sum(), a, create_graph=True)
+    # A matmul's: the epilogue's gradient in PyTorch's ops, the products by torch.matmul, the
+    # accumulator (where the gradient reads it) the kept one's values with the product's history.
+    # A frozen weight (no gradient asked for) is a constant of the penalty.
+    from generated import matmul_bias_gelu
+
+    a, b, bias = _leaves((8, 16), (16, 8), (8,), dtype=torch.float32)
+    frozen = b.detach()
+    gelu = torch.nn.functional.gelu
+    for name, weight in (("matmul_relu", b), ("matmul_bias_gelu", b), ("matmul_relu", frozen)):
+        out = matmul_relu(a, weight) if name == "matmul_relu" else matmul_bias_gelu(a, weight, bias)
+        assert type(out.grad_fn).__name__ == ("CppFunction" if recorded == "node" else "_EagerAutogradBackward")
+        (da,) = torch.autograd.grad(out.square().sum(), a, create_graph=True)
+        leaves = [t for t in (a, weight, bias) if t.requires_grad]
+        got = torch.autograd.grad(da.square().sum(), leaves, allow_unused=True)
+        a0, w0 = (t.detach().double().requires_grad_(t.requires_grad) for t in (a, weight))
+        bias0 = bias.detach().double().requires_grad_()
+        out0 = torch.relu(a0 @ w0) if name == "matmul_relu" else gelu(a0 @ w0 + bias0)
+        (da0,) = torch.autograd.grad(out0.square().sum(), a0, create_graph=True)
+        want = torch.autograd.grad(da0.square().sum(), [t for t in (a0, w0, bias0) if t.requires_grad], allow_unused=True)
+        for g, w, leaf in zip(got, want, leaves):
+            zero = torch.zeros(leaf.shape, dtype=torch.float64)
+            torch.testing.assert_close(zero if g is None else g.double(), zero if w is None else w, rtol=1e-4, atol=1e-4)
+    # Where the forward kept the accumulator and one operand needs no gradient, the other's values
+    # were not kept (only the frozen one's gradient reads them): the node gives the stand-in its
+    # input's history (the accumulator's dependence on it); torch.autograd.Function's node keeps
+    # none, and that is refused by name.
+    out = matmul_bias_gelu(a, frozen, bias)
+    if recorded == "node":
+        (da,) = torch.autograd.grad(out.square().sum(), a, create_graph=True)
+        got = torch.autograd.grad(da.square().sum(), (a, bias))
+        a0, bias0 = (t.detach().double().requires_grad_() for t in (a, bias))
+        (da0,) = torch.autograd.grad(gelu(a0 @ frozen.double() + bias0).square().sum(), a0, create_graph=True)
+        for g, w in zip(got, torch.autograd.grad(da0.square().sum(), (a0, bias0))):
+            torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-4)
+    else:
+        with pytest.raises(RuntimeError, match=r"matmul_bias_gelu: a second derivative through the accumulator A @ B "
+                                               r"needs 'a''s history, but its values were not kept \('b' does not"):
+            torch.autograd.grad(out.sum(), a, create_graph=True)
 
 
 def test_an_input_used_twice_and_a_non_leaf_input_get_their_gradients(package, node):

@@ -505,6 +505,23 @@ def _without_backward_op(gradients: str, placeholders: str, no_gradient: str = "
                 kernel_results=[], gradients=gradients, placeholders=placeholders)
 
 
+def _in_torch_gradient(name: str, a: str, b: str, flows: bool, extras: dict, backward: Backward, value,
+                      inputs: list[str], matrix: tuple[str, str]) -> str | None:
+    """Input `name`'s gradient in a matmul's differentiable backward (torch_gradients: PyTorch's
+    ops, float32, each operand's product only where `_needed`), from `value` (the gradient's [M, N]
+    term); None where the backward op returns none for it (an incoming gradient as it is, none)."""
+    needed = f"_needed[{inputs.index(name)}]"
+    if name == a and flows:
+        return f"{value('acc')} @ {b}.mT if {needed} else None"
+    if name == b and flows:
+        return f"{a}.mT @ {value('acc')} if {needed} else None"
+    if name not in extras or name in backward.zero or (name in backward.passed and extras[name] == matrix):
+        return None
+    if extras[name] == matrix:
+        return value(name)
+    return f"{value(name)}.sum({-2 if extras[name] == (matrix[1],) else -1})"  # over M for [N], N for [M]
+
+
 def _matmul_backward(spec: Spec) -> dict:
     """The backward of C = epilogue(acc, extras), acc = A @ B: the gradient at the accumulator
     (dZ) and the extras' gradients in one elementwise pass over [M, N], then dA = dZ @ B^T and
@@ -570,6 +587,7 @@ def _matmul_backward(spec: Spec) -> dict:
     expansions = [f"{x} = {x}.view(-1, 1).expand({shape})" if extras[x] == (m,) else f"{x} = {x}.expand({shape})"
                   for x in kernel_inputs if x in extras]
     results, sources = [], []
+    in_torch_results = []  # the same gradients in PyTorch's ops (torch_gradients), None where not needed
     # Sums over broadcast axes run before the products: a column sum's reduction workspace (up
     # to an [M, N] float32 block in PyTorch's) then comes and goes before dA and dB are allocated,
     # as in eager PyTorch's order.
@@ -585,6 +603,7 @@ def _matmul_backward(spec: Spec) -> dict:
             # not alias its input).
             sources.append(f'("grad", {outputs.index(backward.passed[name])})')
             continue
+        in_torch_results.append(_in_torch_gradient(name, a, b, flows, extras, backward, value, inputs, (m, n)))
         if name == a and flows and batched:  # summed over the batch axes a broadcast along
             results.append(if_needed(a, f"_OP.gradient({dz}, {b}.mT, {a}.shape)"))
         elif name == b and flows and batched:
@@ -616,6 +635,13 @@ def _matmul_backward(spec: Spec) -> dict:
     name = backward_op_name(spec.op)
     scalars = [sc.name for sc in spec.scalars]
     kernel_results = [backward.results[x] for x in computed]
+    # The accumulator with its history (the kept one has none), then the same math.
+    recompute = (f'acc = rt.autograd.accumulator_with_history("{spec.op}", acc, {a}, {b}, _needed[{inputs.index(a)}], '
+                 f'_needed[{inputs.index(b)}], "{parts.a.public}", "{parts.b.public}")')
+    in_torch = torch_gradients(spec, backward, saved + ["acc"] + outputs_read + seeds,
+                               [r for r in in_torch_results if r is not None],
+                               rows=tuple(x for x in saved if extras.get(x) == (m,)),
+                               prelude=(recompute,) if reads_acc else ())
     read = [outputs.index(o) for o in outputs_read]  # the outputs the backward reads, saved
     # The elementwise pass's parameters; the backward op's add `_needed`: per tensor input of the
     # op, whether it needs its gradient (ctx.needs_input_grad).
@@ -640,15 +666,18 @@ def _matmul_backward(spec: Spec) -> dict:
         sums=sums,
         results=results,
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
+        in_torch=in_torch,
         # The op itself recomputes the accumulator where the backward reads it; its training
         # variant (the one eager calls that record autograd take) keeps it instead.
         gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (None, *read),
                                     records=output_records(spec), selective=True,
-                                    read_by=None if reads_acc else operands_read_by),
+                                    read_by=None if reads_acc else operands_read_by,
+                                    differentiable=f"_{name}_in_torch"),
         # Its eager backward runs in two calls, the kept accumulator freed between them.
         training_gradients=gradients_formula(f"_{name}", inputs, saved, sources, len(outputs), (len(outputs), *read),
                                              f"(_{name}_dz, _{name}_products)", records=output_records(spec),
-                                             selective=True, read_by=operands_read_by, named=spec.op),
+                                             selective=True, read_by=operands_read_by, named=spec.op,
+                                             differentiable=f"_{name}_in_torch"),
         rest_params=", ".join([f"{x}: torch.Tensor" for x in saved + seeds] + scalar_params(spec)),
         rest_args=", ".join(saved + seeds + scalars),
         all_args=", ".join(saved + ["acc"] + outputs_read + seeds + scalars),

@@ -413,6 +413,12 @@ def has_backward_kernel(spec: Spec) -> bool:
     return bool(_backward(spec, spec.row_roles(), forward_program(spec))["results"])
 
 
+def differentiates_twice(spec: Spec) -> bool:
+    """Whether the op's backward has its math in PyTorch's ops (torch_gradients), which a backward
+    under create_graph=True runs: not where it reruns the forward for the sums its decisions read."""
+    return _backward(spec, spec.row_roles(), forward_program(spec))["in_torch"] is not None
+
+
 def reduction_context(spec: Spec, header: str) -> dict:
     roles = spec.row_roles()
     inputs = [t.name for t in spec.inputs]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .dtypes import DTYPES
 from .expressions import assignments
 from .lowering import epilogue_backward, keeps_exact_accumulator, records_gradients
-from .reduction_lowering import has_backward_kernel
+from .reduction_lowering import differentiates_twice, has_backward_kernel
 from .rows import ELEMENT, level_of
 from .spec import SIZE_ONE, Spec, TensorSpec
 
@@ -253,6 +253,8 @@ def _common(spec: Spec, header: str, package: str) -> dict:
         positive=_positive_domain(spec),
         oracle_detaches=_oracle_detaches(spec),
         records_gradients=records_gradients(spec),
+        # Whether gradients asked for with create_graph=True differentiate again (else refused by name).
+        second_derivative=spec.kind != "reduction" or differentiates_twice(spec),
     )
 
 

@@ -1,7 +1,7 @@
-"""An op's gradients in PyTorch's own ops: the math of its backward kernel, which autograd can
+"""An op's gradients in PyTorch's own ops: the math of its backward, which autograd can
 differentiate again. A backward asked for gradients to differentiate (create_graph=True: a
 Hessian-vector product, a gradient penalty, a physics-informed loss) runs these (rt.Gradients
-`differentiable`); every other backward runs the kernel. Rendered per op as a function with the
+`differentiable`); every other backward runs the kernels. Rendered per op as a function with the
 backward op's parameters and results."""
 
 from .derivatives import Backward
@@ -9,22 +9,25 @@ from .spec import Spec
 
 
 def torch_gradients(spec: Spec, backward: Backward, params: list[str], results: list[str],
-                    rows: tuple[str, ...] = (), row_results: tuple[str, ...] = (), length: str | None = None) -> dict:
+                    rows: tuple[str, ...] = (), row_results: tuple[str, ...] = (), length: str | None = None,
+                    prelude: tuple[str, ...] = ()) -> dict:
     """The context of `_<backward op>_in_torch`: `params` the backward op's tensor parameters (its
-    scalars follow; not its `_needed`: every gradient is computed), `results` its results in order. A reduction's: `rows` the
-    parameters that hold a value per row (given a last axis of 1, as its math reads them),
-    `row_results` the results that do (their last axis of 1 dropped), `length` a parameter whose
-    last axis is the reduced one (the row length `_n` its math reads)."""
+    scalars and `_needed` follow), `results` its results in order (names the lines bind, or
+    expressions of them). A reduction's: `rows` the parameters that hold a value per row (given a
+    last axis of 1, as its math reads them), `row_results` the results that do (their last axis of
+    1 dropped), `length` a parameter whose last axis is the reduced one (the row length `_n` its
+    math reads). `prelude`: lines before the math (a matmul's accumulator, recomputed)."""
     scalars = [s.name for s in spec.scalars]
     floats = set(spec.float_inputs()) | set(spec.float_outputs())
     seeds = set(backward.seeds.values())
     return dict(
-        params=", ".join([*params, *scalars]),
+        params=", ".join([*params, *scalars, "_needed"]),
         # Float tensors in the math's precision (int and bool ones, masks and conditions, as they are).
         upcast=[n for n in params if n in floats or n in seeds],
         compute=spec.compute or "float32",
         rows=list(rows),
         length=length,
+        prelude=list(prelude),
         lines=backward.lines("eager", frozenset(scalars + (["_n"] if length else []))),
-        results=[f"{r}[..., 0]" if r in row_results else r for r in results],
+        results=[f"{r}[..., 0]" if r in row_results else f"({r})" if " " in r else r for r in results],
     )

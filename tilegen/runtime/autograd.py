@@ -49,8 +49,8 @@ class Gradients:
     an elementwise or reduction backward kernel stores, and the column sums it runs);
     `named`: the op its errors and its node name, where another op registers it (a matmul's
     training variant: the op itself), else the registered op's own name;
-    `differentiable`: the backward op's math in PyTorch's own ops (its parameters and results, less
-    `_needed`), which autograd differentiates again: what a backward asked for gradients with
+    `differentiable`: the backward op's math in PyTorch's own ops (called as it is, returning what
+    it returns: None for a gradient not needed), which autograd differentiates again: what a backward asked for gradients with
     create_graph=True runs, on the saved tensors with their history (None: such a backward raises);
     `read_by`: per saved input, the tensor inputs whose gradients read its values, or None for a
     saved input the backward always reads (the default, for all): where none of those requires
@@ -156,7 +156,7 @@ class Gradients:
                 # a gradient penalty or a Hessian-vector product built on them leave this op out).
                 if self.differentiable is None:
                     raise RuntimeError(no_second_derivative(self.name))
-                results = self.differentiable(*saved, *grads, *scalars)
+                results = self.differentiable(*saved, *grads, *scalars, *selected)
             elif self.phases is not None and not traced:
                 first, rest = self.phases
                 computed = first(*saved, *grads, *scalars)
@@ -311,13 +311,53 @@ def no_second_derivative(op):
             "without create_graph")
 
 
+def accumulator_with_history(op, kept, a, b, a_needed, b_needed, a_name, b_name):
+    """A matmul's accumulator A @ B for its differentiable backward (`kept`: the forward's, or
+    None: recomputed here), with the history its operands give it (a kept one has none); its
+    values are the kept ones, so that a kink is decided as the forward decided it. An operand
+    whose values no gradient asked for read was kept as its shape alone (Gradients read_by): the
+    other then requires no grad and is a constant, and the stand-in's history (the C++ node gives
+    it its input's) is the accumulator's. Where it has none (torch.autograd.Function's node) and
+    its gradient is asked for, nothing can give the accumulator's dependence on it: refused."""
+    if kept is None:
+        return torch.matmul(a, b)
+    a_shape_only, b_shape_only = _stand_in(a, b), _stand_in(b, a)
+    if not (a_shape_only or b_shape_only):
+        product = torch.matmul(a, b)
+        return kept + (product - product.detach())
+    stand_in, needed, name, other = (a, a_needed, a_name, b_name) if a_shape_only else (b, b_needed, b_name, a_name)
+    if stand_in.requires_grad:
+        return kept + ((a - a.detach()) @ b if a_shape_only else a @ (b - b.detach()))
+    if needed:
+        raise RuntimeError(f"{op}: a second derivative through the accumulator A @ B needs '{name}''s history, but its "
+                           f"values were not kept ('{other}' does not require grad) and this call's autograd node "
+                           "(torch.autograd.Function's, recorded under saved-tensor hooks, torch.func or compiled "
+                           f"autograd) keeps none for it; let '{other}' require grad in the call, or compute the "
+                           "gradients without create_graph")
+    return kept
+
+
+def _stand_in(t, other):
+    """Whether a matmul operand `t` was kept as its shape alone (shape_only: every stride 0), which
+    happens only where the other operand requires no grad (only that one's gradient reads `t`)."""
+    return not other.requires_grad and t.numel() > 1 and all(s == 0 for s in t.stride())
+
+
 def in_precision(floor, *tensors):
     """`tensors` in the precision of an op's math, as its kernels compute (a differentiable
     backward's inputs): `floor` (the spec's compute dtype), float64 where one of them is; int and
     bool tensors as they are."""
     wide = floor == torch.float64 or any(t.dtype == torch.float64 for t in tensors)
     dtype = torch.float64 if wide else floor
-    return tuple(t.to(dtype) if t.is_floating_point() else t for t in tensors)
+    return tuple(_upcast(t, dtype) if t.is_floating_point() else t for t in tensors)
+
+
+def _upcast(t, dtype):
+    """`t` in `dtype`; one of every stride 0 (a value broadcast, a stand-in kept for a shape:
+    shape_only) as one element expanded again, not materialized."""
+    if t.dtype == dtype or t.numel() <= 1 or any(s != 0 for s in t.stride()):
+        return t.to(dtype)
+    return t[(0,) * t.dim()].to(dtype).expand(t.shape)
 
 
 def call(op, *args):

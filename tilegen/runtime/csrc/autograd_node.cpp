@@ -54,12 +54,15 @@ PyObject *call_name = nullptr;  /* "call", interned */
 
 /* A tensor the backward reads: a detached alias (same storage and version counter) and the
    version it had when kept; for create_graph=True, an input as it was passed (`original`, with its
-   history), or the slot of an output this node is the history of (`slot`; an output holds no
-   reference to its own node, which would never be freed). */
+   history), the input whose history a stand-in kept for an input's shape takes (`input`: its
+   values were not kept, its gradient edge is this node's), or the slot of an output this node is
+   the history of (`slot`; an output holds no reference to its own node, which would never be
+   freed). */
 struct Kept {
     at::Tensor alias;
     int64_t version = 0;
     at::Tensor original;
+    Py_ssize_t input = -1;
     Py_ssize_t slot = -1;
 };
 
@@ -192,6 +195,8 @@ struct TilegenNode : Node {
     at::Tensor with_history(const Kept &k) {
         if (k.original.defined())
             return k.original;
+        if (k.input >= 0 && next_edge(static_cast<size_t>(k.input)).is_valid())
+            return torch::autograd::make_variable(k.alias, next_edge(static_cast<size_t>(k.input)));
         if (k.slot >= 0)
             return torch::autograd::make_variable(k.alias, torch::autograd::Edge(getptr(), static_cast<uint32_t>(k.slot)));
         return k.alias;
@@ -573,6 +578,8 @@ PyObject *Formula_attach(Formula *self, PyObject *const *argv, Py_ssize_t count)
         node->kept.push_back(keep(read ? input : shape_only(input)));
         if (read)
             node->kept.back().original = input;
+        else
+            node->kept.back().input = (*self->saved_inputs)[s];
     }
     std::vector<Py_ssize_t> historied;  /* the results given this node as their history */
     node->shapes.reserve(inputs.size());
