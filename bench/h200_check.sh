@@ -174,9 +174,9 @@ step compile:matmul_residual_scaled 420 python3 -m tilegen bench matmul_residual
 step host 300 env BEFORE="${BEFORE:-.before}" python3 bench/probes/host_before_after.py
 # Second derivatives (create_graph=True): the generated gradient tests and the autograd tests,
 # compiled, the C++ node included; then a gradient penalty's step against eager's.
-step second_derivative:tests 420 python3 -m pytest -q -n 16 -p no:cacheprovider generated/tests tests/test_autograd.py \
+step second_derivative:tests 390 python3 -m pytest -q -n 16 -p no:cacheprovider generated/tests tests/test_autograd.py \
     tests/test_runtime.py -k "second_derivative or create_graph or gradients_match or gradient_of_each or gradcheck or node or backward"
-step second_derivative:probe 200 python3 bench/probes/second_derivative.py
+step second_derivative:probe 150 python3 bench/probes/second_derivative.py
 step cold_start 200 python3 -m tilegen bench add --shapes 2^24 --cold-start matmul,add --out "$out/cold_start"
 
 if [[ -n "${ARCHIVE:-}" ]]; then
