@@ -411,12 +411,12 @@ def _bmm_bias_silu_backward_in_torch(a, b, bias, acc, _g_c, _needed):
     """bmm_bias_silu's gradients in PyTorch's own ops, which autograd differentiates again (the results
     of _bmm_bias_silu_backward): the backward of a call asked for gradients with create_graph=True (a
     Hessian-vector product, a gradient penalty) runs these on the saved tensors' history."""
-    a, b, bias, _g_c, = rt.in_precision(torch.float32, a, b, bias, _g_c)
+    bias, _g_c, = rt.in_precision(torch.float32, bias, _g_c)
     acc = rt.autograd.accumulator_with_history("bmm_bias_silu", acc, a, b, _needed[0], _needed[1], "a", "b")
     _s0 = acc + bias
     _s1 = torch.sigmoid(_s0)
     _d_acc = _g_c * (_s1 * (1.0 + _s0 * (1.0 - _s1)))
-    return (_d_acc @ b.mT if _needed[0] else None), (a.mT @ _d_acc if _needed[1] else None), _d_acc.sum(-2),
+    return (_d_acc.to(b.dtype) @ b.mT if _needed[0] else None), (a.mT @ _d_acc.to(a.dtype) if _needed[1] else None), _d_acc.sum(-2),
 
 
 def _bmm_bias_silu_backward_dz(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, acc: torch.Tensor | None, _g_c: torch.Tensor) -> tuple[torch.Tensor, ...]:

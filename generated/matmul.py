@@ -292,8 +292,8 @@ def _matmul_backward_in_torch(a, b, acc, _g_c, _needed):
     """matmul's gradients in PyTorch's own ops, which autograd differentiates again (the results
     of _matmul_backward): the backward of a call asked for gradients with create_graph=True (a
     Hessian-vector product, a gradient penalty) runs these on the saved tensors' history."""
-    a, b, _g_c, = rt.in_precision(torch.float32, a, b, _g_c)
-    return (_g_c @ b.mT if _needed[0] else None), (a.mT @ _g_c if _needed[1] else None),
+    _g_c, = rt.in_precision(torch.float32, _g_c)
+    return (_g_c.to(b.dtype) @ b.mT if _needed[0] else None), (a.mT @ _g_c.to(a.dtype) if _needed[1] else None),
 
 
 @rt.register("generated::matmul_backward", flops=rt.flops.backward_flops(2, recomputes=False, products=True))

@@ -381,11 +381,11 @@ def _matmul_bias_gelu_backward_in_torch(a, b, bias, acc, _g_c, _needed):
     """matmul_bias_gelu's gradients in PyTorch's own ops, which autograd differentiates again (the results
     of _matmul_bias_gelu_backward): the backward of a call asked for gradients with create_graph=True (a
     Hessian-vector product, a gradient penalty) runs these on the saved tensors' history."""
-    a, b, bias, _g_c, = rt.in_precision(torch.float32, a, b, bias, _g_c)
+    bias, _g_c, = rt.in_precision(torch.float32, bias, _g_c)
     acc = rt.autograd.accumulator_with_history("matmul_bias_gelu", acc, a, b, _needed[0], _needed[1], "a", "b")
     _s0 = acc + bias
     _d_acc = _g_c * (0.5 * (1.0 + torch.erf(0.7071067811865476 * _s0)) + _s0 * (0.3989422804014327 * torch.exp(-0.5 * (_s0 * _s0))))
-    return (_d_acc @ b.mT if _needed[0] else None), (a.mT @ _d_acc if _needed[1] else None), _d_acc.sum(-2),
+    return (_d_acc.to(b.dtype) @ b.mT if _needed[0] else None), (a.mT @ _d_acc.to(a.dtype) if _needed[1] else None), _d_acc.sum(-2),
 
 
 def _matmul_bias_gelu_backward_dz(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, acc: torch.Tensor | None, _g_c: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -362,9 +362,9 @@ def _matmul_relu_backward_in_torch(a, b, acc, c, _g_c, _needed):
     """matmul_relu's gradients in PyTorch's own ops, which autograd differentiates again (the results
     of _matmul_relu_backward): the backward of a call asked for gradients with create_graph=True (a
     Hessian-vector product, a gradient penalty) runs these on the saved tensors' history."""
-    a, b, c, _g_c, = rt.in_precision(torch.float32, a, b, c, _g_c)
+    c, _g_c, = rt.in_precision(torch.float32, c, _g_c)
     _d_acc = torch.where(c > 0.0, _g_c, 0.0)
-    return (_d_acc @ b.mT if _needed[0] else None), (a.mT @ _d_acc if _needed[1] else None),
+    return (_d_acc.to(b.dtype) @ b.mT if _needed[0] else None), (a.mT @ _d_acc.to(a.dtype) if _needed[1] else None),
 
 
 @rt.register("generated::matmul_relu_backward", flops=rt.flops.backward_flops(2, recomputes=False, products=True))

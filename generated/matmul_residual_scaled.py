@@ -384,10 +384,10 @@ def _matmul_residual_scaled_backward_in_torch(x, w, acc, _g_d, alpha, beta, _nee
     """matmul_residual_scaled's gradients in PyTorch's own ops, which autograd differentiates again (the results
     of _matmul_residual_scaled_backward): the backward of a call asked for gradients with create_graph=True (a
     Hessian-vector product, a gradient penalty) runs these on the saved tensors' history."""
-    x, w, _g_d, = rt.in_precision(torch.float32, x, w, _g_d)
+    _g_d, = rt.in_precision(torch.float32, _g_d)
     _d_acc = _g_d * alpha
     _d_residual = _g_d * beta
-    return (_d_acc @ w.mT if _needed[0] else None), (x.mT @ _d_acc if _needed[1] else None), _d_residual,
+    return (_d_acc.to(w.dtype) @ w.mT if _needed[0] else None), (x.mT @ _d_acc.to(x.dtype) if _needed[1] else None), _d_residual,
 
 
 @rt.register("generated::matmul_residual_scaled_backward", flops=rt.flops.backward_flops(2, recomputes=False, products=True))

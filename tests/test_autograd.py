@@ -525,11 +525,12 @@ def test_gradients_asked_for_with_create_graph_differentiate_again(monkeypatch, 
     # A gradient penalty: the norm of the input's gradient, differentiated by the weight. Softmax
     # keeps its output (y's history is its own node), rms_norm its inputs.
     y = softmax(rms_norm(x, w)[0])
-    (dx,) = torch.autograd.grad((y * torch.arange(16.0)).sum(), x, create_graph=True)
+    (dx,) = torch.autograd.grad((y * torch.arange(16.0, device=x.device)).sum(), x, create_graph=True)
     (dw,) = torch.autograd.grad(dx.square().sum(), w)
     x0, w0 = (t.detach().double().requires_grad_() for t in (x, w))
     y0 = torch.softmax(torch.nn.functional.rms_norm(x0, (16,), w0, 1e-6), -1)
-    (dx0,) = torch.autograd.grad((y0 * torch.arange(16.0, dtype=torch.float64)).sum(), x0, create_graph=True)
+    (dx0,) = torch.autograd.grad((y0 * torch.arange(16.0, dtype=torch.float64, device=x.device)).sum(), x0,
+                                 create_graph=True)
     (dw0,) = torch.autograd.grad(dx0.square().sum(), w0)
     torch.testing.assert_close(dx.double(), dx0, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(dw.double(), dw0, rtol=1e-4, atol=1e-5)
@@ -553,7 +554,7 @@ def test_gradients_asked_for_with_create_graph_differentiate_again(monkeypatch, 
         (da0,) = torch.autograd.grad(out0.square().sum(), a0, create_graph=True)
         want = torch.autograd.grad(da0.square().sum(), [t for t in (a0, w0, bias0) if t.requires_grad], allow_unused=True)
         for g, w, leaf in zip(got, want, leaves):
-            zero = torch.zeros(leaf.shape, dtype=torch.float64)
+            zero = torch.zeros(leaf.shape, dtype=torch.float64, device=leaf.device)
             torch.testing.assert_close(zero if g is None else g.double(), zero if w is None else w, rtol=1e-4, atol=1e-4)
     # Where the forward kept the accumulator and one operand needs no gradient, the other's values
     # were not kept (only the frozen one's gradient reads them): the node gives the stand-in its

@@ -508,13 +508,14 @@ def _without_backward_op(gradients: str, placeholders: str, no_gradient: str = "
 def _in_torch_gradient(name: str, a: str, b: str, flows: bool, extras: dict, backward: Backward, value,
                       inputs: list[str], matrix: tuple[str, str]) -> str | None:
     """Input `name`'s gradient in a matmul's differentiable backward (torch_gradients: PyTorch's
-    ops, float32, each operand's product only where `_needed`), from `value` (the gradient's [M, N]
-    term); None where the backward op returns none for it (an incoming gradient as it is, none)."""
+    ops, the epilogue's in float32, each product in the operands' dtype and only where `_needed`),
+    from `value` (the gradient's [M, N] term); None where the backward op returns none for it (an
+    incoming gradient as it is, none)."""
     needed = f"_needed[{inputs.index(name)}]"
     if name == a and flows:
-        return f"{value('acc')} @ {b}.mT if {needed} else None"
+        return f"{value('acc')}.to({b}.dtype) @ {b}.mT if {needed} else None"
     if name == b and flows:
-        return f"{a}.mT @ {value('acc')} if {needed} else None"
+        return f"{a}.mT @ {value('acc')}.to({a}.dtype) if {needed} else None"
     if name not in extras or name in backward.zero or (name in backward.passed and extras[name] == matrix):
         return None
     if extras[name] == matrix:
@@ -641,7 +642,7 @@ def _matmul_backward(spec: Spec) -> dict:
     in_torch = torch_gradients(spec, backward, saved + ["acc"] + outputs_read + seeds,
                                [r for r in in_torch_results if r is not None],
                                rows=tuple(x for x in saved if extras.get(x) == (m,)),
-                               prelude=(recompute,) if reads_acc else ())
+                               prelude=(recompute,) if reads_acc else (), as_given=(a, b))
     read = [outputs.index(o) for o in outputs_read]  # the outputs the backward reads, saved
     # The elementwise pass's parameters; the backward op's add `_needed`: per tensor input of the
     # op, whether it needs its gradient (ctx.needs_input_grad).

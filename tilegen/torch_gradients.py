@@ -10,20 +10,22 @@ from .spec import Spec
 
 def torch_gradients(spec: Spec, backward: Backward, params: list[str], results: list[str],
                     rows: tuple[str, ...] = (), row_results: tuple[str, ...] = (), length: str | None = None,
-                    prelude: tuple[str, ...] = ()) -> dict:
+                    prelude: tuple[str, ...] = (), as_given: tuple[str, ...] = ()) -> dict:
     """The context of `_<backward op>_in_torch`: `params` the backward op's tensor parameters (its
     scalars and `_needed` follow), `results` its results in order (names the lines bind, or
     expressions of them). A reduction's: `rows` the parameters that hold a value per row (given a
     last axis of 1, as its math reads them), `row_results` the results that do (their last axis of
     1 dropped), `length` a parameter whose last axis is the reduced one (the row length `_n` its
-    math reads). `prelude`: lines before the math (a matmul's accumulator, recomputed)."""
+    math reads). `prelude`: lines before the math (a matmul's accumulator, recomputed); `as_given`:
+    tensors left in their own dtype (a matmul's operands: its products run in their dtype, the
+    float32 accumulation inside, as the kernels' do)."""
     scalars = [s.name for s in spec.scalars]
     floats = set(spec.float_inputs()) | set(spec.float_outputs())
     seeds = set(backward.seeds.values())
     return dict(
         params=", ".join([*params, *scalars, "_needed"]),
         # Float tensors in the math's precision (int and bool ones, masks and conditions, as they are).
-        upcast=[n for n in params if n in floats or n in seeds],
+        upcast=[n for n in params if (n in floats or n in seeds) and n not in as_given],
         compute=spec.compute or "float32",
         rows=list(rows),
         length=length,

@@ -312,18 +312,19 @@ def no_second_derivative(op):
 
 
 def accumulator_with_history(op, kept, a, b, a_needed, b_needed, a_name, b_name):
-    """A matmul's accumulator A @ B for its differentiable backward (`kept`: the forward's, or
-    None: recomputed here), with the history its operands give it (a kept one has none); its
-    values are the kept ones, so that a kink is decided as the forward decided it. An operand
+    """A matmul's accumulator A @ B in float32 for its differentiable backward (`kept`: the
+    forward's, or None: recomputed here), with the history its operands give it (a kept one has
+    none); its values are the kept ones, so that a kink is decided as the forward decided it. An operand
     whose values no gradient asked for read was kept as its shape alone (Gradients read_by): the
     other then requires no grad and is a constant, and the stand-in's history (the C++ node gives
     it its input's) is the accumulator's. Where it has none (torch.autograd.Function's node) and
     its gradient is asked for, nothing can give the accumulator's dependence on it: refused."""
-    if kept is None:
-        return torch.matmul(a, b)
+    if kept is None:  # (the registered op's backward, called directly: both operands kept)
+        return torch.matmul(a.float(), b.float())
+    kept = kept.float()  # (the math's precision, as the kernel upcasts it on load)
     a_shape_only, b_shape_only = _stand_in(a, b), _stand_in(b, a)
     if not (a_shape_only or b_shape_only):
-        product = torch.matmul(a, b)
+        product = torch.matmul(a, b)  # (its history alone counts: in the operands' dtype)
         return kept + (product - product.detach())
     stand_in, needed, name, other = (a, a_needed, a_name, b_name) if a_shape_only else (b, b_needed, b_name, a_name)
     if stand_in.requires_grad:
