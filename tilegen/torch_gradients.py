@@ -4,7 +4,9 @@ Hessian-vector product, a gradient penalty, a physics-informed loss) runs these 
 `differentiable`); every other backward runs the kernels. Rendered per op as a function with the
 backward op's parameters and results."""
 
+from .categories import FLOAT, INT, Kind, category_of
 from .derivatives import Backward
+from .dtypes import category
 from .spec import Spec
 
 
@@ -30,6 +32,18 @@ def torch_gradients(spec: Spec, backward: Backward, params: list[str], results: 
         rows=list(rows),
         length=length,
         prelude=list(prelude),
-        lines=backward.lines("eager", frozenset(scalars + (["_n"] if length else []))),
+        lines=backward.lines("eager", frozenset(scalars + (["_n"] if length else [])), kinds=_kinds(spec, backward)),
         results=[f"{r}[..., 0]" if r in row_results else f"({r})" if " " in r else r for r in results],
     )
+
+
+def _kinds(spec: Spec, backward: Backward) -> dict[str, Kind]:
+    """The kind of number each name the gradients' lines read holds (categories.Kind), for the
+    eager emitter: a bool's maximum is an or, not a clamp PyTorch has no bool kernel for."""
+    kinds = {**spec.number_kinds(), **{t.name: Kind(category(t.dtypes[0]), False) for t in spec.outputs},
+             **{seed: Kind(FLOAT, False) for seed in backward.seeds.values()}, "_n": Kind(INT, True)}
+    if spec.kind == "matmul":
+        kinds["acc"] = Kind(FLOAT, False)
+    for name, expression in backward.steps:  # (each reads the ones before it)
+        kinds[name] = Kind(category_of(expression.tree.body, kinds), False)
+    return kinds
