@@ -49,9 +49,10 @@ class Gradients:
     an elementwise or reduction backward kernel stores, and the column sums it runs);
     `named`: the op its errors and its node name, where another op registers it (a matmul's
     training variant: the op itself), else the registered op's own name;
-    `differentiable`: the backward op's math in PyTorch's own ops (called as it is, returning what
-    it returns: None for a gradient not needed), which autograd differentiates again: what a backward asked for gradients with
-    create_graph=True runs, on the saved tensors with their history (None: such a backward raises);
+    `differentiable`: the backward op's math in PyTorch's own ops (called as the backward op is,
+    returning what it returns, or None for a gradient not needed), which autograd differentiates
+    again: what a backward asked for gradients with create_graph=True runs, on the saved tensors
+    with their history (None: such a backward raises);
     `read_by`: per saved input, the tensor inputs whose gradients read its values, or None for a
     saved input the backward always reads (the default, for all): where none of those requires
     grad in a call, only its shape is kept (shape_only), as eager PyTorch's mm keeps no `self`
@@ -304,8 +305,9 @@ def _forward(gradients, implementation, args):
 
 def no_second_derivative(op):
     """Why a backward run with create_graph=True raises where the op has no `differentiable` math
-    (a matmul's): its kernel's gradients would carry no history, so a gradient penalty or a
-    Hessian-vector product built on them would silently leave this op's share out."""
+    (a reduction that reruns its forward's kernel for the sums its decisions read): its kernel's
+    gradients would carry no history, so a gradient penalty or a Hessian-vector product built on
+    them would silently leave this op's share out."""
     return (f"{op}: a second derivative is not derived for this op (create_graph=True asks for gradients that "
             "can be differentiated again; its backward is a kernel's, with no history); compute the gradients "
             "without create_graph")
@@ -314,8 +316,8 @@ def no_second_derivative(op):
 def accumulator_with_history(op, kept, a, b, a_needed, b_needed, a_name, b_name):
     """A matmul's accumulator A @ B in float32 for its differentiable backward (`kept`: the
     forward's, or None: recomputed here), with the history its operands give it (a kept one has
-    none); its values are the kept ones, so that a kink is decided as the forward decided it. An operand
-    whose values no gradient asked for read was kept as its shape alone (Gradients read_by): the
+    none); its values are the kept ones, so that a kink is decided as the forward decided it. An
+    operand whose values no gradient asked for read was kept as its shape alone (read_by): the
     other then requires no grad and is a constant, and the stand-in's history (the C++ node gives
     it its input's) is the accumulator's. Where it has none (torch.autograd.Function's node) and
     its gradient is asked for, nothing can give the accumulator's dependence on it: refused."""
