@@ -513,9 +513,9 @@ def _in_torch_gradient(name: str, a: str, b: str, flows: bool, extras: dict, bac
     incoming gradient as it is, none)."""
     needed = f"_needed[{inputs.index(name)}]"
     if name == a and flows:
-        return f"{value('acc')}.to({b}.dtype) @ {b}.mT if {needed} else None"
+        return f"({value('acc')}.to({b}.dtype) @ {b}.mT if {needed} else None)"
     if name == b and flows:
-        return f"{a}.mT @ {value('acc')}.to({a}.dtype) if {needed} else None"
+        return f"({a}.mT @ {value('acc')}.to({a}.dtype) if {needed} else None)"
     if name not in extras or name in backward.zero or (name in backward.passed and extras[name] == matrix):
         return None
     if extras[name] == matrix:

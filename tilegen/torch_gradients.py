@@ -33,7 +33,7 @@ def torch_gradients(spec: Spec, backward: Backward, params: list[str], results: 
         length=length,
         prelude=list(prelude),
         lines=backward.lines("eager", frozenset(scalars + (["_n"] if length else [])), kinds=_kinds(spec, backward)),
-        results=[f"{r}[..., 0]" if r in row_results else f"({r})" if " " in r else r for r in results],
+        results=[f"{r}[..., 0]" if r in row_results else r for r in results],
     )
 
 
@@ -42,8 +42,6 @@ def _kinds(spec: Spec, backward: Backward) -> dict[str, Kind]:
     eager emitter: a bool's maximum is an or, not a clamp PyTorch has no bool kernel for."""
     kinds = {**spec.number_kinds(), **{t.name: Kind(category(t.dtypes[0]), False) for t in spec.outputs},
              **{seed: Kind(FLOAT, False) for seed in backward.seeds.values()}, "_n": Kind(INT, True)}
-    if spec.kind == "matmul":
-        kinds["acc"] = Kind(FLOAT, False)
     for name, expression in backward.steps:  # (each reads the ones before it)
         kinds[name] = Kind(category_of(expression.tree.body, kinds), False)
     return kinds
