@@ -253,6 +253,8 @@ def test_a_gradient_is_unchanged_by_any_value_its_readers_leave_out(first, secon
 
 @settings(max_examples=200, deadline=None)
 @given(_expressions(), st.lists(_points, min_size=4, max_size=4))
+# A shared step of scalars alone (-alpha) is a number to the steps that read it: a clamp's bound.
+@example(source="abs(maximum(a, (-(alpha)) ** 1))", points=[0.0, 0.0, 0.0, 0.0])
 def test_the_gradients_in_pytorchs_ops_differentiate_again_as_autograd_of_the_oracle(source, points):
     # A backward under create_graph=True runs the gradients' lines in PyTorch's eager ops
     # (tilegen.torch_gradients): autograd differentiates them again. Their Hessian-vector product

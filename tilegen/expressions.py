@@ -359,6 +359,7 @@ def assignments(outputs: list[tuple[str, "Expression"]], target: str,
     float: Triton code then spells relu for integers as it is for them."""
     temps: dict[str, str] = {}
     lines: list[str] = []
+    scalars = set(scalars)
 
     def bind(code: str) -> str:
         name = temps.get(code)
@@ -368,8 +369,12 @@ def assignments(outputs: list[tuple[str, "Expression"]], target: str,
         return name
 
     for name, expression in outputs:
-        code = _Emitter(target, scalars, bind, kinds).emit(expression.tree.body)
+        code = _Emitter(target, frozenset(scalars), bind, kinds).emit(expression.tree.body)
         lines.append(f"{name} = {tidy(code)}")
+        if set(expression.names) <= scalars:
+            # A step of scalars alone (a derivative's shared `-alpha`) is a number in eager code
+            # too: the steps that read it take it as one (a clamp's bound, not a tensor argument).
+            scalars.add(name)
     return lines
 
 
