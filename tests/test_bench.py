@@ -358,9 +358,14 @@ def test_dtype_reaches_every_op_the_run_times(monkeypatch):
 def test_dtype_picks_the_dtypes_each_op_times():
     from generated.bench import bench_matmul_relu
 
+    from generated.bench import bench_rms_norm
+
     assert module_dtypes(bench_matmul_relu, ["bfloat16"]) == [torch.bfloat16]
-    assert module_dtypes(bench_matmul_relu, ["float32"]) == []  # (another op's dtype: this op times none)
-    assert module_dtypes(bench_matmul_relu, []) == list(bench_matmul_relu.DTYPES)
+    assert module_dtypes(bench_matmul_relu, []) == [torch.float16, torch.bfloat16]
+    # A float32 matmul (against SGEMM) is timed where asked for, never by default.
+    assert module_dtypes(bench_matmul_relu, ["float32"]) == [torch.float32]
+    assert module_dtypes(bench_matmul_relu, ["float16", "float32"]) == [torch.float16, torch.float32]
+    assert module_dtypes(bench_rms_norm, ["float64"]) == []  # (another op's dtype: this op times none)
 
 
 def test_tune_refuses_bad_arguments_in_one_line(cli, monkeypatch):
@@ -374,7 +379,7 @@ def test_tune_refuses_bad_arguments_in_one_line(cli, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # what a GPU machine checks next
     result = cli("tune", "matmul", "--dtype", "float8")
     assert result.exit_code == 2 and result.output.strip().count("\n") == 0
-    assert "--dtype 'float8' is not a dtype these ops benchmark (one of: bfloat16, float16)" in result.output
+    assert "--dtype 'float8' is not a dtype these ops benchmark (one of: bfloat16, float16, float32)" in result.output
     result = cli("tune", "nope")
     assert result.exit_code == 2 and "unknown op 'nope'" in result.output
 

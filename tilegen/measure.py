@@ -21,15 +21,23 @@ def dtype_name(dtype) -> str:
 
 def check_dtype_names(modules, names) -> None:
     """Refuse a --dtype that none of `modules` benchmarks, naming those they do."""
-    known = sorted({dtype_name(d) for m in modules for d in m.DTYPES})
+    known = sorted({dtype_name(d) for m in modules for d in _benchmarked(m)})
     unknown = [name for name in names or () if name not in known]
     if unknown:
         raise BenchError(f"--dtype {unknown[0]!r} is not a dtype these ops benchmark (one of: {', '.join(known)})")
 
 
 def module_dtypes(module, names) -> list:
-    """The dtypes of `module`'s benchmark that --dtype `names` picks (every one where none is given)."""
-    return [d for d in module.DTYPES if not names or dtype_name(d) in names]
+    """The dtypes of `module`'s benchmark that --dtype `names` picks (every default one where
+    none is given; one it times on request only where named)."""
+    if not names:
+        return list(module.DTYPES)
+    return [d for d in _benchmarked(module) if dtype_name(d) in names]
+
+
+def _benchmarked(module) -> list:
+    """Every dtype `module` can time: its defaults, then those it times only on request."""
+    return [*module.DTYPES, *getattr(module, "ASKED_DTYPES", ())]
 
 
 _SIZE = re.compile(r"^(\d+)(?:\^(\d+))?$")
