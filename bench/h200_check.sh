@@ -26,7 +26,7 @@
 #   OUT=/tmp/check STEPS="fp8" bash bench/h200_check.sh                  # about 3 minutes
 #   OUT=/tmp/check STEPS="broadcast" bash bench/h200_check.sh            # about 2 minutes
 #   OUT=/tmp/check STEPS="build second_derivative" bash bench/h200_check.sh  # create_graph=True: tests, a penalty's step
-#   OUT=/tmp/check STEPS="float32" bash bench/h200_check.sh            # float32 matmuls: probe, tune, probe (about 8 minutes)
+#   OUT=/tmp/check STEPS="float32" bash bench/h200_check.sh            # float32 matmuls: tests, probe, bench (about 2 minutes)
 #   OUT=/tmp/check STEPS="build callpath" bash bench/h200_check.sh       # the compiled call path's tests alone
 #   OUT=/tmp/check STEPS="reductions:forward_compile" REDUCE_SHAPES=16384x1024,32768x4096 bash bench/h200_check.sh
 #   OUT=/tmp/check STEPS="reductions:tune build reductions:forward" bash bench/h200_check.sh  # about 8 minutes
@@ -179,22 +179,23 @@ step second_derivative:tests 390 python3 -m pytest -q -n 16 -p no:cacheprovider 
     tests/test_runtime.py -k "second_derivative or create_graph or gradients_match or gradient_of_each or gradcheck or node or backward"
 step second_derivative:probe 150 python3 bench/probes/second_derivative.py
 step cold_start 200 python3 -m tilegen bench add --shapes 2^24 --cold-start matmul,add --out "$out/cold_start"
-# float32 (not a default step): matmuls on float32 operands (`precision: ieee`) against SGEMM. The probe
-# (forward and training step) on the tables as they are, then `tilegen tune matmul --dtype float32` at
-# FLOAT32_SHAPES (FLOAT32_TUNE_S, default 240 s: the keys done by then are written), the build, the probe
-# again, and the bench with torch.compile beside. The new table lands in $out.
-float32_shapes="${FLOAT32_SHAPES:-4096x4096x4096,16384x4096x4096,4096x1024x1024,4096x4096x16384,1024x1024x4096}"
-if [[ $steps == *" float32 "* ]]; then
-    step float32:before 150 python3 bench/probes/float32_matmul.py
-    timeout "${FLOAT32_TUNE_S:-240}" python3 -m tilegen tune matmul --dtype float32 --jobs 14 \
-        --shapes "$float32_shapes" > "$out/float32_tune.log" 2>&1
+# float32 (not a default step): matmuls on float32 operands (`precision: ieee`, the FMA units) against
+# SGEMM: their compiled tests, the probe (forward and training step, eager beside) and the bench
+# (FLOAT32_BENCH: more bench arguments, `--compile` for torch.compile beside). float32:tune (only
+# where STEPS names it) first runs `tilegen tune matmul --dtype float32` at FLOAT32_SHAPES for
+# FLOAT32_TUNE_S (default 400) and builds: over 500 candidates a key, 200 s finished no key of five.
+if [[ $steps == *" float32:tune "* ]]; then
+    timeout "${FLOAT32_TUNE_S:-400}" python3 -m tilegen tune matmul --dtype float32 --jobs 14 \
+        --shapes "${FLOAT32_SHAPES:-4096x4096x4096}" > "$out/float32_tune.log" 2>&1
     echo "float32:tune: exit $? ($(tail -1 "$out/float32_tune.log"))"
     cp tilegen/tables/matmul.json "$out/float32_matmul.json"
-    step float32:build 60 python3 -m tilegen build specs/
-    step float32:after 150 python3 bench/probes/float32_matmul.py
-    step float32:bench 200 python3 -m tilegen bench matmul_relu --dtype float32 --shapes 4096x4096x4096,16384x4096x4096 \
-        --compile --out "$out/float32_bench"
+    step float32:tune 60 python3 -m tilegen build specs/
 fi
+step float32:tests 150 python3 -m pytest -q -n 16 -p no:cacheprovider generated/tests/test_matmul.py \
+    generated/tests/test_matmul_relu.py generated/tests/test_matmul_bias_gelu.py generated/tests/test_bmm.py -k float32
+step float32:probe 150 python3 bench/probes/float32_matmul.py
+step float32:bench 200 python3 -m tilegen bench matmul_relu --dtype float32 \
+    --shapes 4096x1024x1024,4096x4096x4096,16384x4096x4096 ${FLOAT32_BENCH:-} --out "$out/float32_bench"
 
 if [[ -n "${ARCHIVE:-}" ]]; then
     # Packed beside the folder first: ARCHIVE may lie inside it (OUT=$OUT/x ARCHIVE=$OUT/x.tgz

@@ -238,6 +238,21 @@ def test_split_k_candidates_only_where_tiles_leave_the_gpu_idle():
     assert space.heuristic(large, facts, (4096, 4096, 4096, 2))["SPLIT_K"] == 1
 
 
+def test_a_full_precision_float32_dot_takes_tiles_its_fma_units_keep_in_registers():
+    menu = ([64, 128, 256], [64, 128, 256], [32, 64, 128], [], [], (False,) * 3)
+    facts = (132, 232448, "")
+    ieee = rt.MatmulSpace(NAMES, *menu, ieee_float32=True)
+    tensor_cores = rt.MatmulSpace(NAMES, *menu)  # tf32, or no float32 operands
+    for key in ((16384, 4096, 4096, 4), (4096, 1024, 1024, 4)):
+        chosen = ieee.heuristic(ieee.candidates(facts, key), facts, key)
+        assert chosen["BM"] * chosen["BN"] <= 64 * 128 and chosen["BK"] == 32
+        assert tensor_cores.heuristic(tensor_cores.candidates(facts, key), facts, key)["BN"] == 256
+    # Half-precision keys of the same op still take the tensor cores' large tiles.
+    half = (16384, 4096, 4096, 2)
+    assert ieee.heuristic(ieee.candidates(facts, half), facts, half) == \
+        tensor_cores.heuristic(tensor_cores.candidates(facts, half), facts, half)
+
+
 def test_a_spec_that_lists_only_splits_runs_whole_tiles_where_none_applies():
     """`split_k: [4]` splits where a split is offered; a shape where it is not (tiles that fill the
     GPU, a K too short for four parts) runs whole tiles, where it had no config at all."""

@@ -756,7 +756,8 @@ def matmul_context(spec: Spec, header: str) -> dict:
             f"{fixed_or(spec, bm.block, bm.sizes)}, {fixed_or(spec, bn.block, bn.sizes)}, "
             f"{fixed_or(spec, bk.block, bk.sizes)}, {fixed_or(spec, 'num_warps', spec.configs.num_warps)}, "
             f"{fixed_or(spec, 'num_stages', spec.configs.num_stages)}, "
-            f"exact=({', '.join(str(e) for e in exact)}), splits={spec.split_k}, launch={spec.launch!r})"
+            f"exact=({', '.join(str(e) for e in exact)}), splits={spec.split_k}, launch={spec.launch!r}"
+            f"{', ieee_float32=True' if spec.precision == 'ieee' and 'float32' in parts.a.dtypes else ''})"
         )
     ctx.update(
         a=a.name, b=b.name, m=m, n=n, k=k,

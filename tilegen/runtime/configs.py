@@ -490,6 +490,10 @@ class ReductionSpace:
         return max(looping, key=lambda c: (c[self.block], c["num_warps"]))
 
 
+# The largest output tile a full-precision float32 dot (FMA units) takes by default.
+FMA_TILE_AREA = 64 * 128
+
+
 class MatmulSpace:
     """Tile candidates for a matmul, pruned to those that fit the shape and shared memory.
 
@@ -509,11 +513,13 @@ class MatmulSpace:
     leaves a tile little else to hide its store behind).
     """
 
-    def __init__(self, names, bm_sizes, bn_sizes, bk_sizes, warps, stages, exact, splits=(1,), launch="auto"):
+    def __init__(self, names, bm_sizes, bn_sizes, bk_sizes, warps, stages, exact, splits=(1,), launch="auto",
+                 ieee_float32=False):
         self.names = tuple(names)
         self.sizes = (list(bm_sizes), list(bn_sizes), list(bk_sizes))
         self.warps, self.stages, self.exact = list(warps), list(stages), tuple(exact)
         self.splits, self.launch = tuple(splits), launch
+        self.ieee_float32 = ieee_float32
 
     def _warp_options(self, bm, bn, explore):
         if self.warps:
@@ -594,6 +600,12 @@ class MatmulSpace:
                     -c["num_warps"])
 
         unsplit = [c for c in fitting if c.get("SPLIT_K", 1) == 1] or fitting
+        if itemsize == 4 and self.ieee_float32:
+            # A float32 dot in full precision runs on the FMA units, not the tensor cores: each
+            # thread's share of the tile is its register block, and tiles past 64x128 spill or
+            # starve the grid (an H100 at 16384x4096x4096: 128x256 tiles 13.1 ms, Inductor's
+            # float32 templates' best, 64x128x32, 11.6 ms; bench/results/h100/float32_matmul_*).
+            unsplit = [c for c in unsplit if c[name_m] * c[name_n] <= FMA_TILE_AREA] or unsplit
         best = max(unsplit, key=score)
         tiles = cdiv(m, best[name_m]) * cdiv(n, best[name_n]) * matrices
         splits = [c for c in fitting if all(c[f] == best[f] for f in best if f != "SPLIT_K")
