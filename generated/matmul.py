@@ -247,7 +247,7 @@ _OP = rt.MatmulOp(
     factors=("M_FACTOR", "N_FACTOR", "K_FACTOR", "STRIDE_A_0_FACTOR", "STRIDE_A_1_FACTOR", "STRIDE_B_0_FACTOR", "STRIDE_B_1_FACTOR", "STRIDE_C_0_FACTOR", "STRIDE_C_1_FACTOR"),
     blocks=("BM", "BN", "BK"), masks=('always', 'always', 'auto'), group_m=8,
     launch="auto", operands=(0, 1), output=2, ranks=(2, 2, 2,),
-    placeholders=(), products=rt.ConfigChooser("auto", rt.MatmulSpace(('BM', 'BN', 'BK'), [64, 128, 256], [64, 128, 256], [32, 64, 128], [], [], exact=(False, False, False), splits=(1, 2, 4, 8), launch='auto', ieee_float32=True), _TABLE),
+    placeholders=(), products=rt.ConfigChooser("auto", rt.MatmulSpace(('BM', 'BN', 'BK'), [64, 128, 256], [64, 128, 256], [32, 64, 128], [], [], exact=(False, False, False), splits=(1, 2, 4, 8), launch='auto'), _TABLE),
 )
 
 

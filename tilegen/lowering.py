@@ -750,14 +750,14 @@ def matmul_context(spec: Spec, header: str) -> dict:
     # Sizes and strides arrive as a quotient and a power-of-two constexpr factor (see the kernel).
     factored_names = ["M", "N", "K", *stride_names]
     acc_dtype = DTYPES[spec.accumulate].triton
-    def space(exact):
+    def space(exact, forward=True):
         return (
             f"rt.MatmulSpace(({bm.block!r}, {bn.block!r}, {bk.block!r}), "
             f"{fixed_or(spec, bm.block, bm.sizes)}, {fixed_or(spec, bn.block, bn.sizes)}, "
             f"{fixed_or(spec, bk.block, bk.sizes)}, {fixed_or(spec, 'num_warps', spec.configs.num_warps)}, "
             f"{fixed_or(spec, 'num_stages', spec.configs.num_stages)}, "
             f"exact=({', '.join(str(e) for e in exact)}), splits={spec.split_k}, launch={spec.launch!r}"
-            f"{', ieee_float32=True' if spec.precision == 'ieee' and 'float32' in parts.a.dtypes else ''})"
+            f"{', ieee_float32=True' if forward and spec.precision == 'ieee' and 'float32' in parts.a.dtypes else ''})"
         )
     ctx.update(
         a=a.name, b=b.name, m=m, n=n, k=k,
@@ -799,7 +799,9 @@ def matmul_context(spec: Spec, header: str) -> dict:
         launch_names=[f"{name}_view" if any(name == x.name for x in plain_extras) else name for name in tensor_names],
         space=space([p == "never" for p in policies]),
         # The backward's products permute M, N and K: every axis may need a mask.
-        product_space=space([False] * 3),
+        # (The gradient's products, through transposed operands, kept the large tiles faster:
+        # an H100's float32 training step, bench/results/h100/float32_matmul_*.)
+        product_space=space([False] * 3, forward=False),
         group_m=spec.group_m,
         launch=spec.launch,
         mask_policies=repr(tuple(policies)),
