@@ -9,7 +9,7 @@ import triton.language as tl
 import tilegen.runtime as rt
 from torch.compiler import is_compiling as _is_compiling
 
-rt.require(15, __name__)
+rt.require(16, __name__)
 # By its own name: torch.compile copies the functions a kernel calls by the names they are defined with.
 from tilegen.runtime.sync import finish_share  # noqa: E402 - after the version check
 

@@ -9,7 +9,7 @@ import triton.language as tl
 import tilegen.runtime as rt
 from torch.compiler import is_compiling as _is_compiling
 
-rt.require(15, __name__)
+rt.require(16, __name__)
 
 _X_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,)
 # Measured best configs per GPU and (row length bucket, row count bucket, element size), from `tilegen tune`.

@@ -800,7 +800,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         space=space([p == "never" for p in policies]),
         # The backward's products permute M, N and K: every axis may need a mask.
         # (The gradient's products, through transposed operands, kept the large tiles faster:
-        # an H100's float32 training step, bench/results/h100/float32_matmul_*.)
+        # an H100's float32 training step, bench/results/h100/float32_matmul.)
         product_space=space([False] * 3, forward=False),
         group_m=spec.group_m,
         launch=spec.launch,

@@ -19,8 +19,9 @@ The rule that tells calls apart (which calls may repeat a learned launch) lives 
 # calls rt.ReductionOp.along for `dim=`; 12: a reduction kernel takes FIXED_N and EVICT; 13: a
 # strided elementwise kernel takes LINES and calls tilegen.runtime.strided.strided_indices; 14: an
 # elementwise or reduction backward kernel takes STORES, its op `selective=True` and runs `stores=`;
-# 15: rt.Gradients takes `differentiable=`, a backward's math in PyTorch's ops over rt.in_precision).
-RUNTIME_VERSION = 15
+# 15: rt.Gradients takes `differentiable=`, a backward's math in PyTorch's ops over rt.in_precision;
+# 16: rt.MatmulSpace takes `ieee_float32=`).
+RUNTIME_VERSION = 16
 
 # Each kind's config fields, block fields first, under their canonical (table file) names.
 BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",), "reduction": ("BLOCK",)}

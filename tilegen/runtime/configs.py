@@ -511,6 +511,9 @@ class MatmulSpace:
     launch can be persistent, tuning also tries its tile loop flattened with the K loop (FLATTEN:
     the next tile's first loads then overlap this tile's epilogue, which pays where a short K
     leaves a tile little else to hide its store behind).
+
+    `ieee_float32`: the op's float32 dots run in full precision (`precision: ieee`), on the FMA
+    units; its float32 keys then default to smaller tiles (FMA_TILE_AREA).
     """
 
     def __init__(self, names, bm_sizes, bn_sizes, bk_sizes, warps, stages, exact, splits=(1,), launch="auto",
@@ -602,9 +605,10 @@ class MatmulSpace:
         unsplit = [c for c in fitting if c.get("SPLIT_K", 1) == 1] or fitting
         if itemsize == 4 and self.ieee_float32:
             # A float32 dot in full precision runs on the FMA units, not the tensor cores: each
-            # thread's share of the tile is its register block, and tiles past 64x128 spill or
-            # starve the grid (an H100 at 16384x4096x4096: 128x256 tiles 13.1 ms, Inductor's
-            # float32 templates' best, 64x128x32, 11.6 ms; bench/results/h100/float32_matmul_*).
+            # thread's share of the tile is its register block, and larger tiles ran slower (an
+            # H100 at 16384x4096x4096: 128x256 tiles 13.1 ms, 64x128 11.8 ms; at 4096x1024x1024
+            # 397 against 222 us: bench/results/h100/float32_matmul). The op's forward only: its
+            # gradient's products (transposed operands) measured faster with the large tiles.
             unsplit = [c for c in unsplit if c[name_m] * c[name_n] <= FMA_TILE_AREA] or unsplit
         best = max(unsplit, key=score)
         tiles = cdiv(m, best[name_m]) * cdiv(n, best[name_n]) * matrices
