@@ -229,6 +229,24 @@ def test_eager_form_keeps_an_int_scalars_kind_through_a_function():
     assert env["c"].dtype == torch.int32 and env["c"].tolist() == [3, 4, 5, 6]
 
 
+def test_eager_steps_of_scalars_alone_are_numbers_to_the_steps_that_read_them():
+    # A step that reads only scalars (a spec's `floor: eps * 2`, a derivative's shared `-alpha`)
+    # is a Python number in eager code: maximum of a tensor and it is a clamp, a where() on it
+    # takes its condition as a tensor; torch.maximum(tensor, float) would raise.
+    from tilegen.expressions import assignments
+
+    steps = [("s", parse_expression("-alpha * 2.0", NAMES)), ("t", parse_expression("s > 0.0", NAMES | {"s"})),
+             ("c", parse_expression("maximum(a, s) + minimum(s, b) + where(t, a, b)", NAMES | {"s", "t"}))]
+    lines = assignments(steps, "eager", frozenset({"alpha"}))
+    a, b = torch.tensor([-2.0, 0.5, 3.0]), torch.tensor([1.0, -4.0, 0.0])
+    for alpha in (-0.75, 0.75):
+        env = {"torch": torch, "a": a, "b": b, "alpha": alpha}
+        exec("\n".join(lines), env)  # noqa: S102 - lines emitted from a checked tree
+        s = torch.tensor(-alpha * 2.0)
+        want = torch.maximum(a, s) + torch.minimum(s, b) + torch.where(s > 0, a, b)
+        assert torch.equal(env["c"], want), (alpha, lines)
+
+
 def test_eager_form_of_maximum_and_minimum_of_bools_beside_a_bool_scalar_is_or_and():
     # torch.clamp takes no bool tensor: maximum(m, flag) of a bool scalar is m | flag.
     from tilegen.categories import BOOL, Kind
