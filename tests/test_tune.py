@@ -118,6 +118,10 @@ def test_second_pass_varies_only_the_fastest_launches(monkeypatch):
     assert all(c["num_warps"] == 4 and c["num_stages"] == 4 for _, c in timed[:12])  # the defaults
     assert sorted(launches[12:]) == [((64, 64), 0, 0)] * 2 + [((64, 64), 1, 0)] * 2 and len(timed) == 16
     assert "of 16 candidates" in lines[-1]
+    # A line between the passes says how far the shape is, before the minutes a large menu takes.
+    under_way, = [line for line in lines if "launches timed in" in line]
+    assert under_way.startswith("stand_in float16 1000x1000x1000: 12 launches timed in ")
+    assert under_way.endswith("s; next 4 configs of the 2 fastest launches")
 
 
 def test_a_key_won_through_descriptors_gets_its_fastest_pointer_launch_as_the_twin_for_traced_launches(monkeypatch):

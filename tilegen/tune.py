@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import statistics
 import sys
+import time
 from pathlib import Path
 
 from .measure import (BenchError, as_tuple, check_agreement, check_dtype_names, dtype_name, issue_ms,
@@ -303,10 +304,17 @@ def tune_module(module, op, shapes, progress, dtypes=(), compiler=None, on_key=N
             # stand for them: each comes with all of its own, or one poor pick would drop the tile
             # (layer_norm 32768x4096: four rows a program ran 138 us with 8 warps, 213 with 16).
             first = first_pass(offered(), explored)
+            started = time.perf_counter()
             measure(first)
             best_launches = list(dict.fromkeys(launch_of(configs[ident]) for ident in ranked()))
             seen = {identity(c) for c in first}
-            measure([c for c in explored if launch_of(c) in best_launches[:REFINED_LAUNCHES] and identity(c) not in seen])
+            refined = [c for c in explored if launch_of(c) in best_launches[:REFINED_LAUNCHES] and identity(c) not in seen]
+            # (A line while the shape is under way: a large menu, a float32 key's 500 launches,
+            # takes minutes before its result line.)
+            progress(f"{module.OP} {dtype_name(dtype)} {shape_label(shape)}: {len(first)} launches timed in "
+                     f"{time.perf_counter() - started:.0f} s; next {len(refined)} configs of the "
+                     f"{min(REFINED_LAUNCHES, len(best_launches))} fastest launches")
+            measure(refined)
             if not samples:
                 raise BenchError(f"{module.OP} {shape_label(shape)}: no candidate config could run")
             # A few timings can still flatter a config whose speed varies from run to run
