@@ -276,6 +276,41 @@ def test_the_float32_allowance_still_fails_a_wrong_gradient():
         s.assert_same_gradients([got], [want], torch.float32, "beyond", slack=[slack])
 
 
+OVERFLOWING = """
+op: big_exp
+kind: elementwise
+doc: y = exp(a) * 30000, past float16's range wherever a > 0.78.
+inputs:
+  a: {dtype: [float16, float32]}
+outputs:
+  y: {dtype: a}
+compute:
+  y: exp(a) * 30000.0
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_a_half_result_past_its_range_is_its_infinity_to_the_generated_tests(tmp_path):
+    # The float64 oracle's 60000 * e is no float16: the op's inf is the right float16 result, in
+    # the output, its gradient and its second derivative alike.
+    assert_generated_tests_pass(tmp_path, {"big_exp.yaml": OVERFLOWING}, ["big_exp"],
+                                "matches_reference or gradients_match or second_derivatives")
+
+
+def test_an_infinity_where_the_dtype_holds_the_value_still_fails():
+    from generated.tests import _support as s
+
+    want = torch.tensor([60000.0, 65519.0, 70000.0, -1e6], dtype=torch.float64)
+    got = torch.tensor([60000.0, 65504.0, float("inf"), -float("inf")], dtype=torch.float16)
+    s.assert_matches(got, want, torch.float16, "held")
+    for wrong in (0, 1):  # (60000 and 65519 are float16 numbers: inf there is wrong)
+        bad = got.clone()
+        bad[wrong] = float("inf")
+        with pytest.raises(AssertionError, match="Mismatched elements: 1 / 4"):
+            s.assert_matches(bad, want, torch.float16, "wrong")
+
+
 BFLOAT16_FIRST = """
 op: mm_bf16_first
 kind: matmul
