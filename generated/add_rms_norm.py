@@ -368,7 +368,7 @@ def _add_rms_norm_backward_in_torch(w, h, _g_h, _g_y, eps, _needed):
     _s2 = (_s0 * h).sum(-1, keepdim=True) * (-0.5 * (_s1 * _s1 * _s1)) / _n * h
     _d_x = _g_h + _s0 * _s1 + _s2 + _s2
     _d_w = _g_y * (h * _s1)
-    return _d_x, _d_w,
+    return _d_x.expand_as(h), _d_w.expand_as(h),
 
 
 @rt.register("generated::add_rms_norm_backward")

@@ -456,7 +456,7 @@ def _layer_norm_backward_in_torch(x, w, _g_y, _g_mean, _g_rstd, eps, _needed):
     _d_x = _s0 * _s2 + _s4 + _s4 + (_g_mean + (-(_s0.sum(-1, keepdim=True) * _s2) - _s5 - _s5)) / _n
     _d_w = _g_y * (_s1 * _s2)
     _d_b = _g_y
-    return _d_x, _d_w, _d_b,
+    return _d_x.expand_as(x), _d_w.expand_as(x), _d_b.expand_as(x),
 
 
 @rt.register("generated::layer_norm_backward")

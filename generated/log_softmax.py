@@ -302,7 +302,7 @@ def _log_softmax_backward_in_torch(x, _g_y, _needed):
     _n = x.shape[-1]  # the row's length (a mean's divisor)
     _s0 = torch.exp(x - torch.as_tensor(x.amax(-1, keepdim=True)).detach())
     _d_x = _g_y - _g_y.sum(-1, keepdim=True) / _s0.sum(-1, keepdim=True) * _s0
-    return _d_x,
+    return _d_x.expand_as(x),
 
 
 @rt.register("generated::log_softmax_backward")

@@ -346,7 +346,7 @@ def _rms_norm_backward_in_torch(x, w, _g_y, _g_rstd, eps, _needed):
     _s2 = (_g_rstd + (_s0 * x).sum(-1, keepdim=True)) * (-0.5 * (_s1 * _s1 * _s1)) / _n * x
     _d_x = _s0 * _s1 + _s2 + _s2
     _d_w = _g_y * (x * _s1)
-    return _d_x, _d_w,
+    return _d_x.expand_as(x), _d_w.expand_as(x),
 
 
 @rt.register("generated::rms_norm_backward")

@@ -300,7 +300,7 @@ def _softmax_backward_in_torch(x, _g_y, _needed):
     _s0 = torch.exp(x - torch.as_tensor(x.amax(-1, keepdim=True)).detach())
     _s1 = _s0.sum(-1, keepdim=True)
     _d_x = (_g_y / _s1 - (_g_y * _s0).sum(-1, keepdim=True) / _s1 / _s1) * _s0
-    return _d_x,
+    return _d_x.expand_as(x),
 
 
 @rt.register("generated::softmax_backward")

@@ -708,6 +708,21 @@ def test_an_error_in_the_backward_reaches_the_caller(package, node, monkeypatch)
         y.sum().backward()
 
 
+def test_a_gradient_that_does_not_sum_to_its_input_is_an_error_not_a_hang(package, through, monkeypatch):
+    # The node sums a broadcast input's gradient in C++ while it holds the GIL: an ATen error
+    # there once left the GIL taken, and backward() waited for it forever.
+    from tilegen.runtime import autograd
+
+    a, b, c = _leaves((3, 4), (3, 4), (3, 4))
+    y, _ = package.ew_mix(a, b, c)
+
+    def misshapen(self, saved, grads, needed, scalars):
+        return tuple(torch.ones(5, 7) if wanted else None for wanted in needed)
+    monkeypatch.setattr(autograd.Gradients, "gradients", misshapen)
+    with pytest.raises(RuntimeError, match="ew_mix: the gradient of its input 0: "):
+        y.sum().backward()
+
+
 def test_the_node_builds_without_warnings(tmp_path, monkeypatch):
     from tilegen.runtime import native
 

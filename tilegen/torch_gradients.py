@@ -33,8 +33,18 @@ def torch_gradients(spec: Spec, backward: Backward, params: list[str], results: 
         length=length,
         prelude=list(prelude),
         lines=backward.lines("eager", frozenset(scalars + (["_n"] if length else [])), kinds=_kinds(spec, backward)),
-        results=[f"{r}[..., 0]" if r in row_results else r for r in results],
+        results=[_result(r, row_results, length) for r in results],
     )
+
+
+def _result(name: str, row_results: tuple[str, ...], length: str | None) -> str:
+    """A reduction's result as its backward op returns it: a per-row one without its last axis of
+    1; the others along the whole rows, even where their math is a value per row alone (a weight
+    read only in a row's mean: its gradient is that value in every column, which the formula then
+    sums over the rows), as the kernel stores them."""
+    if name in row_results:
+        return f"{name}[..., 0]"
+    return f"{name}.expand_as({length})" if length else name
 
 
 def _kinds(spec: Spec, backward: Backward) -> dict[str, Kind]:

@@ -134,8 +134,18 @@ class Gradients:
                      for g, (shape, dtype, device) in zip(grads[:self.outputs], ctx.outputs)]
         saved = self._saved(ctx) if self._reads_results(needed) else None
         chosen = self.gradients(saved, grads, needed, ctx.scalars)
-        return (*(g if g is None or same_shape(g.shape, shape) else g.sum_to_size(shape) for g, shape in zip(chosen, ctx.shapes)),
+        return (*(self._summed_to(g, shape, i) for i, (g, shape) in enumerate(zip(chosen, ctx.shapes))),
                 *(None for _ in ctx.scalars))
+
+    def _summed_to(self, gradient, shape, index):
+        """Input `index`'s gradient summed over the axes it was broadcast along (as the C++
+        node's sum_to_input, whose error it names the same way)."""
+        if gradient is None or same_shape(gradient.shape, shape):
+            return gradient
+        try:
+            return gradient.sum_to_size(shape)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{self.name}: the gradient of its input {index}: {exc}") from exc
 
     def _reads_results(self, needed):
         """Whether a gradient `needed` comes from the backward op's results (else none is called)."""

@@ -79,6 +79,17 @@ at::Tensor shape_only(const at::Tensor &t) {
     return at::empty({}, t.options()).expand(t.sizes());
 }
 
+/* The GIL taken for a scope and given back on every way out of it, a C++ exception's included: an
+   ATen error thrown while it is held (a gradient that does not sum to its input's shape) would
+   otherwise leave it taken, and the thread that called backward would wait for it forever. */
+struct GilHeld {
+    PyGILState_STATE state;
+    GilHeld() : state(PyGILState_Ensure()) {}
+    GilHeld(const GilHeld &) = delete;
+    GilHeld &operator=(const GilHeld &) = delete;
+    ~GilHeld() { PyGILState_Release(state); }
+};
+
 /* The Python object a node shares with its formula: its refcount is touched under the GIL only. */
 struct PyRef {
     PyObject *object;
@@ -87,9 +98,8 @@ struct PyRef {
     PyRef &operator=(const PyRef &) = delete;
     ~PyRef() {
         if (object != nullptr && Py_IsInitialized()) {
-            PyGILState_STATE state = PyGILState_Ensure();
+            GilHeld gil;
             Py_DECREF(object);
-            PyGILState_Release(state);
         }
     }
 };
@@ -252,17 +262,15 @@ struct TilegenNode : Node {
             }
             return results;
         }
-        PyGILState_STATE state = PyGILState_Ensure();
+        GilHeld gil;
         variable_list results(inputs);
         int served = backward && !graph ? serve_backward(saved, grads, results) : 0;
         if (served != 0) {
             if (served < 0) {
                 python_error error;
                 error.persist();
-                PyGILState_Release(state);
                 throw error;
             }
-            PyGILState_Release(state);
             return results;
         }
         PyObject *call_args = nullptr, *result = nullptr;
@@ -318,7 +326,13 @@ struct TilegenNode : Node {
                                  op.c_str(), item, i);
                     ok = false;
                 } else {
-                    results[i] = sum_to_input(THPVariable_Unpack(item), i);
+                    try {
+                        results[i] = sum_to_input(THPVariable_Unpack(item), i);
+                    } catch (const c10::Error &e) {  /* (as a Python error, the references above released) */
+                        PyErr_Format(PyExc_RuntimeError, "%s: the gradient of its input %zu: %s", op.c_str(), i,
+                                     e.what_without_backtrace());
+                        ok = false;
+                    }
                 }
             }
             failed = !ok;
@@ -328,10 +342,8 @@ struct TilegenNode : Node {
         if (failed) {
             python_error error;  /* autograd's engine raises it again in the caller's thread */
             error.persist();
-            PyGILState_Release(state);
             throw error;
         }
-        PyGILState_Release(state);
         return results;
     }
 };
