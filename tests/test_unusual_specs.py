@@ -311,6 +311,44 @@ def test_an_infinity_where_the_dtype_holds_the_value_still_fails():
             s.assert_matches(bad, want, torch.float16, "wrong")
 
 
+CANCELLING = """
+op: cancelling
+kind: elementwise
+doc: y = 0.75 / ((a^3 + b) / b), whose sum cancels at some points of random inputs.
+inputs:
+  a: {dtype: [float32, float64]}
+  b: {dtype: a}
+outputs:
+  y: {dtype: a}
+compute:
+  y: 0.75 / ((a * a * a + b) / (b * 0.5))
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_an_ill_conditioned_op_is_held_to_float32_maths_own_error(tmp_path):
+    # Where a^3 + b cancels, float32 math (PyTorch's as the kernel's) strays from the float64
+    # oracle by more than float32's tolerance: the op is held to twice PyTorch's float32 error
+    # there, in its outputs and second derivatives, as in its gradients.
+    assert_generated_tests_pass(tmp_path, {"cancelling.yaml": CANCELLING}, ["cancelling"],
+                                "matches_reference or non_contiguous or second_derivatives or gradients_match")
+
+
+def test_the_float32_allowance_of_an_output_still_fails_a_wrong_value():
+    from generated.tests import _support as s
+
+    want = torch.linspace(-2, 2, 50, dtype=torch.float64)
+    allowance = torch.zeros(50, dtype=torch.float64)
+    allowance[7] = 1e-3
+    got = want.clone().float()
+    got[7] += 9e-4
+    s.assert_matches(got, want, torch.float32, "within", allowance)
+    got[20] += 1e-4  # (where float32 math is exact)
+    with pytest.raises(AssertionError, match="Mismatched elements: 1 / 50"):
+        s.assert_matches(got, want, torch.float32, "beyond", allowance)
+
+
 BFLOAT16_FIRST = """
 op: mm_bf16_first
 kind: matmul
