@@ -349,6 +349,48 @@ def test_the_float32_allowance_of_an_output_still_fails_a_wrong_value():
         s.assert_matches(got, want, torch.float32, "beyond", allowance)
 
 
+NAN_WHERE_RIGHT = """
+op: log_one_minus
+kind: elementwise
+doc: y = log(1 - b) * a, NaN wherever b > 1.
+inputs:
+  a: {dtype: [float32]}
+  b: {dtype: a}
+outputs:
+  y: {dtype: a}
+compute:
+  y: log(1.0 - b) * a
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_an_op_whose_results_hold_nan_passes_opcheck(tmp_path):
+    # log(1 - b) is NaN wherever b > 1, eager and compiled alike: opcheck's own AOT check compares
+    # them without equal_nan, and failed the op.
+    assert_generated_tests_pass(tmp_path, {"log_one_minus.yaml": NAN_WHERE_RIGHT}, ["log_one_minus"], "opcheck")
+
+
+_calls = []
+
+
+@torch.library.custom_op("tilegen_tests::drifting_log", mutates_args=())
+def _drifting_log(x: torch.Tensor) -> torch.Tensor:
+    _calls.append(x)
+    return x.log() + len(_calls)  # another result at every call (whatever the random seed)
+
+
+_drifting_log.register_fake(lambda x: torch.empty_like(x))
+
+
+def test_opcheck_of_results_that_hold_nan_still_compares_them():
+    from generated.tests import _support as s
+
+    x = torch.linspace(-1, 1, 16)
+    with pytest.raises(AssertionError, match="Outputs of the operator are different"):
+        s.opcheck(torch.ops.tilegen_tests.drifting_log.default, (x,), torch.float32, test_utils=(s.OPCHECK_AOT,))
+
+
 BFLOAT16_FIRST = """
 op: mm_bf16_first
 kind: matmul
