@@ -392,12 +392,13 @@ def test_bool_scalars_select_and_count_as_pythons_bools_in_pytorch(tmp_path):
 
             if callpath.load(wait=True) is not None:
                 with torch.no_grad():
-                    package.bool_scalars(x, m, i, neg=True, keep=False)
+                    for keep in (False, True):  # each value's signature learned (if the calls above did not)
+                        package.bool_scalars(x, m, i, neg=True, keep=keep)
                     hits = rt.op_of("bool_scalar_ops.bool_scalars").call_path.table.hits
-                    for keep in (False, True, False):  # (True: another signature, learned then)
+                    for keep in (False, True, False):
                         y, _, _ = package.bool_scalars(x, m, i, neg=True, keep=keep)
                         torch.testing.assert_close(y, -x * keep + torch.clamp(x, min=keep) + x)
-                assert rt.op_of("bool_scalar_ops.bool_scalars").call_path.table.hits - hits == 2
+                assert rt.op_of("bool_scalar_ops.bool_scalars").call_path.table.hits - hits == 3
         with pytest.raises(TypeError, match="bool_scalars: argument 'neg' must be a Python bool, got int"):
             package.bool_scalars(x, m, i, neg=1)
         with pytest.raises(TypeError, match="bool_scalars: argument 'keep' must be a Python bool, got Tensor"):

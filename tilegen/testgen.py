@@ -444,12 +444,14 @@ def _matmul_dynamic_shapes(fit, never) -> tuple:
     never) sized otherwise the second time: as another such axis is, where there is one (a guard
     relating two sizes fails there; a held axis' size, a multiple of 16, would meet the guard a
     compiled matmul keeps on that), else a size of its own; the same shape twice where every
-    axis is held."""
-    first = fit(40, 65, 129)
+    axis is held. No free size is a multiple of 16, nor twice one: a batch of two matrices folded
+    into M guards on whether 2M is (runtime.layout.size_factor), and a trace at M = 40 (2M = 80)
+    recompiled at M = 65."""
+    first = fit(36, 65, 129)
     free = [axis for axis, held in enumerate(never) if not held]
     if free:
         second = list(first)
-        second[free[0]] = first[free[1]] if len(free) > 1 else (72, 97, 193)[free[0]]
+        second[free[0]] = first[free[1]] if len(free) > 1 else (76, 97, 193)[free[0]]
         return first, tuple(second)
     return first, first
 

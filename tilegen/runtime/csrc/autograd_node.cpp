@@ -189,7 +189,14 @@ struct TilegenNode : Node {
     /* A broadcast input's gradient, summed over its broadcast axes (as Gradients.compute does
        for torch.autograd.Function's node). */
     at::Tensor sum_to_input(const at::Tensor &grad, size_t i) const {
-        return grad.sizes().equals(shapes[i]) ? grad : at::sum_to(grad, shapes[i]);
+        if (grad.sizes().equals(shapes[i]))
+            return grad;
+        /* at::sum_to takes this for granted: a gradient that does not sum to the input's shape came
+           back from it unchanged on one release (and autograd's engine then crashed on it) and
+           failed in a view on another. The check and message of Python's sum_to_size. */
+        TORCH_CHECK(at::is_expandable_to(shapes[i], grad.sizes()), "size ", grad.sizes(),
+                    " is not expandable to size ", at::IntArrayRef(shapes[i]));
+        return at::sum_to(grad, shapes[i]);
     }
 
     /* Compiled autograd traces each node through this; the node has no trace. Calls record
