@@ -168,7 +168,7 @@ struct TilegenNode : Node {
             if (!task_should_compute_output(i) || source == NO_GRADIENT)
                 continue;
             if (source >= 0) {
-                results[i] = sum_to_input(grads[static_cast<size_t>(source)], i);
+                results[i] = passed_to_input(grads[static_cast<size_t>(source)], i);
                 continue;
             }
             Py_ssize_t r = FIRST_RESULT - source;
@@ -180,6 +180,10 @@ struct TilegenNode : Node {
                 outcome = -1;
             } else {
                 results[i] = sum_to_input(THPVariable_Unpack(item), i);
+                if (!results[i].defined()) {
+                    misfit(THPVariable_Unpack(item), i);
+                    outcome = -1;
+                }
             }
         }
         Py_DECREF(served);
@@ -187,16 +191,32 @@ struct TilegenNode : Node {
     }
 
     /* A broadcast input's gradient, summed over its broadcast axes (as Gradients.compute does
-       for torch.autograd.Function's node). */
+       for torch.autograd.Function's node); undefined where it does not sum to the input's shape,
+       for the caller to raise (misfit). at::sum_to takes that fit for granted, and on a GPU a
+       C++ error raised and caught here crashed autograd's device thread. */
     at::Tensor sum_to_input(const at::Tensor &grad, size_t i) const {
         if (grad.sizes().equals(shapes[i]))
             return grad;
-        /* at::sum_to takes this for granted: a gradient that does not sum to the input's shape came
-           back from it unchanged on one release (and autograd's engine then crashed on it) and
-           failed in a view on another. The check and message of Python's sum_to_size. */
-        TORCH_CHECK(at::is_expandable_to(shapes[i], grad.sizes()), "size ", grad.sizes(),
-                    " is not expandable to size ", at::IntArrayRef(shapes[i]));
+        if (!at::is_expandable_to(shapes[i], grad.sizes()))
+            return at::Tensor();
         return at::sum_to(grad, shapes[i]);
+    }
+
+    /* An incoming gradient passed on as input `i`'s: an output's shape, which the inputs broadcast
+       to, so it always sums to the input's. */
+    at::Tensor passed_to_input(const at::Tensor &grad, size_t i) const {
+        at::Tensor summed = sum_to_input(grad, i);
+        if (!summed.defined())
+            throw std::runtime_error(op + ": an incoming gradient of size " + c10::str(grad.sizes()) +
+                                     " does not sum to its input's size " + c10::str(at::IntArrayRef(shapes[i])));
+        return summed;
+    }
+
+    /* The Python error of input `i`'s gradient `grad` that did not sum to its shape (the GIL
+       held), in the words of Python's sum_to_size and Gradients._summed_to. */
+    void misfit(const at::Tensor &grad, size_t i) const {
+        PyErr_Format(PyExc_RuntimeError, "%s: the gradient of its input %zu: size %s is not expandable to size %s",
+                     op.c_str(), i, c10::str(grad.sizes()).c_str(), c10::str(at::IntArrayRef(shapes[i])).c_str());
     }
 
     /* Compiled autograd traces each node through this; the node has no trace. Calls record
@@ -265,7 +285,7 @@ struct TilegenNode : Node {
             for (size_t i = 0; i < inputs; i++) {
                 Py_ssize_t source = (*sources)[i];
                 if (source >= 0 && task_should_compute_output(i))
-                    results[i] = sum_to_input(grads[static_cast<size_t>(source)], i);
+                    results[i] = passed_to_input(grads[static_cast<size_t>(source)], i);
             }
             return results;
         }
@@ -333,11 +353,9 @@ struct TilegenNode : Node {
                                  op.c_str(), item, i);
                     ok = false;
                 } else {
-                    try {
-                        results[i] = sum_to_input(THPVariable_Unpack(item), i);
-                    } catch (const c10::Error &e) {  /* (as a Python error, the references above released) */
-                        PyErr_Format(PyExc_RuntimeError, "%s: the gradient of its input %zu: %s", op.c_str(), i,
-                                     e.what_without_backtrace());
+                    results[i] = sum_to_input(THPVariable_Unpack(item), i);
+                    if (!results[i].defined()) {  /* (as a Python error, the references above released) */
+                        misfit(THPVariable_Unpack(item), i);
                         ok = false;
                     }
                 }
