@@ -90,6 +90,25 @@ struct GilHeld {
     ~GilHeld() { PyGILState_Release(state); }
 };
 
+/* Drops a reference to `object` (the GIL held) with no Python error set while it goes: a pending
+   error is held aside and set again after. Objects freed with an error set may run code that
+   expects none (a tensor the formula made, freed on autograd's device thread on a GPU, crashed
+   there). */
+void release_keeping_error(PyObject *object) {
+    if (object == nullptr)
+        return;
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *pending = PyErr_GetRaisedException();
+    Py_DECREF(object);
+    PyErr_SetRaisedException(pending);
+#else
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    Py_DECREF(object);
+    PyErr_Restore(type, value, traceback);
+#endif
+}
+
 /* The Python object a node shares with its formula: its refcount is touched under the GIL only. */
 struct PyRef {
     PyObject *object;
@@ -153,9 +172,9 @@ struct TilegenNode : Node {
             wrapped = wrapped && a != nullptr;
         PyObject *call = wrapped ? PyObject_GetAttr(backward->object, call_name) : nullptr;
         PyObject *served = call != nullptr ? PyObject_Vectorcall(call, argv.data(), argv.size(), nullptr) : nullptr;
-        Py_XDECREF(call);
+        release_keeping_error(call);
         for (PyObject *a : argv)
-            Py_XDECREF(a);
+            release_keeping_error(a);
         if (served == nullptr)
             return -1;
         if (served == Py_None) {
@@ -186,7 +205,7 @@ struct TilegenNode : Node {
                 }
             }
         }
-        Py_DECREF(served);
+        release_keeping_error(served);
         return outcome;
     }
 
@@ -362,8 +381,8 @@ struct TilegenNode : Node {
             }
             failed = !ok;
         } while (false);
-        Py_XDECREF(call_args);
-        Py_XDECREF(result);
+        release_keeping_error(call_args);
+        release_keeping_error(result);
         if (failed) {
             python_error error;  /* autograd's engine raises it again in the caller's thread */
             error.persist();
