@@ -277,6 +277,11 @@ def test_a_sum_takes_the_factors_that_do_not_vary_along_the_row_out():
     # Nothing to take out (all along the row, or no factor along it): the sum as written.
     program, _ = _program([("y", "x * sum(x * w)")], {"x": ELEMENT, "w": ELEMENT})
     assert program.reductions[0].argument.source == "x * w"
+    # Nor factors known before the row is read (a per-row input, a scalar): they cost no stage,
+    # and t * sum(x) is not sum(t * x) where t is infinite (NaN for x of both signs, as PyTorch's).
+    program, _ = _program([("s", "sum(x)"), ("y", "x * sum(-(t * x * alpha / s))")],
+                          {"x": ELEMENT, "t": ROW, "alpha": UNIFORM})
+    assert [(r.stage, r.argument.source) for r in program.reductions] == [(1, "x"), (1, "t * x * alpha")]
 
 
 # ---- the runtime: configs and launch logic of every reduction op ---------------------------------

@@ -301,14 +301,21 @@ def test_a_half_result_past_its_range_is_its_infinity_to_the_generated_tests(tmp
 def test_an_infinity_where_the_dtype_holds_the_value_still_fails():
     from generated.tests import _support as s
 
-    want = torch.tensor([60000.0, 65519.0, 70000.0, -1e6], dtype=torch.float64)
-    got = torch.tensor([60000.0, 65504.0, float("inf"), -float("inf")], dtype=torch.float16, device=s.DEVICE)
+    want = torch.tensor([60000.0, 65400.0, 70000.0, -1e6, 65509.0, 65509.0], dtype=torch.float64)
+    got = torch.tensor([60000.0, 65400.0, float("inf"), -float("inf"), 65504.0, float("inf")], dtype=torch.float16,
+                       device=s.DEVICE)
+    # (65509 is a float16 65504, and within float16's tolerance of its edge, 65520: a result
+    # rounded within the tolerance may pass it, and its inf is held as right there.)
     s.assert_matches(got, want, torch.float16, "held")
-    for wrong in (0, 1):  # (60000 and 65519 are float16 numbers: inf there is wrong)
+    for wrong in (0, 1):  # (60000 and 65400 are float16 numbers, far from its edge: inf there is wrong)
         bad = got.clone()
         bad[wrong] = float("inf")
-        with pytest.raises(AssertionError, match="Mismatched elements: 1 / 4"):
+        with pytest.raises(AssertionError, match="Mismatched elements: 1 / 6"):
             s.assert_matches(bad, want, torch.float16, "wrong")
+    bad = got.clone()
+    bad[5] = -float("inf")  # (the other infinity)
+    with pytest.raises(AssertionError, match="Mismatched elements: 1 / 6"):
+        s.assert_matches(bad, want, torch.float16, "wrong sign")
 
 
 CANCELLING = """
@@ -398,6 +405,30 @@ def test_an_op_whose_results_hold_nan_passes_opcheck(tmp_path):
 
 _calls = []
 
+
+ROW_SCALED_SUM = """
+op: row_scaled_sum
+kind: reduction
+doc: y = x - sum(t * x) along the row, t a value per row.
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  t: {dtype: x, shape: [...]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+steps:
+  s: sum(t * x)
+compute:
+  y: x - s
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+"""
+
+
+def test_a_per_row_input_stays_in_the_sum_it_multiplies(tmp_path):
+    # With t = inf over x of both signs, sum(t * x) is NaN (PyTorch's); t * sum(x), which the
+    # kernel computed, is inf: the generated NaN/inf test failed.
+    assert_generated_tests_pass(tmp_path, {"row_scaled_sum.yaml": ROW_SCALED_SUM}, ["row_scaled_sum"],
+                                "nan_and_inf or matches_reference")
 
 @torch.library.custom_op("tilegen_tests::drifting_log", mutates_args=())
 def _drifting_log(x: torch.Tensor) -> torch.Tensor:

@@ -85,11 +85,14 @@ def without_mean(tree: ast.AST) -> ast.AST:
     return ast.fix_missing_locations(Rewrite().visit(tree))
 
 
-def _row_factors(tree: ast.AST, levels: dict[str, int]):
+def _row_factors(tree: ast.AST, levels: dict[str, int], stages: dict[str, int]):
     """(inner, outside) for a sum's argument `tree`: the factors of its product (with its
-    quotients and negations) that do not vary along the row move out of the sum, so that
-    sum(tree) = outside(sum(inner)); `outside` is None where there are none. A backward's
-    sum(g * e / s / s) becomes sum(g * e) / s / s, a stage earlier than the s it divides by."""
+    quotients and negations) that are one value per row and read a reduction move out of the
+    sum, so that sum(tree) = outside(sum(inner)); `outside` is None where there are none. A
+    backward's sum(g * e / s / s) becomes sum(g * e) / s / s, a stage earlier than the s it
+    divides by. Factors known before the row is read (per-row inputs, scalars) stay in: they cost
+    no stage, and moved out they would change the result where they are infinite (sum(t * x) for
+    t = inf over x of both signs is NaN, as PyTorch computes it; inf * sum(x) is not)."""
     factors = []  # (subtree, divides)
     negations = 0
 
@@ -105,9 +108,13 @@ def _row_factors(tree: ast.AST, levels: dict[str, int]):
             factors.append((node, divides))
 
     collect(tree, False)
-    along = [(f, d) for f, d in factors if level_of(f, levels) == ELEMENT]
-    per_row = [(f, d) for f, d in factors if level_of(f, levels) != ELEMENT]
-    if not per_row or not along:
+
+    def moves_out(factor):
+        return level_of(factor, levels) != ELEMENT and any(stages.get(n, 0) > 0 for n in value_names(factor))
+
+    along = [(f, d) for f, d in factors if not moves_out(f)]
+    per_row = [(f, d) for f, d in factors if moves_out(f)]
+    if not per_row or not any(level_of(f, levels) == ELEMENT for f, _ in along):
         return tree, None
 
     def product(parts, start):
@@ -196,7 +203,7 @@ class RowProgram:
                     return node
                 outside = None
                 if node.func.id == "sum":  # sum(r * e) = r * sum(e) for r one value per row
-                    inner, outside = _row_factors(node.args[0], program.levels)
+                    inner, outside = _row_factors(node.args[0], program.levels, program.stages)
                     node.args[0] = inner
                 argument = expression_of(node.args[0])
                 key = (node.func.id, ast.dump(argument.tree))
