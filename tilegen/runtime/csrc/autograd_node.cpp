@@ -92,11 +92,15 @@ struct GilHeld {
 
 /* Drops a reference to `object` (the GIL held) with no Python error set while it goes: a pending
    error is held aside and set again after. Objects freed with an error set may run code that
-   expects none (a tensor the formula made, freed on autograd's device thread on a GPU, crashed
-   there). */
+   expects none: the suspected cause of a crash on autograd's device thread on a GPU, where the
+   formula's misshapen tensors were freed with the node's error pending (tests/test_autograd.py). */
 void release_keeping_error(PyObject *object) {
     if (object == nullptr)
         return;
+    if (PyErr_Occurred() == nullptr) {
+        Py_DECREF(object);
+        return;
+    }
 #if PY_VERSION_HEX >= 0x030C0000
     PyObject *pending = PyErr_GetRaisedException();
     Py_DECREF(object);
@@ -211,8 +215,8 @@ struct TilegenNode : Node {
 
     /* A broadcast input's gradient, summed over its broadcast axes (as Gradients.compute does
        for torch.autograd.Function's node); undefined where it does not sum to the input's shape,
-       for the caller to raise (misfit). at::sum_to takes that fit for granted, and on a GPU a
-       C++ error raised and caught here crashed autograd's device thread. */
+       for the caller to raise (misfit, as a Python error: no C++ exception in the backward).
+       at::sum_to takes that fit for granted: torch 2.11's passed a misfit on unchanged. */
     at::Tensor sum_to_input(const at::Tensor &grad, size_t i) const {
         if (grad.sizes().equals(shapes[i]))
             return grad;
