@@ -80,8 +80,8 @@ at::Tensor shape_only(const at::Tensor &t) {
 }
 
 /* The GIL taken for a scope and given back on every way out of it, a C++ exception's included: an
-   ATen error thrown while it is held (a gradient that does not sum to its input's shape) would
-   otherwise leave it taken, and the thread that called backward would wait for it forever. */
+   error thrown while it is held (passed_to_input's, an ATen error in a sum) would otherwise leave
+   it taken, and the thread that called backward would wait for it forever. */
 struct GilHeld {
     PyGILState_STATE state;
     GilHeld() : state(PyGILState_Ensure()) {}
