@@ -49,8 +49,8 @@ FUNCTIONS: dict[str, Function] = {
     "cos": Function(1, "tl.cos({0})", "torch.cos({0})"),
     "erf": Function(1, "tl.erf({0})", "torch.erf({0})"),
     "sigmoid": Function(1, "tl.sigmoid({0})", "torch.sigmoid({0})"),
-    # tanh(x) = 2 * sigmoid(2x) - 1: portable across Triton backends and the interpreter.
-    "tanh": Function(1, "(2.0 * tl.sigmoid(2.0 * ({0})) - 1.0)", "torch.tanh({0})"),
+    # tilegen.runtime.kernel_math's: Triton's portable ops have no tanh accurate near 0.
+    "tanh": Function(1, "precise_tanh({0})", "torch.tanh({0})"),
     # relu keeps NaN, as torch.relu does (a plain `x > 0` test would turn NaN into 0).
     "relu": Function(1, "tl.where(({0}) != ({0}), ({0}), tl.where(({0}) > 0, ({0}), 0.0))",
                      "torch.relu({0})"),

@@ -20,8 +20,9 @@ The rule that tells calls apart (which calls may repeat a learned launch) lives 
 # strided elementwise kernel takes LINES and calls tilegen.runtime.strided.strided_indices; 14: an
 # elementwise or reduction backward kernel takes STORES, its op `selective=True` and runs `stores=`;
 # 15: rt.Gradients takes `differentiable=`, a backward's math in PyTorch's ops over rt.in_precision;
-# 16: rt.MatmulSpace takes `ieee_float32=`).
-RUNTIME_VERSION = 16
+# 16: rt.MatmulSpace takes `ieee_float32=`; 17: every kernel module imports
+# tilegen.runtime.kernel_math.precise_tanh).
+RUNTIME_VERSION = 17
 
 # Each kind's config fields, block fields first, under their canonical (table file) names.
 BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",), "reduction": ("BLOCK",)}
