@@ -25,6 +25,12 @@ NAMES = {"a", "b", "acc", "alpha"}
     ("-a", "-a", "-a"),
     ("gelu(acc + a)", "0.5 * (acc + a) * (1.0 + tl.erf((acc + a) * 0.7071067811865476))",
      "torch.nn.functional.gelu(acc + a)"),
+    ("tanh(a)", "precise_tanh(a)", "torch.tanh(a)"),
+    # A where() of numbers alone, one of them no float32: typed by the math's dtype (`compute`).
+    ("where(a > 0, 0.1, 1 / 3)", "tl.where(a > 0, tl.full([], 0.1, compute), 1 / 3)",
+     "torch.where(a > 0.0, torch.tensor(0.1, dtype=torch.float64), torch.tensor(1.0 / 3.0, dtype=torch.float64))"),
+    ("where(a > 0, 1.0, -0.5)", "tl.where(a > 0, 1.0, -0.5)",
+     "torch.where(a > 0.0, torch.tensor(1.0, dtype=torch.float64), torch.tensor(-0.5, dtype=torch.float64))"),
 ])
 def test_emits_triton_and_torch(source, triton, torch_):
     expression = parse_expression(source, NAMES)

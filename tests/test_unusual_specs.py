@@ -922,3 +922,42 @@ def test_a_masked_log_softmax_whose_output_holds_minus_inf_passes_gradcheck(tmp_
     # and the gradient is checked where y is finite.
     assert_generated_tests_pass(tmp_path, {"masked_log_softmax.yaml": MASKED_LOG_SOFTMAX},
                                 ["masked_log_softmax"], "gradcheck or gradients")
+
+
+NUMBERS_IN_WHERE = {
+    "where_numbers.yaml": """
+op: where_numbers
+kind: elementwise
+doc: y = where(a > 0, 0.1, 1 / 3) * b, numbers float32 does not hold.
+inputs:
+  a: {dtype: [float64, float32]}
+  b: {dtype: a}
+outputs:
+  y: {dtype: a}
+compute:
+  y: where(a > 0, 0.1, 1 / 3) * b
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+""",
+    "row_where_numbers.yaml": """
+op: row_where_numbers
+kind: reduction
+doc: y = x - where(x > 0, 0.1, 0.7) * max(x) along the row.
+inputs:
+  x: {dtype: [float64, float32], shape: [..., N]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+steps:
+  m: max(x)
+compute:
+  y: x - where(x > 0, 0.1, 0.7) * m
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+""",
+}
+
+
+def test_a_where_of_numbers_alone_keeps_float64_math_exact(tmp_path):
+    # tl.where(c, 0.1, 1 / 3) is a float32 tensor: a float64 op's result was off in its 8th digit.
+    assert_generated_tests_pass(tmp_path, NUMBERS_IN_WHERE, ["where_numbers", "row_where_numbers"],
+                                "matches_reference and float64")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import copy
 import math
+import struct
 from dataclasses import dataclass
 from typing import Callable
 
@@ -445,6 +446,13 @@ class _Emitter:
                 assert node.func.id in FUNCTIONS, f"{node.func.id}() reaches Triton as a call"
                 if node.func.id == "relu" and self._is_integer(node.args[0]):
                     return f"tl.maximum({self.emit(node.args[0])}, 0)"  # no NaN to keep, and an int 0
+                if node.func.id == "where" and _rounded_by_float32(node.args[1:]):
+                    # tl.where of two Python floats is a float32 tensor (Triton's literal type): in
+                    # float64 math its values would be rounded to float32. Its first value made a
+                    # 0-d tensor of the math's dtype (`compute`, which every kernel's math defines)
+                    # takes the other along, exactly.
+                    condition, value, other = (self.emit(arg) for arg in node.args)
+                    return spec.triton.format(condition, f"tl.full([], {value}, compute)", other)
                 return spec.triton.format(*(self._operand(arg, repeated=_repeats(spec.triton) and index == 0)
                                             for index, arg in enumerate(node.args)))
             name = node.func.id
@@ -572,6 +580,21 @@ def value_names(tree: ast.AST) -> set[str]:
 
 def _reads_names(node: ast.AST, ignoring: frozenset[str] = frozenset()) -> bool:
     return bool(value_names(node) - ignoring)
+
+
+def _rounded_by_float32(nodes) -> bool:
+    """Whether `nodes` are numbers alone (no name read) of which one is no float32 (0.1, 1 / 3,
+    1e30 * 1e30): Triton code takes such numbers as float32 where no tensor gives them a type."""
+    values = [_constant_value(node) for node in nodes]
+    return None not in values and any(_as_float32(value) != value for value in values)
+
+
+def _as_float32(value: float) -> float | None:
+    """`value` rounded to float32, or None past its range."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        return None
 
 
 def tidy(source: str) -> str:
