@@ -164,6 +164,46 @@ def test_a_literal_past_int32_is_accepted_beside_int64_inputs_only(tmp_path):
     assert errors == [] and spec is not None
 
 
+BIG_LITERALS = """\
+op: big_literals
+kind: elementwise
+doc: int64 math with literals past 32 bits.
+inputs:
+  a: {dtype: [int64]}
+outputs:
+  y: {dtype: a}
+  z: {dtype: a}
+  w: {dtype: a}
+compute:
+  y: where(a > 0, a, 5000000001)
+  z: a + 5000000001 - 3000000000
+  w: where(a > 5, 3000000000, -5)
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_literals_past_int32_compute_exactly_in_int64(tmp_path):
+    # They reached kernels as floats (a + 5000000001 rounded to float32) and the oracle's int
+    # math as float32 too; Triton would type a bare 3000000000 as uint32 (so where() of it and -5
+    # a uint32).
+    import torch
+
+    from tilegen.runtime.device import INTERPRET
+
+    if not INTERPRET and not torch.cuda.is_available():
+        pytest.skip("needs the interpreter or a GPU")
+    with built_package(tmp_path, "big_literal_ops", {"big_literals.yaml": BIG_LITERALS}) as package:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        a = torch.tensor([-7, 3, 6, 2**40 + 1, -(2**41)], dtype=torch.int64, device=device)
+        y, z, w = package.big_literals(a)
+    values = a.tolist()
+    assert y.tolist() == [v if v > 0 else 5000000001 for v in values]
+    assert z.tolist() == [v + 5000000001 - 3000000000 for v in values]
+    assert w.tolist() == [3000000000 if v > 5 else -5 for v in values]
+    assert_generated_tests_pass(tmp_path, {"big_literals.yaml": BIG_LITERALS}, ["big_literals"], "matches_reference")
+
+
 def test_a_bool_output_takes_a_comparison_and_a_float_one_an_int_result(tmp_path):
     text = SPEC.replace("  y: {dtype: a}", "  y: {dtype: [bool]}\n  z: {dtype: x}").replace(
         "  y: a + b", "  y: a > b\n  z: a + b")

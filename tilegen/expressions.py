@@ -420,9 +420,13 @@ class _Emitter:
             # math it meets is float anyway).
             if self.target == "triton" and isinstance(value, int) and -2**31 <= value < 2**31:
                 return repr(value)
+            # Past 32 bits Triton would type a bare int as uint32 or int64 by its value (where()
+            # of 3000000000 and -5 is a uint32), or as a float here once: int64, as PyTorch's int is.
+            if self.target == "triton" and isinstance(value, int) and -2**63 <= value < 2**63:
+                return f"tl.full([], {value!r}, tl.int64)"
             # Eager code writes an int as an int, as a user would: PyTorch keeps int math int
             # (a * 2 + 1 on int32 stays int32) and takes it as a float beside floats.
-            if self.target == "eager" and isinstance(value, int) and -2**63 <= value < 2**63:
+            if self.target in ("eager", "torch") and isinstance(value, int) and -2**63 <= value < 2**63:
                 return repr(value)
             if value == float("inf"):  # (Python, Triton and PyTorch code alike)
                 return 'float("inf")'
@@ -586,7 +590,14 @@ def _rounded_by_float32(nodes) -> bool:
     """Whether `nodes` are numbers alone (no name read) of which one is no float32 (0.1, 1 / 3,
     1e30 * 1e30): Triton code takes such numbers as float32 where no tensor gives them a type."""
     values = [_constant_value(node) for node in nodes]
-    return None not in values and any(_as_float32(value) != value for value in values)
+    floats = [value for node, value in zip(nodes, values) if _float_valued(node)]
+    return None not in values and any(_as_float32(value) != value for value in floats)
+
+
+def _float_valued(node: ast.AST) -> bool:
+    """Whether a tree of numbers computes a float (holds one, or divides: 1 / 3), not an int."""
+    return any(isinstance(n, ast.Div) or (isinstance(n, ast.Constant) and isinstance(n.value, float))
+               for n in ast.walk(node))
 
 
 def _as_float32(value: float) -> float | None:
