@@ -415,19 +415,14 @@ class _Emitter:
     def emit(self, node: ast.AST) -> str:
         if isinstance(node, ast.Constant):
             value = node.value
-            # Float literals keep float math in fp32 kernels and float64 oracles alike; in Triton an
-            # int stays an int where it fits 32 bits (Triton cannot represent one past 64, and the
-            # math it meets is float anyway).
-            if self.target == "triton" and isinstance(value, int) and -2**31 <= value < 2**31:
-                return repr(value)
-            # Past 32 bits Triton would type a bare int as uint32 or int64 by its value (where()
-            # of 3000000000 and -5 is a uint32), or as a float here once: int64, as PyTorch's int is.
-            if self.target == "triton" and isinstance(value, int) and -2**63 <= value < 2**63:
-                return f"tl.full([], {value!r}, tl.int64)"
-            # Eager code writes an int as an int, as a user would: PyTorch keeps int math int
-            # (a * 2 + 1 on int32 stays int32) and takes it as a float beside floats.
-            if self.target in ("eager", "torch") and isinstance(value, int) and -2**63 <= value < 2**63:
-                return repr(value)
+            # An int literal is an int, as in PyTorch: int math stays int (a * 2 + 1 on int32 stays
+            # int32, and the oracle's on int64 exact) and takes it as a float beside floats. In
+            # Triton a bare one past 32 bits would be typed uint32 or int64 by its value (where()
+            # of 3000000000 and -5 a uint32): int64, as PyTorch's. One past 64 bits, which only
+            # float math takes (the validator refuses it beside ints), is written as a float.
+            if isinstance(value, int) and -2**63 <= value < 2**63:
+                wide = self.target == "triton" and not -2**31 <= value < 2**31
+                return f"tl.full([], {value!r}, tl.int64)" if wide else repr(value)
             if value == float("inf"):  # (Python, Triton and PyTorch code alike)
                 return 'float("inf")'
             return repr(float(value))
