@@ -113,6 +113,25 @@ def test_relu_of_an_integer_keeps_integers_in_triton():
     assert line.startswith("y = tl.maximum(i - j, 0) + tl.where(")
 
 
+
+@pytest.mark.parametrize("source, triton, torch_", [
+    # Int math: exact ints, int64 in Triton past 32 bits (a bare one would be typed by its value).
+    ("i + 3000000000", "y = i + tl.full([], 3000000000, tl.int64)", "y = i + 3000000000"),
+    ("i * 3 - 2", "y = i * 3 - 2", "y = i * 3 - 2"),
+    ("where(m, 5, 3000000001)", "y = tl.where(m, 5, tl.full([], 3000000001, tl.int64))",
+     "y = torch.where(m, torch.tensor(5), torch.tensor(3000000001))"),
+    ("i - -3000000000", "y = i - -tl.full([], 3000000000, tl.int64)", "y = i - -3000000000"),
+    # Float math: floats, as before (3000000000 ** 3 would overflow int64).
+    ("f * 3000000000 ** 3", "y = f * (3000000000.0 * 3000000000.0 * 3000000000.0)",
+     "y = f * (3000000000.0 * 3000000000.0 * 3000000000.0)"),
+    ("f + 3", "y = f + 3", "y = f + 3.0"),
+])
+def test_int_literals_of_int_math_are_ints_and_of_float_math_floats(source, triton, torch_):
+    expression = parse_expression(source, set(NAMES))
+    assert assignments([("y", expression)], "triton", kinds=NAMES) == [triton]
+    assert assignments([("y", expression)], "torch", kinds=NAMES) == [torch_]
+
+
 SPEC = """\
 op: int_op
 kind: elementwise

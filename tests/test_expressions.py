@@ -17,9 +17,9 @@ NAMES = {"a", "b", "acc", "alpha"}
 @pytest.mark.parametrize("source, triton, torch_", [
     ("a + b", "a + b", "a + b"),
     ("where(acc > 0, acc, 0)", "tl.where(acc > 0, acc, 0)",
-     "torch.where(acc > 0, acc, torch.tensor(0, dtype=torch.float64))"),
+     "torch.where(acc > 0.0, acc, torch.tensor(0.0, dtype=torch.float64))"),
     ("maximum(0, a)", "tl.maximum(0, a, propagate_nan=tl.PropagateNan.ALL)",
-     "torch.maximum(torch.tensor(0, dtype=torch.float64), a)"),
+     "torch.maximum(torch.tensor(0.0, dtype=torch.float64), a)"),
     ("alpha * silu(a) * b", "alpha * (a * tl.sigmoid(a)) * b", "alpha * torch.nn.functional.silu(a) * b"),
     ("a ** 3", "a * a * a", "a * a * a"),
     ("-a", "-a", "-a"),
@@ -28,9 +28,12 @@ NAMES = {"a", "b", "acc", "alpha"}
     ("tanh(a)", "precise_tanh(a)", "torch.tanh(a)"),
     # A where() of numbers alone, one of them no float32: typed by the math's dtype (`compute`).
     ("where(a > 0, 0.1, 1 / 3)", "tl.where(a > 0, tl.full([], 0.1, compute), 1 / 3)",
-     "torch.where(a > 0, torch.tensor(0.1, dtype=torch.float64), torch.tensor(1 / 3, dtype=torch.float64))"),
+     "torch.where(a > 0.0, torch.tensor(0.1, dtype=torch.float64), torch.tensor(1.0 / 3.0, dtype=torch.float64))"),
     ("where(a > 0, 1.0, -0.5)", "tl.where(a > 0, 1.0, -0.5)",
-     "torch.where(a > 0, torch.tensor(1.0, dtype=torch.float64), torch.tensor(-0.5, dtype=torch.float64))"),
+     "torch.where(a > 0.0, torch.tensor(1.0, dtype=torch.float64), torch.tensor(-0.5, dtype=torch.float64))"),
+    # An int past 32 bits in float math is a float (3000000000 ** 3 overflows int64).
+    ("a * 3000000000 ** 3", "a * (3000000000.0 * 3000000000.0 * 3000000000.0)",
+     "a * (3000000000.0 * 3000000000.0 * 3000000000.0)"),
 ])
 def test_emits_triton_and_torch(source, triton, torch_):
     expression = parse_expression(source, NAMES)

@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
-from .categories import BOOL, FLOAT, FLOAT_ONLY, INT, category_of
+from .categories import BOOL, FLOAT, FLOAT_ONLY, INT, category_of, int_scalars_met
 
 MAX_EXPRESSION_CHARS = 2000
 MAX_NODES = 400
@@ -357,7 +357,8 @@ def assignments(outputs: list[tuple[str, "Expression"]], target: str,
     to a temporary `<temp_prefix><i>` (spec names cannot start with an underscore), shared by every output
     that computes it; so the emitted size grows with the expression's, never exponentially.
     `kinds` (name -> categories.Kind) gives the kinds of number the names hold where some are not
-    float: Triton code then spells relu for integers as it is for them."""
+    float: Triton code then spells relu for integers as it is for them, and writes the int
+    literals of int math as ints (int_math_literals)."""
     temps: dict[str, str] = {}
     lines: list[str] = []
     scalars = set(scalars)
@@ -370,13 +371,22 @@ def assignments(outputs: list[tuple[str, "Expression"]], target: str,
         return name
 
     for name, expression in outputs:
-        code = _Emitter(target, frozenset(scalars), bind, kinds).emit(expression.tree.body)
+        int_math = int_math_literals(expression.tree.body, kinds, name) if kinds is not None else frozenset()
+        code = _Emitter(target, frozenset(scalars), bind, kinds, int_math).emit(expression.tree.body)
         lines.append(f"{name} = {tidy(code)}")
         if set(expression.names) <= scalars:
             # A step of scalars alone (a derivative's shared `-alpha`) is a number in eager code
             # too: the steps that read it take it as one (a clamp's bound, not a tensor argument).
             scalars.add(name)
     return lines
+
+
+def int_math_literals(tree: ast.AST, kinds: dict, result: str) -> frozenset[int]:
+    """The magnitudes of the int literals of `tree` (computing `result`) that take part in int
+    math: they meet int tensors (categories.int_scalars_met), or are ints alone stored into the
+    result. The others meet float math, as floats."""
+    return frozenset(abs(value) for value, met in int_scalars_met(tree, kinds, result=result).items()
+                     if isinstance(value, int) and met)
 
 
 def _repeats(template: str) -> bool:
@@ -388,11 +398,13 @@ class _Emitter:
     operand the emitted code would repeat is bound to a temporary first (see assignments)."""
 
     def __init__(self, target: str, scalars: frozenset[str] = frozenset(),
-                 bind: Callable[[str], str] | None = None, kinds: dict | None = None):
+                 bind: Callable[[str], str] | None = None, kinds: dict | None = None,
+                 int_math: frozenset[int] = frozenset()):
         self.target = target
         self.scalars = scalars
         self.bind = bind
         self.kinds = kinds
+        self.int_math = int_math  # int literals (magnitudes) of int math: int_math_literals
 
     def _is_integer(self, node: ast.AST) -> bool:
         return self.kinds is not None and category_of(node, self.kinds) == INT
@@ -405,6 +417,14 @@ class _Emitter:
         exact = isinstance(node, ast.Compare) or (self.kinds is not None and category_of(node, self.kinds) != FLOAT)
         return "" if exact and function not in FLOAT_ONLY else ", dtype=torch.float64"
 
+    def _tensor_dtype(self, node: ast.AST) -> str:
+        """The dtype argument of the oracle's 0-dim tensor of the constant `node`: none for an int
+        literal of int math (int64, exact), float64 for the others."""
+        literal = node.operand if isinstance(node, ast.UnaryOp) else node
+        if isinstance(literal, ast.Constant) and type(literal.value) is int and abs(literal.value) in self.int_math:
+            return ""
+        return ", dtype=torch.float64"
+
     def _operand(self, node: ast.AST, repeated: bool) -> str:
         """`node` emitted, or the temporary bound to it where the code repeats it."""
         code = self.emit(node)
@@ -415,14 +435,22 @@ class _Emitter:
     def emit(self, node: ast.AST) -> str:
         if isinstance(node, ast.Constant):
             value = node.value
-            # An int literal is an int, as in PyTorch: int math stays int (a * 2 + 1 on int32 stays
-            # int32, and the oracle's on int64 exact) and takes it as a float beside floats. In
-            # Triton a bare one past 32 bits would be typed uint32 or int64 by its value (where()
-            # of 3000000000 and -5 a uint32): int64, as PyTorch's. One past 64 bits, which only
-            # float math takes (the validator refuses it beside ints), is written as a float.
-            if isinstance(value, int) and -2**63 <= value < 2**63:
-                wide = self.target == "triton" and not -2**31 <= value < 2**31
-                return f"tl.full([], {value!r}, tl.int64)" if wide else repr(value)
+            # Eager code writes an int as an int, as a user would: PyTorch keeps int math int
+            # (a * 2 + 1 on int32 stays int32) and takes it as a float beside floats.
+            if self.target == "eager" and isinstance(value, int) and -2**63 <= value < 2**63:
+                return repr(value)
+            # Int math (an int literal meeting int tensors) is exact in kernels and the oracle, as
+            # PyTorch's: an int in the oracle (beside its int64 tensors), in Triton one of 32 bits
+            # or an int64 (a bare one past 32 bits is typed uint32 or int64 by its value: where()
+            # of 3000000000 and -5 would be a uint32). Float math takes literals as floats (the
+            # oracle's float64; Triton's float32 beside float32 tensors), and so do kernels any int
+            # that fits 32 bits, which Triton promotes exactly.
+            if isinstance(value, int) and abs(value) in self.int_math:
+                if self.target == "triton" and not -2**31 <= value < 2**31:
+                    return f"tl.full([], {value!r}, tl.int64)"
+                return repr(value)
+            if self.target == "triton" and isinstance(value, int) and -2**31 <= value < 2**31:
+                return repr(value)
             if value == float("inf"):  # (Python, Triton and PyTorch code alike)
                 return 'float("inf")'
             return repr(float(value))
@@ -481,9 +509,10 @@ class _Emitter:
                     bound = "min" if name == "maximum" else "max"
                     return f"torch.clamp({tensor}, {bound}={scalar})"
                 return spec.torch.format(*args)
-            # PyTorch functions take tensors: constant arguments become float64 scalar tensors.
+            # PyTorch functions take tensors: constant arguments become float64 scalar tensors, an
+            # int of int math an int64 one.
             return spec.torch.format(*(self._operand(arg, repeated=_repeats(spec.torch) and index == 0)
-                                       if _reads_names(arg) else f"torch.tensor({self.emit(arg)}, dtype=torch.float64)"
+                                       if _reads_names(arg) else f"torch.tensor({self.emit(arg)}{self._tensor_dtype(arg)})"
                                        for index, arg in enumerate(node.args)))
         raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
 

@@ -56,8 +56,9 @@ def pytorch_lines(spec: Spec, target: str, scalars: frozenset[str] = frozenset()
         # rms_norm(x + residual, ...) beside its step s: x + residual): one sum, as a user writes it.
         expressions = {name: e.sharing(dict(steps)) for name, e in expressions.items()}
     math = steps + [(t.name, expressions[t.name]) for t in outputs]
-    # (The eager code's functions of scalars alone keep an int scalar's kind: the kinds say which.)
-    kinds = spec.number_kinds() if target == "eager" else None
+    # (The eager code's functions of scalars alone keep an int scalar's kind, and the int
+    # literals of int math stay ints, exact: the kinds say which.)
+    kinds = spec.number_kinds()
     whole = target == "torch"  # (the oracle may be given per-row inputs along the row: its `whole`)
     return (matmul_columns(spec, whole) + row_values(spec, whole) + assignments(math, target, scalars, kinds=kinds)
             + rows_shaped(spec, outputs) + matmul_shaped(spec, expressions, outputs))

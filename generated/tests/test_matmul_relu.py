@@ -24,7 +24,7 @@ def reference(a, b):
     a = _oracle_float(a)  # no detach: the gradient tests differentiate the oracle
     b = _oracle_float(b)  # no detach: the gradient tests differentiate the oracle
     acc = a @ b
-    c = torch.where(acc > 0, acc, torch.tensor(0, dtype=torch.float64))
+    c = torch.where(acc > 0.0, acc, torch.tensor(0.0, dtype=torch.float64))
     return c
 
 
