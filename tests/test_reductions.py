@@ -224,6 +224,22 @@ def test_max_splits_its_gradient_among_ties_as_amax_does():
     assert env[backward.results["x"]].tolist() == [[0.0, 0.5, 0.5, 0.0]]
 
 
+@pytest.mark.parametrize("function", ["max", "min"])
+def test_a_row_holding_a_nan_gets_a_nan_gradient_through_max_as_amax_gives(function):
+    # Its max is NaN, which no element equals: PyTorch's g / count * (x == m) is NaN over the row
+    # (0 / 0 * 0); the derived form gave 0 there, beside PyTorch's NaN.
+    x = torch.tensor([[1.0, float("nan"), 3.0], [1.0, 3.0, 2.0]], dtype=torch.float64)
+    parsed = [("y", parse_expression(f"{function}(x) * 2.0", {"x"}, reductions=True))]
+    backward = differentiate(parsed, ["x"], levels={"x": ELEMENT})
+    seed = torch.ones(2, 1, dtype=torch.float64)
+    env = _evaluate(backward.lines("torch"), {"x": x, "_g_y": seed})
+    leaf = x.clone().requires_grad_()
+    reduced = leaf.amax(-1, keepdim=True) if function == "max" else leaf.amin(-1, keepdim=True)
+    want, = torch.autograd.grad(reduced * 2.0, leaf, seed)
+    torch.testing.assert_close(env[backward.results["x"]], want, equal_nan=True)
+    assert env[backward.results["x"]][0].isnan().all()
+
+
 def test_a_backward_is_a_row_program_whose_inner_sums_run_first():
     parsed = [("m", parse_expression("max(x)", {"x"}, reductions=True))]
     names = {"x", "m"}

@@ -262,11 +262,11 @@ def _contributions(term: Term, g: Term) -> list[tuple[Term, Term]]:
     if function == "sum":  # each element of the row gets the row's gradient
         return [(args[0], g)]
     if function in ("max", "min"):
-        # amax/amin's backward: the gradient split evenly among the elements equal to the result
-        # (none where the row holds a NaN, as in PyTorch).
-        hit = compare("==", args[0], term)
-        count = call("sum", where(hit, ONE, ZERO))
-        return [(args[0], where(hit, div(g, count), ZERO))]
+        # amax/amin's backward, PyTorch's formula: the gradient split evenly among the elements
+        # equal to the result, g / count * (x == m). A row holding a NaN has a NaN result that no
+        # element equals: 0 / 0 * 0, NaN over the row, as in PyTorch (a where() would give 0).
+        hit = where(compare("==", args[0], term), ONE, ZERO)
+        return [(args[0], mul(div(g, call("sum", hit)), hit))]
     if function == "log":  # g / x, not g * (1 / x): 1 / x overflows for tiny x where g / x need not
         return [(args[0], div(g, args[0]))]
     if function == "sqrt":
