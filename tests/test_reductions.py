@@ -1063,6 +1063,40 @@ tiles:
 """
 
 
+EXTREMES = """\
+op: extremes
+kind: reduction
+doc: each row's max and min, scaled.
+inputs:
+  x: {dtype: [float64], shape: [..., N]}
+outputs:
+  high: {dtype: x, shape: [...]}
+  low: {dtype: x, shape: [...]}
+compute:
+  high: 2.0 * max(x)
+  low: min(x)
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+"""
+
+
+@pytest.mark.parametrize("length", [37, 150])  # a row held whole, and one looped
+def test_the_gradients_of_max_and_min_split_ties_and_spread_a_rows_nan_as_pytorchs(tmp_path, length):
+    with built_package(tmp_path, "extremes_ops", {"extremes.yaml": EXTREMES}) as module:
+        x = torch.randn(5, length, dtype=torch.float64)
+        x[1, 3] = float("nan")  # that row's max and min are NaN: NaN gradients over the row
+        x[2, :2] = x[2].max() + 1.0  # a tie for the max, splitting its gradient
+        x[3, 5] = x[3, 7] = x[3].min() - 1.0  # and for the min
+        leaf = x.to(DEVICE).requires_grad_()
+        high, low = module.extremes(leaf)
+        seeds = torch.randn(2, 5, dtype=torch.float64).to(DEVICE)
+        got, = torch.autograd.grad([high, low], leaf, list(seeds))
+        reference = x.to(DEVICE).requires_grad_()
+        want, = torch.autograd.grad([2.0 * reference.amax(-1), reference.amin(-1)], reference, list(seeds))
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert got[1].isnan().all() and not got[[0, 2, 3, 4]].isnan().any()
+
+
 def test_rows_of_length_zero_give_each_reduction_its_identity(tmp_path):
     with built_package(tmp_path, "row_reduction_ops", {"row_reductions.yaml": ROW_REDUCTIONS}) as module:
         x = torch.randn(4, 37, dtype=torch.float64).to(DEVICE)
