@@ -17,7 +17,8 @@ import jinja2
 from . import __version__
 from .benchgen import bench_context
 from .escaping import code_text
-from .lowering import elementwise_context, matmul_context
+from .elementwise_lowering import elementwise_context
+from .matmul_lowering import matmul_context
 from .reduction_lowering import reduction_context
 from .spec import Spec
 from .tables import table_path

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from .dtypes import DTYPES
 from .expressions import assignments
-from .lowering import epilogue_backward, keeps_exact_accumulator, records_gradients
+from .lowering import records_gradients
+from .matmul_lowering import epilogue_backward, keeps_exact_accumulator
 from .reduction_lowering import differentiates_twice, has_backward_kernel
 from .rows import ELEMENT, level_of
 from .spec import SIZE_ONE, Spec, TensorSpec
@@ -413,7 +414,7 @@ def matmul_test_context(spec: Spec, header: str, package: str) -> dict:
         store_shape=fit(127, 72, 129),
         tiny_shape=fit(5, 3, 4),
         a_index=[t.name for t in spec.inputs].index(a.name), b_index=[t.name for t in spec.inputs].index(b.name),
-        # The dtype the training variant keeps the accumulator in (lowering.keeps_exact_accumulator).
+        # The dtype the training variant keeps the accumulator in (matmul_lowering.keeps_exact_accumulator).
         kept_dtype="torch.float32" if not spec.no_gradient() and keeps_exact_accumulator(epilogue_backward(spec))
         else f"inputs[{[t.name for t in spec.inputs].index(a.name)}].dtype",
         # Config keys whose candidates hold every tile, and every split of K.
