@@ -961,3 +961,44 @@ def test_a_where_of_numbers_alone_keeps_float64_math_exact(tmp_path):
     # tl.where(c, 0.1, 1 / 3) is a float32 tensor: a float64 op's result was off in its 8th digit.
     assert_generated_tests_pass(tmp_path, NUMBERS_IN_WHERE, ["where_numbers", "row_where_numbers"],
                                 "matches_reference and float64")
+
+
+CONDITIONS_ON_NUMBERS = {
+    "fixed_branch.yaml": """
+op: fixed_branch
+kind: elementwise
+doc: where() whose condition compares numbers alone, in float and int math.
+inputs:
+  x: {dtype: [float32, float64]}
+  j: {dtype: [int64]}
+outputs:
+  y: {dtype: x}
+  w: {dtype: [int64]}
+compute:
+  y: where(3000000000 > 0.5, x, -x) + where(1 > 2, x, 0.5 * x)
+  w: where(3 > 2, j, 3000000000) + where(1 > 2, j, 7)
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+""",
+    "row_fixed_branch.yaml": """
+op: row_fixed_branch
+kind: reduction
+doc: y = x - where(2 > 1, max(x), 0.5) along the row.
+inputs:
+  x: {dtype: [float64, float32], shape: [..., N]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+steps:
+  m: max(x)
+compute:
+  y: x - where(2 > 1, m, 0.5)
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+""",
+}
+
+
+def test_a_where_whose_condition_compares_numbers_alone_runs_in_the_oracle(tmp_path):
+    # The oracle made the comparison a float64 tensor, which torch.where refuses as a condition.
+    assert_generated_tests_pass(tmp_path, CONDITIONS_ON_NUMBERS, ["fixed_branch", "row_fixed_branch"],
+                                "matches_reference or gradients")

@@ -419,7 +419,10 @@ class _Emitter:
 
     def _tensor_dtype(self, node: ast.AST) -> str:
         """The dtype argument of the oracle's 0-dim tensor of the constant `node`: none for an int
-        literal of int math (int64, exact), float64 for the others."""
+        literal of int math (int64, exact) and for a comparison (a bool: where()'s condition on
+        numbers alone), float64 for the others."""
+        if isinstance(node, ast.Compare):
+            return ""
         literal = node.operand if isinstance(node, ast.UnaryOp) else node
         if isinstance(literal, ast.Constant) and type(literal.value) is int and abs(literal.value) in self.int_math:
             return ""
