@@ -303,6 +303,35 @@ def test_an_op_whose_first_input_is_an_int_checks_its_float_gradients_at_their_o
                                 "gradients or reference or broadcast")
 
 
+HALF_BESIDE_BOOL = """\
+op: half_beside_bool
+kind: elementwise
+inputs:
+  m: {dtype: [bool]}
+  n: {dtype: [bool]}
+  j: {dtype: [int32, int64]}
+  x: {dtype: [float16, float32]}
+scalars:
+  alpha: {type: float, default: 0.3}
+outputs:
+  y: {dtype: j}
+  z: {dtype: x}
+compute:
+  y: maximum(j, 5) * n
+  z: tanh(where(m, x, 0.5) * where(m, 0.5, alpha))
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_an_op_whose_first_input_is_a_bool_checks_its_half_second_derivatives_at_their_own_tolerance(tmp_path):
+    """Run in its bool dtype, such an op's float input takes its first dtype, float16: the second
+    derivatives (create_graph=True) come back in float16 and are held to float16's tolerance, not
+    float32's."""
+    assert_generated_tests_pass(tmp_path, {"half_beside_bool.yaml": HALF_BESIDE_BOOL}, ["half_beside_bool"],
+                                "second_derivatives")
+
+
 BOOL_EXTREMES = """\
 op: bool_extremes
 kind: elementwise
