@@ -223,6 +223,41 @@ def test_literals_past_int32_compute_exactly_in_int64(tmp_path):
     assert_generated_tests_pass(tmp_path, {"big_literals.yaml": BIG_LITERALS}, ["big_literals"], "matches_reference")
 
 
+INT_MATH_IN_GRADIENTS = """\
+op: offsets_scale
+kind: elementwise
+inputs:
+  j: {dtype: [int64]}
+  x: {dtype: [float32, float64]}
+outputs:
+  z: {dtype: x}
+compute:
+  z: where(j - 16777219 > 0, x * x, -x) + x * (j - 16777219)
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_the_int_math_of_a_gradient_is_exact_as_the_forwards(tmp_path):
+    # The backward held `j - 16777219` as `j - 16777219.0`: float32 math, where j = 16777220 and
+    # 16777219 both round to 16777220 (the branch not taken, and a gradient of 0 for x * 1), and
+    # 2**40 + 1 - 2**40 to 0.
+    import torch
+
+    from tilegen.runtime.device import INTERPRET
+
+    if not INTERPRET and not torch.cuda.is_available():
+        pytest.skip("needs the interpreter or a GPU")
+    with built_package(tmp_path, "int_math_gradients", {"offsets_scale.yaml": INT_MATH_IN_GRADIENTS}) as package:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        j = torch.tensor([16777220, 16777219, 16777218, 2**40 + 16777220, 3], dtype=torch.int64, device=device)
+        x = torch.tensor([1.5, -2.0, 0.25, 1.0, 2.0], dtype=torch.float32, device=device, requires_grad=True)
+        (got,) = torch.autograd.grad(package.offsets_scale(j, x).sum(), x)
+    offsets = [v - 16777219 for v in j.tolist()]
+    want = [(2 * v if o > 0 else -1.0) + o for v, o in zip(x.tolist(), offsets)]
+    assert got.tolist() == [float(torch.tensor(w, dtype=torch.float32)) for w in want]
+
+
 def test_a_bool_output_takes_a_comparison_and_a_float_one_an_int_result(tmp_path):
     text = SPEC.replace("  y: {dtype: a}", "  y: {dtype: [bool]}\n  z: {dtype: x}").replace(
         "  y: a + b", "  y: a > b\n  z: a + b")

@@ -20,11 +20,14 @@ import math
 import operator
 from dataclasses import dataclass
 
-from .expressions import assignments, expression_of
+from .expressions import assignments, expression_of, int_math_literals
 from .rows import ELEMENT, ROW, ROW_LENGTH, UNIFORM
 
-# A term is a tuple: ("const", value), ("var", name), (operator, *terms), ("pow", term, n),
-# ("call", function, *terms), ("cmp", operator, left, right). Every term is built by `_term`,
+# A term is a tuple: ("const", value), ("int", value), ("var", name), (operator, *terms),
+# ("pow", term, n), ("call", function, *terms), ("cmp", operator, left, right). ("int", value) is
+# an int literal of the spec's int math (`j - 3` of an int j): kept an int, so that the backward
+# computes it as the forward does, exactly (a float 3.0 would turn j - 3 into float math, which
+# rounds an int past 2**24 in float32); it never folds with the float constants. Every term is built by `_term`,
 # which interns it: building a term that exists already yields that very term, so common
 # subexpressions are one object, and comparing two terms compares their children by identity.
 
@@ -66,6 +69,11 @@ def _is_const(term: Term, value: float | None = None) -> bool:
     return term[0] == "const" and (value is None or term[1] == value)
 
 
+def _is_zero(term: Term) -> bool:
+    """A literal 0, float or int."""
+    return term[0] in ("const", "int") and term[1] == 0
+
+
 # Builders that simplify as they build: constants fold, and 0 and 1 drop out where they are
 # neutral (x + 0, x * 1). A product with a literal zero is kept: 0 * f(a) has the gradient
 # 0 * f'(a), which is NaN where f'(a) is infinite, as PyTorch computes it. A zero gradient is
@@ -97,6 +105,8 @@ def sub(x: Term, y: Term) -> Term:
 def neg(x: Term) -> Term:
     if _is_const(x):
         return const(-x[1])
+    if x[0] == "int":
+        return _term("int", -x[1])
     if x[0] == "neg":
         return x[1]
     return _term("neg", x)
@@ -156,24 +166,28 @@ def where(condition: Term, x: Term, y: Term) -> Term:
     return _term("where", condition, x, y)
 
 
-def from_tree(node: ast.AST) -> Term:
-    """The term of a checked expression tree (`Expression.tree.body`)."""
+def from_tree(node: ast.AST, int_math: frozenset[int] = frozenset()) -> Term:
+    """The term of a checked expression tree (`Expression.tree.body`); its int literals whose
+    magnitudes `int_math` holds (expressions.int_math_literals) stay ints."""
     if isinstance(node, ast.Constant):
+        if type(node.value) is int and abs(node.value) in int_math:
+            return _term("int", node.value)
         return const(node.value)
     if isinstance(node, ast.Name):
         return var(node.id)
     if isinstance(node, ast.UnaryOp):
-        operand = from_tree(node.operand)
+        operand = from_tree(node.operand, int_math)
         return neg(operand) if isinstance(node.op, ast.USub) else operand
     if isinstance(node, ast.BinOp):
         if isinstance(node.op, ast.Pow):
-            return power(from_tree(node.left), node.right.value)
+            return power(from_tree(node.left, int_math), node.right.value)
         build = {"add": add, "sub": sub, "mul": mul, "div": div}[_BINARY_NAMES[type(node.op)]]
-        return build(from_tree(node.left), from_tree(node.right))
+        return build(from_tree(node.left, int_math), from_tree(node.right, int_math))
     if isinstance(node, ast.Compare):
-        return compare(_COMPARE_SYMBOLS[type(node.ops[0])], from_tree(node.left), from_tree(node.comparators[0]))
+        return compare(_COMPARE_SYMBOLS[type(node.ops[0])], from_tree(node.left, int_math),
+                       from_tree(node.comparators[0], int_math))
     if isinstance(node, ast.Call):
-        args = [from_tree(arg) for arg in node.args]
+        args = [from_tree(arg, int_math) for arg in node.args]
         if node.func.id == "where":
             return where(*args)
         if node.func.id == "mean":  # the sum over the row's length, as the kernel computes it
@@ -222,7 +236,7 @@ def _contributions(term: Term, g: Term) -> list[tuple[Term, Term]]:
     """(operand, its share of the gradient) for each differentiable operand of `term`, given the
     gradient `g` that reaches `term`."""
     kind = term[0]
-    if kind in ("const", "var", "cmp"):
+    if kind in ("const", "int", "var", "cmp"):
         return []
     if kind == "add":
         return [(term[1], g), (term[2], g)]
@@ -276,7 +290,7 @@ def _contributions(term: Term, g: Term) -> list[tuple[Term, Term]]:
 
 def _operands(term: Term) -> tuple[Term, ...]:
     kind = term[0]
-    if kind in ("const", "var"):
+    if kind in ("const", "int", "var"):
         return ()
     if kind == "pow":
         return (term[1],)
@@ -314,7 +328,7 @@ def _level_of(levels: dict[str, int]):
     def level(term: Term) -> int:
         found = memo.get(term)
         if found is None:
-            if term[0] == "const":
+            if term[0] in ("const", "int"):
                 found = UNIFORM
             elif term[0] == "var":
                 found = levels.get(term[1], UNIFORM)
@@ -436,7 +450,7 @@ def _rebuilt(term: Term, replace) -> Term:
 def _rebuilt_parts(t: Term, rebuild) -> Term:
     """`t` built again from its rebuilt operands."""
     kind = t[0]
-    if kind in ("const", "var"):
+    if kind in ("const", "int", "var"):
         return t
     if kind == "pow":
         return power(rebuild(t[1]), t[2])
@@ -455,7 +469,7 @@ def to_tree(term: Term, names: dict[Term, str] | None = None) -> ast.expr:
     if term in names:
         return ast.Name(names[term], ast.Load())
     kind = term[0]
-    if kind == "const":
+    if kind in ("const", "int"):
         value = term[1]
         return ast.UnaryOp(ast.USub(), ast.Constant(-value)) if value < 0 else ast.Constant(value)
     if kind == "var":
@@ -553,7 +567,7 @@ def _reading_outputs(grads: dict[str, Term], outputs: dict[str, Term], avoided) 
         return grads
     by_term = {}
     for name, term in outputs.items():
-        if term[0] not in ("var", "const"):
+        if term[0] not in ("var", "const", "int"):
             by_term[term] = var(name)
             by_term.update(_threshold_condition(term, var(name)))
     rewritten = {name: _rebuilt(g, by_term.get) for name, g in grads.items()}
@@ -577,7 +591,7 @@ def decided_beyond_sign(terms, names) -> frozenset:
         if term[0] != "cmp":
             continue
         left, right = term[2], term[3]
-        if (left[0] == "var" and _is_const(right, 0.0)) or (right[0] == "var" and _is_const(left, 0.0)):
+        if (left[0] == "var" and _is_zero(right)) or (right[0] == "var" and _is_zero(left)):
             continue
         found.update(t[1] for t in _postorder([left, right]) if t[0] == "var" and t[1] in names)
     return frozenset(found)
@@ -609,7 +623,8 @@ def _threshold_condition(term: Term, output: Term) -> dict[Term, Term]:
 def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{output}",
                   result_name=lambda name: f"_d_{name}", temp_prefix: str = "_s",
                   steps: list = (), levels: dict[str, int] | None = None, outputs_instead_of=(),
-                  computed_always=(), output_levels: dict[str, int] | None = None) -> Backward:
+                  computed_always=(), output_levels: dict[str, int] | None = None,
+                  kinds: dict | None = None) -> Backward:
     """The backward of the outputs `body` ((name, Expression) in spec order) with respect to
     the names `wrt` (the tensors; scalars are left out). Terms used more than once are bound
     once to temporaries `<temp_prefix><i>`; gradients that are the same term are computed once.
@@ -627,13 +642,20 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
 
     `computed_always`: names whose gradient the lines compute even where it is an incoming
     gradient as it is (a reduction's column inputs: the kernel sums it over the rows as it goes,
-    where a sum after the kernel would read the whole gradient again)."""
+    where a sum after the kernel would read the whole gradient again).
+
+    `kinds` (name -> categories.Kind, Spec.number_kinds): the int literals of int math stay ints
+    in the gradients (from_tree)."""
     _INTERNED.clear()  # terms live for one op's backward: the table never outgrows the largest
     _INTERNED.update({ZERO: ZERO, ONE: ONE})
     defined: dict[str, Term] = {}
+    def term_of(name, expression):
+        int_math = int_math_literals(expression.tree.body, kinds, name) if kinds is not None else frozenset()
+        return _substituted(from_tree(expression.tree.body, int_math), defined)
+
     for name, expression in steps:
-        defined[name] = _substituted(from_tree(expression.tree.body), defined)
-    outputs = {name: _substituted(from_tree(expression.tree.body), defined) for name, expression in body}
+        defined[name] = term_of(name, expression)
+    outputs = {name: term_of(name, expression) for name, expression in body}
     seeds = {name: seed_name(name) for name in outputs}
     level = None
     if levels is not None:
@@ -667,7 +689,7 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
     temps: dict = {}
     steps = []
     for term in _postorder(distinct):
-        if uses.get(term, 0) > 1 and term[0] not in ("const", "var", "cmp"):
+        if uses.get(term, 0) > 1 and term[0] not in ("const", "int", "var", "cmp"):
             steps.append((f"{temp_prefix}{len(temps)}", expression_of(to_tree(term, temps))))
             temps[term] = steps[-1][0]
     for name in first_of.values():

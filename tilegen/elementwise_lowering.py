@@ -11,7 +11,7 @@ from .lowering import (NEEDED_PARAM, common_context, fixed_or, gradient_dtype, g
 from .naming import backward_op_name
 from .schema import store_bit
 from .spec import Spec
-from .torch_gradients import torch_gradients
+from .torch_gradients import gradient_kinds, torch_gradients
 
 
 def _elementwise_backward(spec: Spec) -> dict:
@@ -20,7 +20,7 @@ def _elementwise_backward(spec: Spec) -> dict:
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
     floats = spec.float_inputs()  # int and bool inputs carry no gradient
-    backward = differentiate(list(spec.body), floats)
+    backward = differentiate(list(spec.body), floats, kinds=spec.number_kinds())
     computed = backward.computed()
     saved = [n for n in inputs if n in backward.reads] if computed else []
     seeds = [backward.seeds[o] for o in outputs]
@@ -42,7 +42,7 @@ def _elementwise_backward(spec: Spec) -> dict:
         results=results,
         pointer_params=", ".join(f"{n}_ptr" for n in saved + seeds + results),
         math_args=", ".join(saved + seeds + scalars),
-        math_lines=backward.lines("triton"),
+        math_lines=backward.lines("triton", kinds=gradient_kinds(spec, backward)),
         # Float values are upcast to the math's precision on load; int and bool ones stay as they are.
         upcast=[n for n in saved if n in floats] + seeds,
         typed_params=", ".join([f"{n}: torch.Tensor" for n in saved + seeds] + scalar_params(spec) + NEEDED_PARAM),

@@ -32,7 +32,7 @@ def torch_gradients(spec: Spec, backward: Backward, params: list[str], results: 
         rows=list(rows),
         length=length,
         prelude=list(prelude),
-        lines=backward.lines("eager", frozenset(scalars + (["_n"] if length else [])), kinds=_kinds(spec, backward)),
+        lines=backward.lines("eager", frozenset(scalars + (["_n"] if length else [])), kinds=gradient_kinds(spec, backward)),
         results=[_result(r, row_results, length) for r in results],
     )
 
@@ -47,9 +47,10 @@ def _result(name: str, row_results: tuple[str, ...], length: str | None) -> str:
     return f"{name}.expand_as({length})" if length else name
 
 
-def _kinds(spec: Spec, backward: Backward) -> dict[str, Kind]:
+def gradient_kinds(spec: Spec, backward: Backward) -> dict[str, Kind]:
     """The kind of number each name the gradients' lines read holds (categories.Kind), for the
-    eager emitter: a bool's maximum is an or, not a clamp PyTorch has no bool kernel for."""
+    emitters: a bool's maximum is an or in eager code, not a clamp PyTorch has no bool kernel for;
+    an int literal of int math is an int in a kernel too."""
     kinds = {**spec.number_kinds(), **{t.name: Kind(category(t.dtypes[0]), False) for t in spec.outputs},
              **{seed: Kind(FLOAT, False) for seed in backward.seeds.values()}, "_n": Kind(INT, True)}
     for name, expression in backward.steps:  # (each reads the ones before it)
