@@ -27,9 +27,10 @@ from .rows import ELEMENT, ROW, ROW_LENGTH, UNIFORM
 # ("pow", term, n), ("call", function, *terms), ("cmp", operator, left, right). ("int", value) is
 # an int literal of the spec's int math (`j - 3` of an int j): kept an int, so that the backward
 # computes it as the forward does, exactly (a float 3.0 would turn j - 3 into float math, which
-# rounds an int past 2**24 in float32); it never folds with the float constants. Every term is built by `_term`,
-# which interns it: building a term that exists already yields that very term, so common
-# subexpressions are one object, and comparing two terms compares their children by identity.
+# rounds an int past 2**24 in float32); it never folds with the float constants. Every term is
+# built by `_term`, which interns it: building a term that exists already yields that very term,
+# so common subexpressions are one object, and comparing two terms compares their children by
+# identity.
 
 
 class Term(tuple):
