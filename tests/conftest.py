@@ -57,6 +57,20 @@ def cli():
     return invoke
 
 
+def kernel_device() -> str:
+    """Where a test's kernels run: "cuda" on a GPU, "cpu" under Triton's interpreter; else the
+    test is skipped (no GPU, and TRITON_INTERPRET is off)."""
+    import torch
+
+    from tilegen.runtime.device import INTERPRET
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if not INTERPRET:
+        pytest.skip("needs the interpreter or a GPU")
+    return "cpu"
+
+
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` with its bytes (caches aside)."""
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))

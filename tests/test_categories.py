@@ -9,7 +9,7 @@ import pytest
 
 from tilegen.categories import BOOL, FLOAT, INT, CategoryError, Kind, as_logic, can_hold, category_of, int_scalars_met
 from tilegen.expressions import assignments, parse_expression
-from tests.conftest import assert_generated_tests_pass, built_package, validated
+from tests.conftest import assert_generated_tests_pass, built_package, kernel_device, validated
 
 NAMES = {"i": Kind(INT, False), "j": Kind(INT, False), "f": Kind(FLOAT, False), "m": Kind(BOOL, False),
          "k": Kind(INT, True), "alpha": Kind(FLOAT, True), "flag": Kind(BOOL, True)}
@@ -85,15 +85,11 @@ def test_an_int_scalar_beside_bool_tensors_alone_is_checked_against_the_output(t
     # maximum(m, hi) is computed in 64 bits and stored into y (int32): 2**32 would wrap to 0.
     import torch
 
-    from tilegen.runtime.device import INTERPRET
-
     text = PICK.replace("  y: where(m, lo, hi)", "  y: maximum(m, hi) * lo")
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / "pick.yaml").write_text(text)
-    if not INTERPRET and not torch.cuda.is_available():
-        pytest.skip("needs the interpreter or a GPU")
+    device = kernel_device()
     with built_package(tmp_path, "pick_bool_ops") as package:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
         m = torch.tensor([True, False], device=device)
         y, _ = package.pick(m, torch.zeros(2, dtype=torch.int64, device=device), lo=3, hi=-4)
         assert y.tolist() == [3, 0]
@@ -208,12 +204,8 @@ def test_literals_past_int32_compute_exactly_in_int64(tmp_path):
     # a uint32).
     import torch
 
-    from tilegen.runtime.device import INTERPRET
-
-    if not INTERPRET and not torch.cuda.is_available():
-        pytest.skip("needs the interpreter or a GPU")
+    device = kernel_device()
     with built_package(tmp_path, "big_literal_ops", {"big_literals.yaml": BIG_LITERALS}) as package:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
         a = torch.tensor([-7, 3, 6, 2**40 + 1, -(2**41)], dtype=torch.int64, device=device)
         y, z, w = package.big_literals(a)
     values = a.tolist()
@@ -244,12 +236,8 @@ def test_the_int_math_of_a_gradient_is_exact_as_the_forwards(tmp_path):
     # 2**40 + 1 - 2**40 to 0.
     import torch
 
-    from tilegen.runtime.device import INTERPRET
-
-    if not INTERPRET and not torch.cuda.is_available():
-        pytest.skip("needs the interpreter or a GPU")
+    device = kernel_device()
     with built_package(tmp_path, "int_math_gradients", {"offsets_scale.yaml": INT_MATH_IN_GRADIENTS}) as package:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
         j = torch.tensor([16777220, 16777219, 16777218, 2**40 + 16777220, 3], dtype=torch.int64, device=device)
         x = torch.tensor([1.5, -2.0, 0.25, 1.0, 2.0], dtype=torch.float32, device=device, requires_grad=True)
         (got,) = torch.autograd.grad(package.offsets_scale(j, x).sum(), x)
@@ -291,16 +279,12 @@ def test_an_int_scalar_stored_alone_into_an_int_output_must_fit_its_dtype(tmp_pa
     import torch
 
     from tilegen.build import load_specs
-    from tilegen.runtime.device import INTERPRET
-
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / "pick.yaml").write_text(PICK)
     spec, = [item.spec for item in load_specs([tmp_path / "specs"], tmp_path)]
     assert spec.int_scalars_met() == {scalar: ([], [("y", "torch.int32"), ("z", "a")]) for scalar in ("lo", "hi")}
-    if not INTERPRET and not torch.cuda.is_available():
-        pytest.skip("needs the interpreter or a GPU")
+    device = kernel_device()
     with built_package(tmp_path, "pick_ops") as package:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
         m = torch.tensor([True, False, True], device=device)
         a = torch.zeros(3, dtype=torch.int64, device=device)
         y, z = package.pick(m, a, lo=-5, hi=7)
@@ -409,14 +393,10 @@ def test_maximum_minimum_plus_and_times_of_bools_are_pytorchs(tmp_path):
     its 1 or 0; the gradients reach x alone."""
     import torch
 
-    from tilegen.runtime.device import INTERPRET
-
-    if not INTERPRET and not torch.cuda.is_available():
-        pytest.skip("needs the interpreter or a GPU")
+    device = kernel_device()
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / "bool_extremes.yaml").write_text(BOOL_EXTREMES)
     with built_package(tmp_path, "bool_extremes_ops") as package:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
         m = torch.tensor([True, True, False, False], device=device)
         n = torch.tensor([True, False, True, False], device=device)
         i = torch.tensor([-3, 5, -3, 5], dtype=torch.int32, device=device)
@@ -490,12 +470,8 @@ def test_bool_scalars_select_and_count_as_pythons_bools_in_pytorch(tmp_path):
     scalar gives PyTorch's result and gradient; a number where a bool belongs is refused."""
     import torch
 
-    from tilegen.runtime.device import INTERPRET
-
-    if not INTERPRET and not torch.cuda.is_available():
-        pytest.skip("needs the interpreter or a GPU")
+    device = kernel_device()
     with built_package(tmp_path, "bool_scalar_ops", {"bool_scalars.yaml": BOOL_SCALARS}) as package:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
         x = torch.tensor([-2.0, 0.25, 3.0, 0.5], device=device, requires_grad=True)
         m = torch.tensor([True, False, True, False], device=device)
         i = torch.tensor([-3, 5, 7, 0], dtype=torch.int32, device=device)
