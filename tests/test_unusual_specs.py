@@ -1002,3 +1002,35 @@ def test_a_where_whose_condition_compares_numbers_alone_runs_in_the_oracle(tmp_p
     # The oracle made the comparison a float64 tensor, which torch.where refuses as a condition.
     assert_generated_tests_pass(tmp_path, CONDITIONS_ON_NUMBERS, ["fixed_branch", "row_fixed_branch"],
                                 "matches_reference or gradients")
+
+
+PER_ROW_OUTPUT_OF_A_PER_ROW_INPUT = {
+    "row_offset.yaml": """
+op: row_offset
+kind: reduction
+doc: z = where(s < 2, max(x), 0.5) - sum(x) per row, beside y = 0.5 * x + keep along it.
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  s: {dtype: x, shape: [...]}
+  keep: {dtype: [bool], shape: [..., N]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+  z: {dtype: x, shape: [...]}
+steps:
+  t: sum(0.25 * x)
+  m: detach(max(x))
+compute:
+  y: 0.5 * x + where(keep, 1.0, 0.0)
+  z: where(s < 2.0, m, 0.5) - t
+tiles:
+  N: {block: BLOCK_N, sizes: [32]}
+""",
+}
+
+
+def test_a_value_per_row_of_a_per_row_input_takes_its_gradient_tests(tmp_path):
+    # A per-row output that does not read every input with rows (here not keep) is expanded to
+    # the rows' shape less the row; the gradient tests give the oracle a per-row input along its
+    # row too (to size its gradient's terms), and that expansion raised there.
+    assert_generated_tests_pass(tmp_path, PER_ROW_OUTPUT_OF_A_PER_ROW_INPUT, ["row_offset"],
+                                "gradients or reduced_axis or matches_reference")

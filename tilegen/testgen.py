@@ -147,7 +147,9 @@ def rows_shaped(spec: Spec, outputs=None) -> list[str]:
             # (A per-row input has its last axis of 1 by now: row_values gave it one.)
             shapes = [f"{i.name}.shape" for i in spec.inputs if i.name in rows]
             lines.append(f"_rows = torch.broadcast_shapes({', '.join(shapes)})")
-        shape = "_rows" if roles[t.name] == "element" else "(*_rows[:-1], 1)"
+        # A value per row keeps its last axis: 1, or the row's where the gradient tests give a
+        # per-row input it reads along its row (`whole`: the terms' sizes, which skip it).
+        shape = "_rows" if roles[t.name] == "element" else f"(*_rows[:-1], {t.name}.shape[-1])"
         lines.append(f"{t.name} = {t.name}.expand({shape})")
     lines += [f"{t.name} = {t.name}.squeeze(-1)" for t in outputs if roles[t.name] == "row"]
     return lines
