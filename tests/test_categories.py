@@ -504,3 +504,107 @@ def test_bool_scalars_select_and_count_as_pythons_bools_in_pytorch(tmp_path):
             package.bool_scalars(x, m, i, keep=torch.tensor(True))
     assert_generated_tests_pass(tmp_path, {"bool_scalars.yaml": BOOL_SCALARS}, ["bool_scalars"],
                                 "reference or scalar or gradients or compile")
+
+
+BOOLS_DIVIDED = """\
+op: bools_divided
+kind: elementwise
+inputs:
+  x: {dtype: [float32]}
+  j: {dtype: [int32, int64]}
+  m: {dtype: [bool]}
+scalars:
+  flag: {type: bool, default: true}
+outputs:
+  a: {dtype: x}
+  b: {dtype: x}
+  c: {dtype: x}
+  d: {dtype: x}
+compute:
+  a: flag / j
+  b: m / j
+  c: j / m
+  d: j / flag + m / x
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+@pytest.mark.parametrize("int_dtype", ["int32", "int64"])
+def test_a_bool_divides_an_int_and_an_int_a_bool(tmp_path, int_dtype):
+    # Triton refuses a division of an int1 and a signed int ("different signedness"): every call
+    # of such an op raised. PyTorch's true division takes the bool as its 1 or 0.
+    import torch
+
+    device = kernel_device()
+    j = torch.tensor([-3, -1, 0, 1, 2, 7], dtype=getattr(torch, int_dtype), device=device)
+    m = torch.tensor([True, False, True, False, True, True], device=device)
+    x = torch.tensor([0.5, -2.0, 0.0, 3.0, -0.25, 1.0], device=device)
+    with built_package(tmp_path, f"bools_divided_{int_dtype}", {"bools_divided.yaml": BOOLS_DIVIDED}) as package:
+        for flag in (True, False):
+            got = package.bools_divided(x, j, m, flag=flag)
+            want = (flag / j, m / j, j / m, j / flag + m / x)
+            for one, expected in zip(got, want, strict=True):
+                torch.testing.assert_close(one, expected.to(one.dtype), equal_nan=True, rtol=0, atol=0)
+
+
+FLOATS_BESIDE_INTS = """\
+op: floats_beside_ints
+kind: elementwise
+inputs:
+  x: {dtype: [float64]}
+  j: {dtype: [int64]}
+  m: {dtype: [bool]}
+scalars:
+  flag: {type: bool, default: true}
+  n: {type: int, default: -3}
+outputs:
+  beside_int: {dtype: x}
+  beside_bool: {dtype: x}
+  numbers: {dtype: x}
+  numbers_meet_int: {dtype: x}
+  scalar_and_number: {dtype: x}
+compute:
+  beside_int: where(m, 0.1, j) + maximum(j, 0.1)
+  beside_bool: minimum(0.1, m) * j
+  numbers: where(m, 0.1, 2) * x
+  numbers_meet_int: where(x > 0, j, where(x < 0, 0.5, -0.25)) * 0.001
+  scalar_and_number: where(flag, 0.1, n) + maximum(n, 0.3) + n * j
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_a_float_number_beside_ints_takes_the_dtype_its_neighbours_give_it(tmp_path):
+    # In float64 math: a float literal beside int or bool tensors alone is a Python float beside
+    # them in PyTorch, float32 (the kernel and the oracle disagreed: the oracle took it as
+    # float64); numbers alone, and numbers beside scalars, are float64 (the kernel made
+    # `where(x < 0, 0.5, -0.25)` a float32 tensor, which took j's math to float32, and
+    # `where(flag, 0.1, n)` float32, n being an int argument of the kernel).
+    import torch
+
+    device = kernel_device()
+    j = torch.tensor([3, -7, 123456789, 5, 16777217, -2], dtype=torch.int64, device=device)
+    m = torch.tensor([True, False, True, False, True, False], device=device)
+    x = torch.tensor([0.5, -2.0, 0.0, 3.0, -0.25, 1.0], dtype=torch.float64, device=device)
+    with built_package(tmp_path, "floats_beside_ints", {"floats_beside_ints.yaml": FLOATS_BESIDE_INTS}) as package:
+        got = package.floats_beside_ints(x, j, m, n=-3)
+    f64 = torch.float64
+    inner = torch.where(x < 0, torch.tensor(0.5, dtype=f64), torch.tensor(-0.25, dtype=f64))
+    want = (
+        (torch.where(m, 0.1, j) + torch.clamp(j, min=0.1)).to(f64),  # float32, as PyTorch's
+        (torch.clamp(m, max=0.1) * j).to(f64),
+        torch.where(m, torch.tensor(0.1, dtype=f64), torch.tensor(2.0, dtype=f64)) * x,
+        torch.where(x > 0, j.to(f64), inner) * 0.001,
+        torch.full_like(x, 0.1 + 0.3) + (-3 * j).to(f64),
+    )
+    for one, expected in zip(got, want, strict=True):
+        torch.testing.assert_close(one, expected, rtol=1e-15, atol=0)
+
+
+def test_the_oracle_types_float_numbers_beside_ints_as_the_kernels_do(tmp_path):
+    # The generated tests' float64 oracle took a float beside int tensors as float64 where
+    # PyTorch, the kernel and the eager code take float32: every test of such an op failed.
+    assert_generated_tests_pass(tmp_path, {"floats_beside_ints.yaml": FLOATS_BESIDE_INTS,
+                                           "bools_divided.yaml": BOOLS_DIVIDED},
+                                ["floats_beside_ints", "bools_divided"], "matches_reference or scalars")

@@ -417,16 +417,59 @@ class _Emitter:
         exact = isinstance(node, ast.Compare) or (self.kinds is not None and category_of(node, self.kinds) != FLOAT)
         return "" if exact and function not in FLOAT_ONLY else ", dtype=torch.float64"
 
-    def _tensor_dtype(self, node: ast.AST) -> str:
-        """The dtype argument of the oracle's 0-dim tensor of the constant `node`: none for an int
-        literal of int math (int64, exact) and for a comparison (a bool: where()'s condition on
-        numbers alone), float64 for the others."""
+    def _tensor_dtype(self, node: ast.AST, call: ast.Call) -> str:
+        """The dtype argument of the oracle's 0-dim tensor of the constant `node`, an argument of
+        `call`: none for an int literal of int math (int64, exact) and for a comparison (a bool:
+        where()'s condition on numbers alone); float32 for a float whose neighbours in the call
+        are int or bool tensors' values (`where(m, 0.1, j)`, `maximum(j, 0.1)`): PyTorch takes a
+        Python float beside those in its default dtype, and so do the kernel (Triton's float
+        literal) and the eager code, as in `j * 0.1`; float64 for the others."""
         if isinstance(node, ast.Compare):
             return ""
         literal = node.operand if isinstance(node, ast.UnaryOp) else node
         if isinstance(literal, ast.Constant) and type(literal.value) is int and abs(literal.value) in self.int_math:
             return ""
+        neighbours = [arg for arg in call.args[1 if call.func.id == "where" else 0:] if arg is not node]
+        if self.kinds is not None and _float_valued(node) and neighbours and all(
+                self._reads_tensors(arg) and category_of(arg, self.kinds) in (INT, BOOL) for arg in neighbours):
+            return ", dtype=torch.float32"
         return ", dtype=torch.float64"
+
+    def _number_typed_by_the_math(self, call: ast.Call) -> int | None:
+        """The index of the argument of a where(), maximum() or minimum() call that Triton code
+        gives the math's dtype (`compute`, which every kernel's math defines), or None. Triton
+        types a float literal float32 where no tensor of the call gives it a type: beside another
+        literal, a bool or an int scalar (an int kernel argument). Where the call's values read no
+        tensor, they are numbers in the math's dtype (docs/spec.md), so the first float number is
+        made a 0-d tensor of it, which takes the others along exactly: in float64 math 0.1 would
+        be rounded to float32, and in an op with ints or bools even a float32 one (0.5) would make
+        its int neighbour's math float32 (`where(x > 0, n, 0.5)` beside an int64 j)."""
+        first = 1 if call.func.id == "where" else 0
+        values = call.args[first:]
+        if call.func.id not in ("where", "maximum", "minimum") or any(self._reads_tensors(v) for v in values):
+            return None
+        numbers = [index for index, v in enumerate(values, first) if not value_names(v) and _float_valued(v)]
+        int_tensors = self.kinds is not None and any(k.category != FLOAT and not k.weak for k in self.kinds.values())
+        if numbers and (int_tensors or _rounded_by_float32(values)):
+            return numbers[0]
+        return None
+
+    def _reads_tensors(self, node: ast.AST) -> bool:
+        """Whether `node` reads a tensor's values, not only numbers and scalars (Python numbers
+        in eager code, the kernel's arguments: `kinds` says which names are scalars, weak)."""
+        names = value_names(node) - self.scalars
+        return any(self.kinds is None or name not in self.kinds or not self.kinds[name].weak for name in names)
+
+    def _division(self, node: ast.BinOp, left: str, right: str) -> tuple[str, str]:
+        """Triton divides a bool (int1) by an int, or an int by a bool, not at all (their
+        signedness differs); PyTorch's true division takes the bool as its 1 or 0, so the bool
+        side is made an int32 first (`flag / j`)."""
+        if self.kinds is None:
+            return left, right
+        categories = [category_of(side, self.kinds) for side in (node.left, node.right)]
+        if sorted(categories) != sorted([BOOL, INT]):
+            return left, right
+        return tuple(f"({code}).to(tl.int32)" if kind == BOOL else code for code, kind in zip((left, right), categories))
 
     def _operand(self, node: ast.AST, repeated: bool) -> str:
         """`node` emitted, or the temporary bound to it where the code repeats it."""
@@ -467,6 +510,8 @@ class _Emitter:
                 left = self._operand(node.left, repeated=node.right.value > 1)
                 return "(" + " * ".join([f"({left})"] * node.right.value) + ")"
             left, right = self.emit(node.left), self.emit(node.right)
+            if self.target == "triton" and isinstance(node.op, ast.Div):
+                left, right = self._division(node, left, right)
             return f"({left} {_BINARY[type(node.op)]} {right})"
         if isinstance(node, ast.Compare):
             return f"({self.emit(node.left)} {_COMPARE[type(node.ops[0])]} {self.emit(node.comparators[0])})"
@@ -476,14 +521,9 @@ class _Emitter:
                 assert node.func.id in FUNCTIONS, f"{node.func.id}() reaches Triton as a call"
                 if node.func.id == "relu" and self._is_integer(node.args[0]):
                     return f"tl.maximum({self.emit(node.args[0])}, 0)"  # no NaN to keep, and an int 0
-                if node.func.id == "where" and _rounded_by_float32(node.args[1:]):
-                    # tl.where of two Python floats is a float32 tensor (Triton's literal type): in
-                    # float64 math its values would be rounded to float32. Its first value made a
-                    # 0-d tensor of the math's dtype (`compute`, which every kernel's math defines)
-                    # takes the other along, exactly.
-                    condition, value, other = (self.emit(arg) for arg in node.args)
-                    return spec.triton.format(condition, f"tl.full([], {value}, compute)", other)
-                return spec.triton.format(*(self._operand(arg, repeated=_repeats(spec.triton) and index == 0)
+                typed = self._number_typed_by_the_math(node)
+                return spec.triton.format(*(f"tl.full([], {self.emit(arg)}, compute)" if index == typed
+                                            else self._operand(arg, repeated=_repeats(spec.triton) and index == 0)
                                             for index, arg in enumerate(node.args)))
             name = node.func.id
             if self.target == "eager" and not _reads_names(node, self.scalars):
@@ -515,7 +555,7 @@ class _Emitter:
             # PyTorch functions take tensors: constant arguments become float64 scalar tensors, an
             # int of int math an int64 one.
             return spec.torch.format(*(self._operand(arg, repeated=_repeats(spec.torch) and index == 0)
-                                       if _reads_names(arg) else f"torch.tensor({self.emit(arg)}{self._tensor_dtype(arg)})"
+                                       if _reads_names(arg) else f"torch.tensor({self.emit(arg)}{self._tensor_dtype(arg, node)})"
                                        for index, arg in enumerate(node.args)))
         raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
 
