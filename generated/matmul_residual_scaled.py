@@ -9,7 +9,7 @@ import triton.language as tl
 import tilegen.runtime as rt
 from torch.compiler import is_compiling as _is_compiling
 
-rt.require(17, __name__)
+rt.require(18, __name__)
 # By their own names: torch.compile copies the functions a kernel calls by the names they are defined with.
 from tilegen.runtime.tiles import operand_tile, store_tile, sum_split_k  # noqa: E402 - after the version check
 from tilegen.runtime.kernel_math import precise_tanh  # noqa: E402, F401 - the language's tanh, where a spec calls it

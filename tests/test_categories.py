@@ -608,3 +608,69 @@ def test_the_oracle_types_float_numbers_beside_ints_as_the_kernels_do(tmp_path):
     assert_generated_tests_pass(tmp_path, {"floats_beside_ints.yaml": FLOATS_BESIDE_INTS,
                                            "bools_divided.yaml": BOOLS_DIVIDED},
                                 ["floats_beside_ints", "bools_divided"], "matches_reference or scalars")
+
+
+INT_RESULTS_IN_HALF_OUTPUTS = {
+    "int_to_half.yaml": """\
+op: int_to_half
+kind: elementwise
+inputs:
+  x: {dtype: [bfloat16, float16, float32, float64]}
+  j: {dtype: [int32, int64]}
+  m: {dtype: [bool]}
+outputs:
+  y: {dtype: x}
+  z: {dtype: x}
+  w: {dtype: x}
+compute:
+  y: 7 - j
+  z: m + m
+  w: j * m
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+""",
+    "bools_of_rows.yaml": """\
+op: bools_of_rows
+kind: reduction
+inputs:
+  x: {dtype: [bfloat16, float16, float32], shape: [..., N]}
+  keep: {dtype: [bool], shape: [..., N]}
+steps:
+  big: x > mean(x)
+outputs:
+  y: {dtype: x, shape: [..., N]}
+  z: {dtype: x, shape: [..., N]}
+compute:
+  y: keep * big
+  z: big + keep
+tiles:
+  N: {block: BLOCK_N, sizes: [32]}
+""",
+}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
+def test_int_and_bool_results_are_stored_in_half_outputs_as_pytorch_converts_them(tmp_path, dtype):
+    # Triton's interpreter turned an int into bfloat16 by taking its bits as a float's (7 - 1
+    # stored as 5.5e-40), and a bool into bfloat16 not at all (an error): the stores now go by
+    # way of float32, as PyTorch's conversion does. (The interpreter rounds float32 to bfloat16
+    # toward zero, the GPU to nearest: within one bfloat16 step there.)
+    import torch
+
+    device = kernel_device()
+    dt = getattr(torch, dtype)
+    step = {"bfloat16": 2 ** -7}.get(dtype, 0.0)
+    j = torch.tensor([1, -5, 300, 40000, 2**24 + 1, -(2**31) + 8], dtype=torch.int64, device=device)
+    m = torch.tensor([True, False, True, True, False, True], device=device)
+    with built_package(tmp_path, f"int_results_{dtype}", INT_RESULTS_IN_HALF_OUTPUTS) as package:
+        for ints in (j.to(torch.int32), j):
+            got = package.int_to_half(torch.zeros(6, dtype=dt, device=device), ints, m)
+            want = ((7 - ints).to(dt), (m | m).to(dt), (ints * m).to(dt))
+            for one, expected in zip(got, want, strict=True):
+                torch.testing.assert_close(one, expected, rtol=step, atol=0)
+        if dtype != "float64":
+            x = torch.randn(3, 70, device=device).to(dt)
+            keep = torch.rand(3, 70, device=device) > 0.5
+            big = x.double() > x.double().mean(-1, keepdim=True)
+            y, z = package.bools_of_rows(x, keep)
+            assert torch.equal(y, (keep & big).to(dt)) and torch.equal(z, (keep | big).to(dt))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .derivatives import Backward, differentiate
 from .expressions import assignments
 from .lowering import (NEEDED_PARAM, common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula,
-                       input_checks, named_pairs, needed_gradients, output_context, output_records, scalar_params,
+                       input_checks, int_results, named_pairs, needed_gradients, output_context, output_records, scalar_params,
                        tuple_source)
 from .naming import backward_op_name
 from .schema import store_bit
@@ -110,6 +110,7 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         # Float inputs are upcast to the math's precision on load; int and bool ones stay as they are.
         upcast=spec.float_inputs(),
         output_names=outputs,
+        int_results=int_results(spec),
         tensor_names=inputs + outputs,
         pointer_params=", ".join(f"{n}_ptr" for n in inputs + outputs),
         math_params=", ".join(inputs + scalars),
@@ -123,3 +124,4 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         backward=_elementwise_backward(spec),
     )
     return ctx
+

@@ -8,7 +8,8 @@ in Python, where it can be read and tested.
 
 from __future__ import annotations
 
-from .dtypes import DTYPES
+from .categories import FLOAT, category_of
+from .dtypes import DTYPES, category
 from .escaping import docstring_text
 from .decisions import decides_on_fused_math
 from .derivatives import Backward, recorded_from
@@ -263,6 +264,16 @@ def scalar_casts(scalars, dtype: str = "compute", rank: int = 1, widened=frozens
         elif s.name in widened:
             lines += ["if MATH_64:", f"    {s.name} = (tl.zeros([{ones}], {dtype}) + {s.name}).to({dtype})"]
     return lines
+
+
+def int_results(spec: Spec) -> list[str]:
+    """The outputs of float dtypes whose values are ints or bools (`y: a + 1` with an int a into
+    `y: {dtype: x}`, a reduction's `y: keep * big`): kernels store them through
+    tilegen.runtime.kernel_math's int_as_float_output, which converts them as PyTorch does."""
+    kinds = spec.number_kinds()
+    body = dict(spec.body)
+    return [t.name for t in spec.outputs
+            if category(t.dtypes[0]) == FLOAT and category_of(body[t.name].tree.body, kinds) != FLOAT]
 
 
 def tuple_source(items) -> str:

@@ -15,7 +15,8 @@ import re
 
 # The tilegen.runtime kernel helpers generated modules import by their own names (torch.compile
 # copies a called function by the name it is defined with): module-level names of every module.
-KERNEL_HELPERS = frozenset({"finish_share", "operand_tile", "precise_tanh", "store_tile", "strided_indices", "sum_split_k"})
+KERNEL_HELPERS = frozenset({"finish_share", "int_as_float_output", "operand_tile", "precise_tanh", "store_tile",
+                            "strided_indices", "sum_split_k"})
 # Identifiers the generated package uses besides the spec's values (op modules, tests,
 # benchmarks). tests/test_build.py renders every example spec and fails if a template uses a
 # lowercase identifier missing here.

@@ -9,7 +9,7 @@ from .derivatives import differentiate, normal_form
 from .expressions import expression_of
 from .naming import backward_op_name
 from .lowering import (NEEDED_PARAM, common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula,
-                       input_checks, kernel_scalar_params, needed_gradients, output_context, output_records,
+                       input_checks, int_results, kernel_scalar_params, needed_gradients, output_context, output_records,
                        scalar_casts, scalar_params, tuple_source)
 from .schema import store_bit
 from .rows import ELEMENT, ROW, KeptValues, RowProgram, first_row_lines, output_pass, read_back, stage_pass, whole_row_lines
@@ -81,8 +81,11 @@ def _load_ahead(name: str) -> str:
     return f"_p_{name} = tl.load({_address(name, 'element', '_ahead')}, mask=(_ahead < n_rows) & (cols < row_length))"
 
 
-def _store(name: str, role: str) -> str:
-    return f"tl.store({_address(name, role)}, {name}.to({name}_ptr.dtype.element_ty), mask={_MASK[role]})"
+def _store(name: str, role: str, int_results=()) -> str:
+    """An output's store, cast to its dtype (`int_results`, outputs of bool values: through
+    tilegen.runtime.kernel_math's int_as_float_output, as an elementwise op's)."""
+    value = f"int_as_float_output({name}, {name}_ptr)" if name in int_results else f"{name}.to({name}_ptr.dtype.element_ty)"
+    return f"tl.store({_address(name, role)}, {value}, mask={_MASK[role]})"
 
 
 def _gated(line: str, bits: int | None) -> str:
@@ -95,7 +98,8 @@ def _strides(name: str, role: str) -> list[str]:
     return [f"stride_{name}_0", f"stride_{name}_1"] if role == "element" else [f"stride_{name}_0"]
 
 
-def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], first, final, keep=()) -> dict | None:
+def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], first, final, keep=(),
+               int_results=()) -> dict | None:
     """A long row's outputs stored by its `first` pass and loaded back by the outputs' pass
     (rows.read_back), where that pass then loads fewer tensors along the row than `final`; else None."""
     back = read_back(program, elements, first)
@@ -106,14 +110,14 @@ def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], 
         return None
     loads = [_load(n, "element" if n in back.outputs else along[n], _LAST if n in streams else _KEEP, keep)
              for n in back.final.loads]
-    stores = [_store(n, "element") for n in back.rest]
+    stores = [_store(n, "element", int_results) for n in back.rest]
     return dict(
         outputs=list(back.outputs),
         # The stored outputs the outputs' pass loads: exact where each keeps the math's dtype
         # (the launch checks). Those the first pass only stores early ask nothing of their dtype.
         loaded=[n for n in back.final.loads if n in back.outputs],
         loads_of=list(back.final.loads),
-        first=[*back.lines, *(_store(n, "element") for n in back.outputs)],
+        first=[*back.lines, *(_store(n, "element", int_results) for n in back.outputs)],
         loads=loads,
         lines=list(back.final.body),
         # (every output stored by the first pass: the outputs' pass has nothing left to do)
@@ -123,14 +127,15 @@ def _read_back(program: RowProgram, along: dict[str, str], elements: list[str], 
 
 def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: dict[str, str],
                scalars: list[ScalarSpec], block: str, widened: frozenset[str], reads_back: bool = False,
-               masks=(), selective: bool = False) -> dict:
+               masks=(), selective: bool = False, int_results=()) -> dict:
     """The pieces of one reduction kernel: `inputs` and `outputs` map names to roles; `masks` are
     the bool inputs, loaded as they are (int1), never cast to the math's dtype; `widened` are the
     int scalars taken in float64 math (Spec.int_scalars_in_float_math). With `reads_back`,
     a long row's outputs may be stored by its first pass and loaded back by the outputs' pass
     (_read_back), where the launch says that is exact (READ_BACK). A `selective` kernel (a
     backward's) stores only the outputs its STORES asks for, bit i for output i, and sums the
-    columns of only those: each store and each column sum's work is gated by its bit."""
+    columns of only those: each store and each column sum's work is gated by its bit.
+    `int_results` are the outputs whose values are bools (`y: keep * big`)."""
     keep = frozenset(masks)
     bit = {n: store_bit(i) for i, n in enumerate(outputs)} if selective else {}
     tensors = {**inputs, **outputs}
@@ -145,7 +150,7 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     steps = [(stage, stage_pass(program, stage, block)) for stage in range(1, program.last_stage + 1)
              if not program.folded(stage)]  # (a folded stage's sums run online in the previous stage's pass)
     final = output_pass(program, elements)
-    back = _read_back(program, along, elements, steps[0][1], final, keep) if reads_back and steps else None
+    back = _read_back(program, along, elements, steps[0][1], final, keep, int_results) if reads_back and steps else None
     # The first pass's inputs that nothing after it reads where the outputs' pass reads back.
     last_read = set(steps[0][1].loads) - {n for _, step in steps[1:] for n in step.loads} - set(back["loads_of"]) \
         if back else set()
@@ -195,8 +200,8 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
                       take=[_take(n, keep) for n in whole_elements]) if whole_elements else None,
         whole_lines=whole_row_lines(program),
         selective=selective,
-        element_stores=[_gated(_store(n, outputs[n]), bit.get(n)) for n in elements],
-        row_stores=[_gated(_store(n, "row"), bit.get(n)) for n in rows_out],
+        element_stores=[_gated(_store(n, outputs[n], int_results), bit.get(n)) for n in elements],
+        row_stores=[_gated(_store(n, "row", int_results), bit.get(n)) for n in rows_out],
         sums_before=[_gated(f"_c_{n} = tl.zeros([1, {block}], compute)", bit.get(n)) for n in sums],
         sums_add=[_gated(f"_c_{n} += {_column_sum(n)}", bit.get(n)) for n in sums],
         sums_store=[_gated(f"tl.store({_partial(index)}, _c_{n}, mask=cols < row_length)", bit.get(n))
@@ -438,9 +443,11 @@ def reduction_context(spec: Spec, header: str) -> dict:
     tile = spec.tiles[0]
     kernel = row_kernel(spec.op, program, {n: roles[n] for n in inputs},
                         {**{n: roles[n] for n in outputs}, **{k: "row" for k in kept}}, scalars, tile.block,
-                        spec.int_scalars_in_float_math(), reads_back=True, masks=_masks(spec))
+                        spec.int_scalars_in_float_math(), reads_back=True, masks=_masks(spec),
+                        int_results=int_results(spec))
     ctx.update(
         kernel=kernel,
+        int_results=int_results(spec),
         read_back=tuple_source(str((inputs + outputs).index(n)) for n in kernel["read_back"]["loaded"])
         if kernel["read_back"] else None,
         block=tile.block,

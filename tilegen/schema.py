@@ -21,8 +21,9 @@ The rule that tells calls apart (which calls may repeat a learned launch) lives 
 # elementwise or reduction backward kernel takes STORES, its op `selective=True` and runs `stores=`;
 # 15: rt.Gradients takes `differentiable=`, a backward's math in PyTorch's ops over rt.in_precision;
 # 16: rt.MatmulSpace takes `ieee_float32=`; 17: every kernel module imports
-# tilegen.runtime.kernel_math.precise_tanh).
-RUNTIME_VERSION = 17
+# tilegen.runtime.kernel_math.precise_tanh; 18: one that stores int or bool results in float
+# outputs imports tilegen.runtime.kernel_math.int_as_float_output).
+RUNTIME_VERSION = 18
 
 # Each kind's config fields, block fields first, under their canonical (table file) names.
 BLOCK_FIELDS = {"matmul": ("BM", "BN", "BK"), "elementwise": ("BLOCK",), "reduction": ("BLOCK",)}

@@ -39,3 +39,15 @@ def precise_tanh(x):
         large = tl.where(x32 < 0.0, -large, large)
         result = tl.where(a < 0.55, small, large).to(x.dtype)
     return result
+
+
+@triton.jit
+def int_as_float_output(value, out_ptr):
+    """An int or bool result in the float dtype of the output `out_ptr` points to, by way of
+    float32 where that is float16 or bfloat16, as PyTorch converts one (c10's Half and BFloat16
+    are made from a float: an int past 2^24 is rounded twice, to float32, then to the half dtype;
+    Triton's interpreter turns an int into bfloat16 wrongly, its bits taken as a float's)."""
+    dtype = out_ptr.dtype.element_ty
+    if dtype == tl.float16 or dtype == tl.bfloat16:
+        return value.to(tl.float32).to(dtype)
+    return value.to(dtype)
