@@ -442,7 +442,7 @@ class _Emitter:
         literal, a bool or an int scalar (an int kernel argument). Where the call's values read no
         tensor, they are numbers in the math's dtype (docs/spec.md), so the first float number is
         made a 0-d tensor of it, which takes the others along exactly: in float64 math 0.1 would
-        be rounded to float32, and in an op with ints or bools even a float32 one (0.5) would make
+        be rounded to float32, and in an op with int or bool tensors even a float32 one (0.5) would make
         its int neighbour's math float32 (`where(x > 0, n, 0.5)` beside an int64 j)."""
         first = 1 if call.func.id == "where" else 0
         values = call.args[first:]
@@ -553,7 +553,7 @@ class _Emitter:
                     return f"torch.clamp({tensor}, {bound}={scalar})"
                 return spec.torch.format(*args)
             # PyTorch functions take tensors: constant arguments become float64 scalar tensors, an
-            # int of int math an int64 one.
+            # int of int math an int64 one, a float beside int tensors alone a float32 one (_tensor_dtype).
             return spec.torch.format(*(self._operand(arg, repeated=_repeats(spec.torch) and index == 0)
                                        if _reads_names(arg) else f"torch.tensor({self.emit(arg)}{self._tensor_dtype(arg, node)})"
                                        for index, arg in enumerate(node.args)))
