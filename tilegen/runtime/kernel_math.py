@@ -1,6 +1,7 @@
 """Functions of the expression language that Triton has no accurate portable form of, written
-out in tl ops (the interpreter has no libdevice). Generated modules import them by their own
-names (tilegen.naming.KERNEL_HELPERS)."""
+out in tl ops (the interpreter has no libdevice), and the conversion of an int or bool result to
+a float output's dtype. Generated modules import them by their own names
+(tilegen.naming.KERNEL_HELPERS)."""
 
 import triton
 import triton.language as tl
