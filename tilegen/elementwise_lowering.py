@@ -6,8 +6,8 @@ from __future__ import annotations
 from .derivatives import Backward, differentiate
 from .expressions import assignments
 from .lowering import (NEEDED_PARAM, common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula,
-                       input_checks, int_results, named_pairs, needed_gradients, output_context, output_records, scalar_params,
-                       tuple_source)
+                       input_checks, int_results, named_pairs, needed_gradients, output_context, output_records,
+                       scalar_params, tuple_source)
 from .naming import backward_op_name
 from .schema import store_bit
 from .spec import Spec
@@ -124,4 +124,3 @@ def elementwise_context(spec: Spec, header: str) -> dict:
         backward=_elementwise_backward(spec),
     )
     return ctx
-

@@ -469,7 +469,8 @@ class _Emitter:
         categories = [category_of(side, self.kinds) for side in (node.left, node.right)]
         if sorted(categories) != sorted([BOOL, INT]):
             return left, right
-        return tuple(f"({code}).to(tl.int32)" if kind == BOOL else code for code, kind in zip((left, right), categories))
+        return tuple(f"({code}).to(tl.int32)" if kind == BOOL else code
+                     for code, kind in zip((left, right), categories))
 
     def _operand(self, node: ast.AST, repeated: bool) -> str:
         """`node` emitted, or the temporary bound to it where the code repeats it."""

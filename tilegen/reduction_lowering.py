@@ -9,8 +9,8 @@ from .derivatives import differentiate, normal_form
 from .expressions import expression_of
 from .naming import backward_op_name
 from .lowering import (NEEDED_PARAM, common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula,
-                       input_checks, int_results, kernel_scalar_params, needed_gradients, output_context, output_records,
-                       scalar_casts, scalar_params, tuple_source)
+                       input_checks, int_results, kernel_scalar_params, needed_gradients, output_context,
+                       output_records, scalar_casts, scalar_params, tuple_source)
 from .schema import store_bit
 from .rows import ELEMENT, ROW, KeptValues, RowProgram, first_row_lines, output_pass, read_back, stage_pass, whole_row_lines
 from .spec import ScalarSpec, Spec
@@ -84,7 +84,8 @@ def _load_ahead(name: str) -> str:
 def _store(name: str, role: str, int_results=()) -> str:
     """An output's store, cast to its dtype (`int_results`, outputs of bool values: through
     tilegen.runtime.kernel_math's int_as_float_output, as an elementwise op's)."""
-    value = f"int_as_float_output({name}, {name}_ptr)" if name in int_results else f"{name}.to({name}_ptr.dtype.element_ty)"
+    value = (f"int_as_float_output({name}, {name}_ptr)" if name in int_results
+             else f"{name}.to({name}_ptr.dtype.element_ty)")
     return f"tl.store({_address(name, role)}, {value}, mask={_MASK[role]})"
 
 
@@ -150,7 +151,8 @@ def row_kernel(name: str, program: RowProgram, inputs: dict[str, str], outputs: 
     steps = [(stage, stage_pass(program, stage, block)) for stage in range(1, program.last_stage + 1)
              if not program.folded(stage)]  # (a folded stage's sums run online in the previous stage's pass)
     final = output_pass(program, elements)
-    back = _read_back(program, along, elements, steps[0][1], final, keep, int_results) if reads_back and steps else None
+    back = (_read_back(program, along, elements, steps[0][1], final, keep, int_results)
+            if reads_back and steps else None)
     # The first pass's inputs that nothing after it reads where the outputs' pass reads back.
     last_read = set(steps[0][1].loads) - {n for _, step in steps[1:] for n in step.loads} - set(back["loads_of"]) \
         if back else set()
@@ -441,13 +443,14 @@ def reduction_context(spec: Spec, header: str) -> dict:
     for out in outs:
         out["shape"] = "_lead" if roles[out["name"]] == "row" else "(*_lead, _n)"
     tile = spec.tiles[0]
+    bool_results = int_results(spec)
     kernel = row_kernel(spec.op, program, {n: roles[n] for n in inputs},
                         {**{n: roles[n] for n in outputs}, **{k: "row" for k in kept}}, scalars, tile.block,
                         spec.int_scalars_in_float_math(), reads_back=True, masks=_masks(spec),
-                        int_results=int_results(spec))
+                        int_results=bool_results)
     ctx.update(
         kernel=kernel,
-        int_results=int_results(spec),
+        int_results=bool_results,
         read_back=tuple_source(str((inputs + outputs).index(n)) for n in kernel["read_back"]["loaded"])
         if kernel["read_back"] else None,
         block=tile.block,
