@@ -429,7 +429,7 @@ class _Emitter:
         literal = node.operand if isinstance(node, ast.UnaryOp) else node
         if isinstance(literal, ast.Constant) and type(literal.value) is int and abs(literal.value) in self.int_math:
             return ""
-        neighbours = [arg for arg in call.args[1 if call.func.id == "where" else 0:] if arg is not node]
+        neighbours = [arg for arg in _values(call) if arg is not node]
         if self.kinds is not None and _float_valued(node) and neighbours and all(
                 self._reads_tensors(arg) and category_of(arg, self.kinds) in (INT, BOOL) for arg in neighbours):
             return ", dtype=torch.float32"
@@ -444,10 +444,10 @@ class _Emitter:
         made a 0-d tensor of it, which takes the others along exactly: in float64 math 0.1 would
         be rounded to float32, and in an op with int or bool tensors even a float32 one (0.5) would make
         its int neighbour's math float32 (`where(x > 0, n, 0.5)` beside an int64 j)."""
-        first = 1 if call.func.id == "where" else 0
-        values = call.args[first:]
+        values = _values(call)
         if call.func.id not in ("where", "maximum", "minimum") or any(self._reads_tensors(v) for v in values):
             return None
+        first = len(call.args) - len(values)
         numbers = [index for index, v in enumerate(values, first) if not value_names(v) and _float_valued(v)]
         int_tensors = self.kinds is not None and any(k.category != FLOAT and not k.weak for k in self.kinds.values())
         if numbers and (int_tensors or _rounded_by_float32(values)):
@@ -652,6 +652,12 @@ def value_names(tree: ast.AST) -> set[str]:
 
 def _reads_names(node: ast.AST, ignoring: frozenset[str] = frozenset()) -> bool:
     return bool(value_names(node) - ignoring)
+
+
+def _values(call: ast.Call) -> list[ast.AST]:
+    """The arguments of `call` that its result takes its values from: where()'s two branches,
+    every argument of another function."""
+    return call.args[1:] if call.func.id == "where" else call.args
 
 
 def _rounded_by_float32(nodes) -> bool:

@@ -9,7 +9,7 @@ in Python, where it can be read and tested.
 from __future__ import annotations
 
 from .categories import FLOAT, category_of
-from .dtypes import DTYPES, category
+from .dtypes import DTYPES
 from .escaping import docstring_text
 from .decisions import decides_on_fused_math
 from .derivatives import Backward, recorded_from
@@ -272,8 +272,7 @@ def int_results(spec: Spec) -> list[str]:
     tilegen.runtime.kernel_math's int_as_float_output, which converts them as PyTorch does."""
     kinds = spec.number_kinds()
     body = dict(spec.body)
-    return [t.name for t in spec.outputs
-            if category(t.dtypes[0]) == FLOAT and category_of(body[t.name].tree.body, kinds) != FLOAT]
+    return [name for name in spec.float_outputs() if category_of(body[name].tree.body, kinds) != FLOAT]
 
 
 def tuple_source(items) -> str:
