@@ -1034,3 +1034,41 @@ def test_a_value_per_row_of_a_per_row_input_takes_its_gradient_tests(tmp_path):
     # row too (to size its gradient's terms), and that expansion raised there.
     assert_generated_tests_pass(tmp_path, PER_ROW_OUTPUT_OF_A_PER_ROW_INPUT, ["row_offset"],
                                 "gradients or reduced_axis or matches_reference")
+
+
+FLOAT64_ONLY = {
+    "wide_scale.yaml": """
+op: wide_scale
+kind: elementwise
+doc: y = x * w, in float64 alone.
+inputs:
+  x: {dtype: [float64]}
+  w: {dtype: x}
+outputs:
+  y: {dtype: x}
+compute:
+  y: x * w
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+""",
+    "wide_norm.yaml": """
+op: wide_norm
+kind: reduction
+doc: y = x * rsqrt(mean(x * x) + 1) * w, in float64 alone.
+inputs:
+  x: {dtype: [float64], shape: [..., N]}
+  w: {dtype: x, shape: [N]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+compute:
+  y: x * rsqrt(mean(x * x) + 1.0) * w
+tiles:
+  N: {block: BLOCK_N, sizes: [32]}
+""",
+}
+
+
+def test_an_op_of_float64_alone_is_handed_a_wrong_dtype_that_is_not_float64(tmp_path):
+    # The bad-argument tests gave the second input (and `out`) float64 as the wrong dtype, which a
+    # float64 op takes: nothing raised where the test wanted an error.
+    assert_generated_tests_pass(tmp_path, FLOAT64_ONLY, ["wide_scale", "wide_norm"], "bad_arguments")
