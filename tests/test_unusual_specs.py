@@ -334,12 +334,50 @@ tiles:
 """
 
 
+# The same sum in a row op and in a matmul's epilogue.
+CANCELLING_ROWS = """
+op: cancelling_rows
+kind: reduction
+doc: y = 0.75 / ((x^3 + w) / w) + mean(x), whose sum cancels at some points of random inputs.
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  w: {dtype: x, shape: [N]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+compute:
+  y: 0.75 / ((x * x * x + w) / (w * 0.5)) + mean(x)
+tiles:
+  N: {block: BLOCK_N, sizes: [32]}
+"""
+CANCELLING_EPILOGUE = """
+op: mm_cancelling
+kind: matmul
+doc: c = 0.75 / ((acc^3 + bias) / bias), whose sum cancels at some points of random inputs.
+inputs:
+  a: {dtype: [float32], shape: [M, K]}
+  b: {dtype: a, shape: [K, N]}
+  bias: {dtype: a, shape: [N]}
+outputs:
+  c: {dtype: a, shape: [M, N]}
+epilogue:
+  c: 0.75 / ((acc * acc * acc + bias) / (bias * 0.5))
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+"""
+
+
 def test_an_ill_conditioned_op_is_held_to_float32_maths_own_error(tmp_path):
     # Where a^3 + b cancels, float32 math (PyTorch's as the kernel's) strays from the float64
     # oracle by more than float32's tolerance: the op is held to twice PyTorch's float32 error
-    # there, in its outputs and second derivatives, as in its gradients.
-    assert_generated_tests_pass(tmp_path, {"cancelling.yaml": CANCELLING}, ["cancelling"],
-                                "matches_reference or non_contiguous or second_derivatives or gradients_match")
+    # there, in its outputs and second derivatives, as in its gradients; a row op along another
+    # axis and a matmul's training variant too (they were held to the plain tolerance).
+    specs = {"cancelling.yaml": CANCELLING, "cancelling_rows.yaml": CANCELLING_ROWS,
+             "mm_cancelling.yaml": CANCELLING_EPILOGUE}
+    assert_generated_tests_pass(tmp_path, specs, ["cancelling", "cancelling_rows", "mm_cancelling"],
+                                "matches_reference or non_contiguous or second_derivatives or gradients_match"
+                                " or another_reduced_axis or training_variant")
 
 
 def test_a_kernel_that_fuses_a_multiply_into_an_add_is_within_the_float32_allowance():
