@@ -605,7 +605,7 @@ def _gpu_cases():
 @pytest.mark.parametrize("case", range(14))
 def test_repeat_calls_are_served_compiled_and_stay_right(case):
     import generated as ops
-    from generated.tests import _support as s
+    from tilegen import testing as s
 
     if callpath.load(wait=True) is None:
         pytest.skip(f"no compiled call path here: {callpath.UNAVAILABLE}")
@@ -674,7 +674,7 @@ def test_a_reductions_repeat_calls_are_served_compiled_and_stay_right(op):
     import torch.nn.functional as F
 
     import generated as ops
-    from generated.tests import _support as s
+    from tilegen import testing as s
 
     if callpath.load(wait=True) is None:
         pytest.skip(f"no compiled call path here: {callpath.UNAVAILABLE}")

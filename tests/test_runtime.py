@@ -556,7 +556,7 @@ def test_an_elementwise_out_may_be_an_input_itself_as_in_pytorch():
     memory, a shifted one, or a matmul's or reduction's input (whose kernels read elements other
     programs write) is refused."""
     import generated
-    from generated.tests import _support as s
+    from tilegen import testing as s
 
     a, b = s.random((6, 5), torch.float32, 0), s.random((6, 5), torch.float32, 1)
     want = a + b
@@ -575,7 +575,7 @@ def test_an_elementwise_out_may_be_an_input_itself_as_in_pytorch():
 
 def test_outputs_may_not_overlap_each_other_or_be_leaves_that_require_grad():
     import generated
-    from generated.tests import _support as s
+    from tilegen import testing as s
 
     x, v = s.random((4, 5), torch.float32, 0), s.random((4, 5), torch.float32, 1, positive=True)
     y = torch.empty_like(x)
@@ -629,7 +629,7 @@ def test_an_out_whose_elements_share_memory_is_refused_and_no_view_of_a_dense_te
         assert len(set(_offsets(view))) == view.numel() and not has_internal_overlap(view)
     assert not has_internal_overlap(torch.empty(5, 0).expand(3, 5, 0))  # no elements, none shared
     import generated
-    from generated.tests._support import DEVICE
+    from tilegen.testing import DEVICE
 
     x = torch.randn(8, 16, device=DEVICE)
     folded = torch.zeros(23, device=DEVICE).as_strided((8, 16), (1, 1))
@@ -646,7 +646,7 @@ def test_matmul_relu_maps_nan_to_zero_as_its_spec_says_and_its_benchmark_agrees(
         pytest.skip("needs the interpreter or a GPU")
     import generated
     from generated.bench import bench_matmul_relu as bench
-    from generated.tests import _support as s
+    from tilegen import testing as s
 
     a, b = s.random((64, 32), torch.float32, 0), s.random((32, 48), torch.float32, 1)
     a[3, 5] = float("nan")
@@ -660,7 +660,7 @@ def test_float_scalars_past_the_maths_dtype_are_refused_by_name_and_float64_math
     # The math takes a float scalar in its own dtype: float32 for float16/bfloat16/float32 tensors
     # and a matmul's accumulator (1e300 would be inf there), float64 for float64 tensors (exact).
     import generated
-    from generated.tests import _support as s
+    from tilegen import testing as s
 
     a = s.random((16,), torch.float32, 0)
     for _ in range(3):  # repeat calls: the compiled call path serves learned signatures (on a GPU)
@@ -711,7 +711,7 @@ def test_an_int_scalar_past_the_int_tensors_dtype_is_refused_by_name():
     # (int32 + 2**40 adds 0, int32 > 2**40 is True) or refuses (clamp, where), while the kernel
     # computed it in 64 bits. One answer, then: refused, naming the op, argument, dtype and range.
     import generated
-    from generated.tests import _support as s
+    from tilegen import testing as s
 
     a = torch.arange(-8, 8, dtype=torch.int32, device=s.DEVICE)
     b = torch.ones(16, dtype=torch.int32, device=s.DEVICE)

@@ -258,7 +258,7 @@ def test_a_per_row_temperatures_gradient_is_held_to_the_size_of_its_terms(tmp_pa
 def test_the_float32_allowance_still_fails_a_wrong_gradient():
     # The allowance is PyTorch's float32 error of the same math, element by element: a gradient 1e-4
     # off where float32 math is exact still fails.
-    from generated.tests import _support as s
+    from tilegen import testing as s
 
     want = torch.linspace(-2, 2, 50, dtype=torch.float64)
     slack = torch.zeros(50, dtype=torch.float64)
@@ -299,7 +299,7 @@ def test_a_half_result_past_its_range_is_its_infinity_to_the_generated_tests(tmp
 
 
 def test_an_infinity_where_the_dtype_holds_the_value_still_fails():
-    from generated.tests import _support as s
+    from tilegen import testing as s
 
     want = torch.tensor([60000.0, 65400.0, 70000.0, -1e6, 65509.0, 65509.0], dtype=torch.float64)
     got = torch.tensor([60000.0, 65400.0, float("inf"), -float("inf"), 65504.0, float("inf")], dtype=torch.float16,
@@ -386,7 +386,7 @@ def test_a_kernel_that_fuses_a_multiply_into_an_add_is_within_the_float32_allowa
     # happen to be the closer to the float64 oracle (35 points of 2^20 strayed past twice PyTorch's
     # own error, as the cancelling op's generated test did on an H100). The allowance also counts
     # how far the exact math moves under float32-sized errors in its inputs.
-    from generated.tests import _support as s
+    from tilegen import testing as s
 
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(2 ** 20, generator=g), torch.randn(2 ** 20, generator=g)
@@ -406,7 +406,7 @@ def test_a_kernel_that_fuses_a_multiply_into_an_add_is_within_the_float32_allowa
         s.assert_matches(got, want, torch.float32, "wrong", allowance)
 
 def test_the_float32_allowance_of_an_output_still_fails_a_wrong_value():
-    from generated.tests import _support as s
+    from tilegen import testing as s
 
     want = torch.linspace(-2, 2, 50, dtype=torch.float64)
     allowance = torch.zeros(50, dtype=torch.float64)
@@ -478,7 +478,7 @@ _drifting_log.register_fake(lambda x: torch.empty_like(x))
 
 
 def test_opcheck_of_results_that_hold_nan_still_compares_them():
-    from generated.tests import _support as s
+    from tilegen import testing as s
 
     x = torch.linspace(-1, 1, 16)
     with pytest.raises(AssertionError, match="Outputs of the operator are different"):

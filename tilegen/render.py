@@ -46,7 +46,6 @@ KIND_PARTS = {"elementwise": ("elementwise_kernels.jinja",), "reduction": ("redu
 SHARED_FILES = {  # generated path -> template
     "tests/__init__.py": "tests_init.py.jinja",
     "bench/__init__.py": "tests_init.py.jinja",
-    "tests/_support.py": "support.py.jinja",
 }
 CONTEXT_BUILDERS = {"elementwise": elementwise_context, "matmul": matmul_context, "reduction": reduction_context}
 
