@@ -1110,3 +1110,50 @@ def test_an_op_of_float64_alone_is_handed_a_wrong_dtype_that_is_not_float64(tmp_
     # The bad-argument tests gave the second input (and `out`) float64 as the wrong dtype, which a
     # float64 op takes: nothing raised where the test wanted an error.
     assert_generated_tests_pass(tmp_path, FLOAT64_ONLY, ["wide_scale", "wide_norm"], "bad_arguments")
+
+
+NO_GRADIENT_AT_THE_ACCUMULATOR = {
+    "mm_bias_only.yaml": """
+op: mm_bias_only
+kind: matmul
+doc: c = bias * 2 + r, the product computed and not read.
+inputs:
+  a: {dtype: [float32], shape: [M, K]}
+  b: {dtype: a, shape: [K, N]}
+  bias: {dtype: a, shape: [N]}
+  r: {dtype: a, shape: [M, N]}
+outputs:
+  c: {dtype: a, shape: [M, N]}
+epilogue:
+  c: bias * 2.0 + r
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+""",
+    "bmm_sign_gate.yaml": """
+op: bmm_sign_gate
+kind: matmul
+doc: c = r * bias where a @ b > 0, else 0 (the product decides; r and bias get the gradient).
+inputs:
+  a: {dtype: [float32], shape: [..., M, K]}
+  b: {dtype: a, shape: [..., K, N]}
+  bias: {dtype: a, shape: [N]}
+  r: {dtype: a, shape: [..., M, N]}
+outputs:
+  c: {dtype: a, shape: [..., M, N]}
+epilogue:
+  c: where(acc > 0, r * bias, 0.0)
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+""",
+}
+
+
+def test_an_epilogue_that_gives_the_accumulator_no_gradient_gives_its_inputs_theirs(tmp_path):
+    # The backward read the operands' sizes (and, where the epilogue decides on the product, computed
+    # the product again) from operands it had not kept: every such op's backward raised NameError.
+    assert_generated_tests_pass(tmp_path, NO_GRADIENT_AT_THE_ACCUMULATOR, ["mm_bias_only", "bmm_sign_gate"],
+                                "gradient or gradcheck or training_variant or second_derivatives or opcheck")

@@ -95,7 +95,10 @@ def _matmul_backward(spec: Spec) -> dict:
     passed = backward.passed.get("acc")
     dz = value("acc") + (f".to({a}.dtype)" if passed and dtype_of[passed] != parts.a.dtype_source else "")
 
-    saved = [x for x in inputs if (x in (a, b) and flows) or (x in extras and x in backward.reads)]
+    # The operands are read for their products' gradients, or to compute the accumulator again
+    # where the epilogue's gradient reads it and gives it none (`where(acc > 0, r, 0)`: r's gradient).
+    operands_read = flows or reads_acc
+    saved = [x for x in inputs if (x in (a, b) and operands_read) or (x in extras and x in backward.reads)]
     # Unless the accumulator is recomputed, A's values are read for B's gradient (A^T @ dZ) alone
     # and B's for A's: a call whose other operand needs no gradient keeps only the shape (eager
     # PyTorch's mm keeps no `self` for a frozen `mat2`: an activation into a frozen weight).
@@ -133,7 +136,7 @@ def _matmul_backward(spec: Spec) -> dict:
     # A gradient no input needs is not computed (the first layer's input, a frozen weight: eager
     # PyTorch's mm backward skips those products too); an empty tensor holds its place.
     def if_needed(name, expression):
-        return f"{expression} if _needed[{inputs.index(name)}] else {dz}.new_empty(0)"
+        return f"{expression} if _needed[{inputs.index(name)}] else {dz if flows else like}.new_empty(0)"
 
     for name in inputs:
         if name in extras and name in backward.passed and extras[name] == (m, n):
@@ -198,7 +201,11 @@ def _matmul_backward(spec: Spec) -> dict:
         math_lines=backward.lines("triton"),
         dz_params=dz_params,
         typed_params=", ".join([dz_params, *NEEDED_PARAM]),
-        sizes=f"{m}, {k} = {a}.shape[-2:]\n    {n} = {b}.shape[-1]" if batched else f"{m}, {k} = {a}.shape\n    {n} = {b}.shape[1]",
+        # (an epilogue that gives the operands no gradient keeps them only to compute the
+        # accumulator again, or not at all: its incoming gradients have the output's shape)
+        sizes=(f"{m}, {n} = {like}.shape[-2:]" if not operands_read
+               else f"{m}, {k} = {a}.shape[-2:]\n    {n} = {b}.shape[-1]" if batched
+               else f"{m}, {k} = {a}.shape\n    {n} = {b}.shape[1]"),
         allocations=allocations,
         expansions=expansions,
         sums=sums,
