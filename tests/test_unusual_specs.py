@@ -1161,3 +1161,40 @@ def test_an_epilogue_that_gives_the_accumulator_no_gradient_gives_its_inputs_the
     # the product again) from operands it had not kept: every such op's backward raised NameError.
     assert_generated_tests_pass(tmp_path, NO_GRADIENT_AT_THE_ACCUMULATOR, ["mm_bias_only", "bmm_sign_gate"],
                                 "gradient or gradcheck or training_variant or second_derivatives or opcheck")
+
+
+ROW_VALUES_SUMMED_ALONG_THE_ROW = {
+    "shifted_sums.yaml": """
+op: shifted_sums
+kind: reduction
+doc: z = sum(sigmoid(x) - r), m = mean(x * x - r) per row.
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  r: {dtype: x, shape: [...]}
+outputs:
+  z: {dtype: x, shape: [...]}
+  m: {dtype: x, shape: [...]}
+compute:
+  z: sum(sigmoid(x) - r)
+  m: mean(x * x - r)
+tiles:
+  N: {block: BLOCK_N, sizes: [32]}
+""",
+}
+
+
+def test_a_per_row_value_read_along_the_row_gets_the_row_length_times_its_share(tmp_path):
+    # r's gradient is the sum over the row of a value the same along it: n times that value. The
+    # gradients in PyTorch's ops (create_graph=True) summed it over the last axis of 1 a per-row
+    # value has there, once; an empty row's is 0 (mean's share g / n is not finite there).
+    assert_generated_tests_pass(tmp_path, ROW_VALUES_SUMMED_ALONG_THE_ROW, ["shifted_sums"],
+                                "second_derivatives or gradients_match or gradcheck")
+    with built_package(tmp_path / "direct", "row_sums", ROW_VALUES_SUMMED_ALONG_THE_ROW) as package:
+        device = "cpu" if INTERPRET else "cuda"
+        x = torch.randn(3, 0, device=device, requires_grad=True)
+        r = torch.randn(3, device=device, requires_grad=True)
+        seed = torch.tensor([1.0, float("inf"), 0.0], device=device)
+        for create_graph in (False, True):
+            z, m = package.shifted_sums(x, r)
+            gradient, = torch.autograd.grad([z, m], [r], [seed, seed], create_graph=create_graph)
+            assert gradient.tolist() == [0.0, 0.0, 0.0]

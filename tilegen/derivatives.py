@@ -350,7 +350,7 @@ def _row_sum(term: Term, level) -> Term:
     so a division stays a division). A row program takes a sum in the pass where every value it
     reads is known; taken out of it, a row value computed late no longer holds the sum back to a
     pass of its own (LayerNorm's backward: three passes over a long row instead of four). Sums
-    of the same part are one term, computed once. Parts the same along the row stay summed.
+    of the same part are one term, computed once.
     (rows._row_factors takes the factors out of one product a spec writes in a sum; the sums the
     backward builds are split here, while they are terms, before their parts are named.)"""
     total, rest = ZERO, ZERO  # rest: the parts with no element factor
@@ -388,7 +388,13 @@ def _row_sum(term: Term, level) -> Term:
         total = sub(total, summed) if negative else add(total, summed)
 
     parts(term, False)
-    return total if _is_const(rest, 0.0) else add(call("sum", rest), total)
+    # The parts the same along the row are summed as the row's length times them (PyTorch's sum
+    # over the row's axis of a value per row, its last axis 1 as eager code holds it, would take it
+    # once: a per-row input's second derivatives, computed in PyTorch's ops, were 1/n of it), and
+    # an empty row's sum is 0 whatever they hold (mean's share g / n is not finite there).
+    if _is_const(rest, 0.0):
+        return total
+    return add(where(compare(">", var(ROW_LENGTH), ZERO), mul(rest, var(ROW_LENGTH)), ZERO), total)
 
 
 def gradients(outputs: dict[str, Term], seeds: dict[str, Term], wrt: list[str],
