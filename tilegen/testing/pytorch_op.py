@@ -10,7 +10,7 @@ from tilegen.testing.compare import (
     TOLERANCES, assert_identical, assert_same_gradients, assert_same_results, computes_in_float64, float32_error,
     float32_yardsticks, gradient_key, held_by,
 )
-from tilegen.testing.samples import FP8_DTYPES, INTERPRET, _stack, as_tuple, exact, random, with_layout
+from tilegen.testing.samples import FP8_DTYPES, INTERPRET, as_tuple, exact, random, with_layout
 
 OPCHECK_AOT = "test_aot_dispatch_dynamic"
 OPCHECK_UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", OPCHECK_AOT)  # opcheck's own default
@@ -23,6 +23,13 @@ OPCHECK_UTILS_WITHOUT_AOT = ("test_schema", "test_autograd_registration", "test_
 # torch.compile's backend in these tests: Inductor on a GPU. In the interpreter Inductor cannot
 # compile Triton kernels for the CPU, so AOT autograd's eager backend runs the same trace.
 COMPILE_BACKEND = "aot_eager" if INTERPRET else "inductor"
+
+
+def _stack(tensors, dim):
+    """torch.stack, fp8 included (stacked as their bytes)."""
+    if tensors[0].dtype not in FP8_DTYPES:
+        return torch.stack(tensors, dim)
+    return torch.stack([t.view(torch.uint8) for t in tensors], dim).view(tensors[0].dtype)
 
 
 def compiled_afresh(fn):

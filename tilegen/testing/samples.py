@@ -164,10 +164,3 @@ def reducing_along(fn, roles, dim):
                 for r, role in zip(as_tuple(result), roles[len(inputs):])]
         return tuple(back) if isinstance(result, tuple) else back[0]
     return call
-
-
-def _stack(tensors, dim):
-    """torch.stack, fp8 included (stacked as their bytes)."""
-    if tensors[0].dtype not in FP8_DTYPES:
-        return torch.stack(tensors, dim)
-    return torch.stack([t.view(torch.uint8) for t in tensors], dim).view(tensors[0].dtype)
