@@ -101,8 +101,9 @@ def _matmul_backward(spec: Spec) -> dict:
     saved = [x for x in inputs if (x in (a, b) and operands_read) or (x in extras and x in backward.reads)]
     # Unless the accumulator is recomputed, A's values are read for B's gradient (A^T @ dZ) alone
     # and B's for A's: a call whose other operand needs no gradient keeps only the shape (eager
-    # PyTorch's mm keeps no `self` for a frozen `mat2`: an activation into a frozen weight).
-    operands_read_by = {a: [b], b: [a]}
+    # PyTorch's mm keeps no `self` for a frozen `mat2`: an activation into a frozen weight). Where
+    # the products get no gradient, none reads them: the kept accumulator is all the backward needs.
+    operands_read_by = {a: [b], b: [a]} if flows else {a: [], b: []}
     # The elementwise pass reads the accumulator, the extras it needs (broadcast to [M, N] views)
     # and the incoming gradients, and writes the [M, N] gradients ([N] and [M] ones in float32,
     # summed after).
@@ -176,9 +177,11 @@ def _matmul_backward(spec: Spec) -> dict:
     name = backward_op_name(spec.op)
     scalars = [sc.name for sc in spec.scalars]
     kernel_results = [backward.results[x] for x in computed]
-    # The accumulator with its history (the kept one has none), then the same math.
+    # The accumulator with its history (the kept one has none), then the same math; where the
+    # epilogue gives it no gradient, it needs none (its training variant keeps no operand's values).
     recompute = (f'acc = rt.autograd.accumulator_with_history("{spec.op}", acc, {a}, {b}, _needed[{inputs.index(a)}], '
-                 f'_needed[{inputs.index(b)}], "{parts.a.public}", "{parts.b.public}")')
+                 f'_needed[{inputs.index(b)}], "{parts.a.public}", "{parts.b.public}")' if flows
+                 else f"acc = rt.autograd.accumulator_without_history(acc, {a}, {b})")
     in_torch = torch_gradients(spec, backward, saved + ["acc"] + outputs_read + seeds,
                                [r for r in in_torch_results if r is not None],
                                rows=tuple(x for x in saved if extras.get(x) == (m,)),

@@ -56,7 +56,9 @@ class Gradients:
     `read_by`: per saved input, the tensor inputs whose gradients read its values, or None for a
     saved input the backward always reads (the default, for all): where none of those requires
     grad in a call, only its shape is kept (shape_only), as eager PyTorch's mm keeps no `self`
-    for a frozen `mat2` (a matmul's A is read for B's gradient alone, once the accumulator is kept)."""
+    for a frozen `mat2` (a matmul's A is read for B's gradient alone, once the accumulator is kept);
+    () for one whose shape alone is read (a matmul's operands, where the epilogue gives the kept
+    accumulator no gradient)."""
 
     def __init__(self, backward, tensors, saved, sources, outputs=1, saved_outputs=(), records=None, phases=None,
                  whole=False, selective=False, read_by=None, differentiable=None, named=None):
@@ -65,9 +67,9 @@ class Gradients:
         self.selective = selective
         self.read_by = (None,) * len(self.saved) if read_by is None else tuple(
             None if read is None else tuple(read) for read in read_by)
-        if len(self.read_by) != len(self.saved) or () in self.read_by:  # (one no gradient reads is not saved)
+        if len(self.read_by) != len(self.saved):
             raise ValueError(f"Gradients: read_by names {len(self.read_by)} saved inputs, saved has {len(self.saved)}, "
-                             "each read by some input's gradient or always (None)")
+                             "each read by some inputs' gradients, by none (its shape alone), or always (None)")
         self.outputs, self.saved_outputs, self.phases, self.whole = outputs, tuple(saved_outputs), phases, whole
         self.records = None if records is None else tuple(tuple(r) for r in records)
         # What setup_context does on every call, worked out once (a training step's host time is
@@ -187,7 +189,7 @@ class Gradients:
         """This op's Formula (its autograd node in C++, see call and native_module), or None:
         turned off, not built (yet)."""
         module = native_module()
-        if module is None or (self.tensors > 62 and (self.records is not None or any(self.read_by))):  # (the node's masks)
+        if module is None or (self.tensors > _MASKED_INPUTS and (self.records is not None or self._reads_some())):
             return None
         if self._node is None or self._node[0] is not module:
             layout = [-1 if i is None else i for i in self.saved_outputs]
@@ -199,6 +201,10 @@ class Gradients:
                                                 None if self.records is None else [_mask(read) for read in self.records],
                                                 self.selective, [0 if read is None else _mask(read) for read in self.read_by])
         return self._node[1]
+
+    def _reads_some(self):
+        """Whether some saved input is kept only where a gradient that reads it is asked for."""
+        return any(read is not None for read in self.read_by)
 
     def _backward_path(self):
         """The backward op's compiled call path, where it serves the op's backward whole (the
@@ -224,9 +230,15 @@ def _any_requires_grad(inputs, positions):
     return any(inputs[i].requires_grad for i in positions)
 
 
+# The node's masks hold a bit for each of at most 62 tensor inputs (an op of more records no node);
+# the next bit is no input's, and stands for none: a read_by mask of 0 means "always read".
+_MASKED_INPUTS = 62
+
+
 def _mask(positions):
-    """The node's mask of input `positions` (records, read_by): bit i for input i."""
-    return sum(1 << i for i in positions)
+    """The node's mask of input `positions` (records, read_by): bit i for input i; for none, a bit
+    that is no input's (read_by's () reads the shape alone, as 0 would read the values always)."""
+    return sum(1 << i for i in positions) if positions else 1 << _MASKED_INPUTS
 
 
 def shape_only(t):
@@ -336,11 +348,11 @@ def accumulator_with_history(op, kept, a, b, a_needed, b_needed, a_name, b_name)
     kept = kept.float()  # (the math's precision, as the kernel upcasts it on load)
     a_shape_only, b_shape_only = _stand_in(a, b), _stand_in(b, a)
     if not (a_shape_only or b_shape_only):
-        product = torch.matmul(a, b)  # (its history alone counts: in the operands' dtype)
-        return kept + (product - product.detach())
+        # (its history alone counts: in the operands' dtype, where it may overflow)
+        return kept + zero_with_history(torch.matmul(a, b))
     stand_in, needed, name, other = (a, a_needed, a_name, b_name) if a_shape_only else (b, b_needed, b_name, a_name)
-    if stand_in.requires_grad:
-        return kept + ((a - a.detach()) @ b if a_shape_only else a @ (b - b.detach()))
+    if stand_in.requires_grad:  # (a stand-in's one element is any bits: never read)
+        return kept + (zero_with_history(a) @ b if a_shape_only else a @ zero_with_history(b))
     if needed:
         raise RuntimeError(f"{op}: a second derivative through the accumulator A @ B needs '{name}''s history, but its "
                            f"values were not kept ('{other}' does not require grad) and this call's autograd node "
@@ -348,6 +360,37 @@ def accumulator_with_history(op, kept, a, b, a_needed, b_needed, a_name, b_name)
                            f"autograd) keeps none for it; let '{other}' require grad in the call, or compute the "
                            "gradients without create_graph")
     return kept
+
+
+def accumulator_without_history(kept, a, b):
+    """A matmul's accumulator A @ B in float32 for the differentiable backward of an epilogue that
+    gives it no gradient (`where(acc > 0, r, 0)`: it decides, nothing flows through it): the kept
+    one, or computed again from the operands (the registered op's backward keeps them whole; its
+    training variant keeps the accumulator and the operands' shapes alone)."""
+    return (torch.matmul(a.float(), b.float()) if kept is None else kept.float()).detach()
+
+
+class _ZeroWithHistory(torch.autograd.Function):
+    """Zeros of t's shape whose gradient passes to t as it is: `t - t.detach()`, which is NaN where t
+    is not finite (a product that overflowed its dtype, a stand-in's bits)."""
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(t):
+        return t.new_zeros(()).expand(t.shape)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def zero_with_history(t):
+    """Zeros of t's shape and dtype, with t's history (_ZeroWithHistory)."""
+    return _ZeroWithHistory.apply(t)
 
 
 def _stand_in(t, other):

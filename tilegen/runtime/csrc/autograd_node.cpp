@@ -418,7 +418,8 @@ struct Formula {
     std::shared_ptr<PyRef> *backward;  /* null where none */
     std::vector<Py_ssize_t> *records;  /* per result, a mask of the inputs it records from (Gradients.records); empty: all */
     bool selective;  /* the backward op takes which inputs need a gradient (Gradients.selective) */
-    std::vector<Py_ssize_t> *readers;  /* per saved input, a mask of the inputs whose gradients read it; 0: always read */
+    std::vector<Py_ssize_t> *readers;  /* per saved input, a mask of the inputs whose gradients read it; 0: always read
+                                          (a bit of no input: never, its shape alone) */
 };
 
 bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
@@ -447,8 +448,9 @@ bool read_indices(PyObject *sequence, std::vector<Py_ssize_t> *into) {
    result a mask of the tensor inputs it records a graph from (bit i: input i), or None for all:
    a result none of whose inputs requires grad stays a plain tensor, as PyTorch's would; `selective`:
    the backward op takes last a list of which tensor inputs need a gradient; `readers` per saved
-   input a mask of the tensor inputs whose gradients read its values (0: always read), or None for
-   all always read: one none of whose readers requires grad is kept as its shape alone. */
+   input a mask of the tensor inputs whose gradients read its values (0: always read; a bit past the
+   inputs': none), or None for all always read: one none of whose readers requires grad is kept as
+   its shape alone. */
 PyObject *Formula_new(PyTypeObject *type, PyObject *args, PyObject *) {
     const char *op;
     PyObject *gradients, *saved_inputs, *saved_outputs, *sources, *backward = Py_None, *records = Py_None,
