@@ -220,6 +220,7 @@ def _common(spec: Spec, header: str, package: str) -> dict:
     root = dtype_root(spec)
     followers = [t for t in spec.inputs if t.dtype_source == root.name and t is not root]
     refusal = _interpreter_refusal(spec)
+    floats = spec.float_inputs()
     return dict(
         header=header, package=package, op=spec.op,
         dtypes_literal=", ".join(DTYPES[d].torch for d in root.dtypes),
@@ -259,6 +260,8 @@ def _common(spec: Spec, header: str, package: str) -> dict:
         records_gradients=records_gradients(spec),
         # Whether gradients asked for with create_graph=True differentiate again (else refused by name).
         second_derivative=spec.kind != "reduction" or differentiates_twice(spec),
+        # Each float input frozen in turn, where another is left to differentiate.
+        frozen_inputs=[t.public for t in spec.inputs if t.name in floats] if len(floats) > 1 else [],
     )
 
 

@@ -436,29 +436,37 @@ class AsPyTorchOp:
         errors = {name: None if w is None else float32_error(y, w) for name, y, w in zip(names, yardsticks, want)}
         return {name: error for name, error in errors.items() if error is not None}
 
-    def second_derivatives_match(self, inputs, scalars, key):
+    def second_derivatives_match(self, inputs, scalars, key, frozen=None):
         """Gradients asked for with create_graph=True (a gradient penalty, a Hessian-vector product)
         differentiated again: for random incoming gradients and random directions, the derivative
         of the gradients' product with the directions, by every float input and by the incoming
-        gradients, against PyTorch's autograd, twice, of the float64 oracle."""
+        gradients, against PyTorch's autograd, twice, of the float64 oracle. `frozen`: the name of
+        a float input that requires no grad (a frozen weight: the op may keep its shape alone, or
+        another input's), a constant of both."""
         self.recording(inputs)
         outs = as_tuple(self.wrapper(*inputs, **scalars))
         # The op's float outputs, and the oracle's at the same places (its int math may be float64).
         float_outputs = [o.is_floating_point() for o in outs]
         seeds = [random(o.shape, o.dtype, 300 + i) for i, o in enumerate(outs) if o.is_floating_point()]
-        directions = [random(x.shape, torch.float64, 400 + i) for i, x in enumerate(inputs) if x.is_floating_point()]
-        got = self._gradient_products(self.wrapper, inputs, scalars, float_outputs, seeds, directions, lambda t: t.detach())
-        want = self._gradient_products(self.reference, inputs, scalars, float_outputs, seeds, directions, exact)
+        asked = [x.is_floating_point() and name != frozen for name, x in zip(self.input_names, inputs)]
+        if frozen is not None:
+            assert not all(asked) and any(asked), f"{frozen!r} is not one of two float inputs or more"
+        directions = [random(x.shape, torch.float64, 400 + i) for i, (x, a) in enumerate(zip(inputs, asked)) if a]
+
+        def products(fn, given):
+            return self._gradient_products(fn, inputs, scalars, float_outputs, seeds, directions, given, asked)
+
+        got = products(self.wrapper, lambda t: t.detach())
+        want = products(self.reference, exact)
         # Beyond what float32 math of the same derivatives strays (as float32_slack; none in float64).
         slack = [None] * len(want)
         if not computes_in_float64(inputs):
-            yardsticks = float32_yardsticks(
-                lambda: self._gradient_products(self.reference, inputs, scalars, float_outputs, seeds, directions, exact))
+            yardsticks = float32_yardsticks(lambda: products(self.reference, exact))
             slack = [None if w is None else float32_error(y, w) for y, w in zip(yardsticks, want)]
-        names = [n for n, x in zip(self.input_names, inputs) if x.is_floating_point()]
+        names = [n for n, a in zip(self.input_names, asked) if a]
         names += [f"the incoming gradient of output {i}" for i in range(len(seeds))]
         # (What each derivative comes back as: its input's dtype, its incoming gradient's.)
-        dtypes = [x.dtype for x in inputs if x.is_floating_point()] + [g.dtype for g in seeds]
+        dtypes = [x.dtype for x, a in zip(inputs, asked) if a] + [g.dtype for g in seeds]
         for name, g, w, dtype, allowed in zip(names, got, want, dtypes, slack, strict=True):
             w = w if w is None else held_by(w, dtype, g)
             # Held to float32's tolerance at least, and to that of the dtype it comes back in where
@@ -478,18 +486,18 @@ class AsPyTorchOp:
             torch.autograd.grad(sum(o.sum() for o in outs), [x for x in leaves if x.requires_grad], create_graph=True)
 
     @staticmethod
-    def _gradient_products(fn, inputs, scalars, float_outputs, seeds, directions, given):
-        """The derivatives of sum(gradient * direction) over `fn`'s float inputs (their gradients
-        taken with create_graph=True for the incoming `seeds` of the outputs `float_outputs` marks),
-        by those inputs and by the seeds, each as `given` makes it (the op's own, or the oracle's
-        exact); zeros where none depends on one."""
-        leaves = [given(x).requires_grad_() if x.is_floating_point() else given(x) for x in inputs]
-        floats = [x for x in leaves if x.is_floating_point()]
+    def _gradient_products(fn, inputs, scalars, float_outputs, seeds, directions, given, asked):
+        """The derivatives of sum(gradient * direction) over `fn`'s float inputs that `asked` marks
+        (their gradients taken with create_graph=True for the incoming `seeds` of the outputs
+        `float_outputs` marks), by those inputs and by the seeds, each as `given` makes it (the
+        op's own, or the oracle's exact); zeros where none depends on one."""
+        leaves = [given(x).requires_grad_(a) for x, a in zip(inputs, asked)]
+        floats = [x for x in leaves if x.requires_grad]
         seeds = [given(g).requires_grad_() for g in seeds]
         outs = [o for o, f in zip(as_tuple(fn(*leaves, **scalars)), float_outputs) if f]
-        pairs = [(o, g) for o, g in zip(outs, seeds) if o.requires_grad]
+        pairs = [(o, g) for o, g in zip(outs, seeds) if o.requires_grad]  # (none: every output reads frozen inputs)
         grads = torch.autograd.grad([o for o, _ in pairs], floats, [g for _, g in pairs], create_graph=True,
-                                    allow_unused=True)
+                                    allow_unused=True) if pairs else [None] * len(floats)
         total = sum((g * d.to(g.dtype).to(g.device)).sum() for g, d in zip(grads, directions) if g is not None)
         wrt = floats + seeds
         products = (torch.autograd.grad(total, wrt, allow_unused=True) if isinstance(total, torch.Tensor)
