@@ -16,7 +16,8 @@ from tilegen.testing.pytorch_op import (
 )
 from tilegen.testing.samples import (
     CONFIG_PARTS, DEVICE, FP8_DOTS, FP8_DTYPES, INTERPRET, NUDGE, another_dtype, as_tuple, dtype_params, exact,
-    generator, needs_backend, oracle_float, oracle_in, poison_floats, random, reducing_along, unwritten, with_layout,
+    generator, needs_backend, oracle_float, oracle_in, oracle_product, poison_floats, random, reducing_along, unwritten,
+    with_layout,
 )
 
 # Training calls are checked through the autograd node they settle on: built here before the
@@ -31,6 +32,6 @@ __all__ = [
     "assert_same_results", "check_compiles_whole", "check_cuda_graph_replay", "check_export_keeps",
     "check_out_is_an_input", "compiled_afresh", "computes_in_float64", "dtype_params", "exact", "float32_allowances",
     "float32_error", "float32_yardsticks", "generator", "gradient_key", "held_by", "needs_backend", "opcheck",
-    "opcheck_compared", "opcheck_tolerances", "oracle_float", "oracle_in", "poison_floats", "random",
+    "opcheck_compared", "opcheck_tolerances", "oracle_float", "oracle_in", "oracle_product", "poison_floats", "random",
     "recorded_gradients", "reducing_along", "unwritten", "with_layout", "within_allowance",
 ]

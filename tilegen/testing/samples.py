@@ -95,6 +95,23 @@ def oracle_float(t):
     return (t.double() * (1.0 + NUDGE * ups)).to(dtype)
 
 
+def oracle_product(a, b):
+    """A @ B as the oracle computes a matmul's accumulator (a and b as oracle_float made them):
+    exactly in float64; inside oracle_in with a nudge, moved by what a float32 sum of its K
+    products may round in another order, sqrt(K) roundings of their size |A| @ |B| (up, or up and
+    down as oracle_float's nudge), which the operands' nudge alone does not reach: a GPU sums in
+    the tensor cores' order, not the CPU's, and an epilogue may magnify the difference (acc^3
+    where it cancels a bias)."""
+    product = a @ b
+    nudge = _ORACLE_FLOAT[-1][1]
+    if nudge == 0:
+        return product
+    sizes = (a.detach().abs() @ b.detach().abs()).double() * (a.shape[-1] ** 0.5 * NUDGE)
+    if nudge < 0:
+        sizes.view(-1)[1::2] *= -1.0
+    return product + sizes.to(product.dtype)
+
+
 def exact(t):
     """`t` on the CPU as the float64 oracle reads it: floats in float64 (the oracle's float dtype:
     oracle_in), ints in int64 (exact)."""
