@@ -89,10 +89,16 @@ def oracle_float(t):
     t = t.cpu()
     if nudge == 0:
         return t.to(dtype)
-    ups = torch.ones(t.shape, dtype=torch.float64)
+    return (t.double() * (1.0 + NUDGE * _nudge_signs(t.shape, nudge))).to(dtype)
+
+
+def _nudge_signs(shape, nudge):
+    """The direction of a nudge at each element of `shape`: every one up (1), or up and down in
+    turn (-1)."""
+    signs = torch.ones(shape, dtype=torch.float64)
     if nudge < 0:
-        ups.view(-1)[1::2] = -1.0
-    return (t.double() * (1.0 + NUDGE * ups)).to(dtype)
+        signs.view(-1)[1::2] = -1.0
+    return signs
 
 
 def oracle_product(a, b):
@@ -106,10 +112,8 @@ def oracle_product(a, b):
     nudge = _ORACLE_FLOAT[-1][1]
     if nudge == 0:
         return product
-    sizes = (a.detach().abs() @ b.detach().abs()).double() * (a.shape[-1] ** 0.5 * NUDGE)
-    if nudge < 0:
-        sizes.view(-1)[1::2] *= -1.0
-    return product + sizes.to(product.dtype)
+    sizes = (a.detach().abs() @ b.detach().abs()).double()
+    return product + (sizes * (a.shape[-1] ** 0.5 * NUDGE) * _nudge_signs(sizes.shape, nudge)).to(product.dtype)
 
 
 def exact(t):
