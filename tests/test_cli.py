@@ -121,7 +121,8 @@ def test_every_independent_spec_error_once_and_no_follow_on_errors(cli, project)
     assert result.exit_code == 2
     assert _lines(result)[:-1] == [
         "bad/bad.yaml:9: compute.y: function 'softplus' is not allowed (numbers, inf, declared names, + - * / ** "
-        "(integer power 1..8), unary -, one comparison as the first argument of where(), and calls to abs, cos, detach, "
+        "(integer power 1..8), unary -, one comparison (where()'s first argument or a bool output's whole expression), "
+        "and calls to abs, cos, detach, "
         "erf, exp, gelu, log, maximum, minimum, relu, rsqrt, sigmoid, silu, sin, sqrt, tanh, where)",
         "bad/bad.yaml:9: compute.y: unknown name 'a' (declared names: x)",
         "bad/bad.yaml:9: compute.y: unknown name 'bb' (declared names: x)",

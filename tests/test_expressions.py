@@ -61,6 +61,25 @@ def test_every_unknown_name_and_function_is_reported_once():
                         "unknown name 'cc'"]
 
 
+@pytest.mark.parametrize("source, spelling", [
+    ("m & n", "of two bools write m * n"), ("m and n", "of two bools write m * n"),
+    ("where(a > 0 or b > 0, a, b)", "nest where(): where(p, x, where(q, x, y))"),
+    ("m | n", "of two bools write m + n"), ("m ^ n", "of two bools write m != n"),
+    ("~m", "of a bool write m == 0"), ("where(not m, a, b)", "swap where()'s branches"),
+])
+def test_a_refused_logical_operator_says_how_the_language_writes_it(source, spelling):
+    with pytest.raises(ExpressionError) as info:
+        parse_expression(source, NAMES | {"m", "n"})
+    what, _, how = info.value.message.partition(" is not allowed: ")
+    assert what.startswith("operator ") and spelling in how
+
+
+@pytest.mark.parametrize("spelling", ["m * n", "m + n", "m != n", "m == 0", "where(a > 0, where(b > 0, a, b), b)",
+                                      "where(a > 0, a, where(b > 0, a, b))"])
+def test_the_spellings_a_refused_operator_suggests_are_accepted(spelling):
+    parse_expression(spelling, NAMES | {"m", "n"})
+
+
 @pytest.mark.parametrize("source, message", [
     ("__import__('os')", "function '__import__' is not allowed"),
     ("a.__class__", "an attribute (x.name) is not allowed"),

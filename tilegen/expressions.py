@@ -94,6 +94,13 @@ _REFUSED_OPERATORS = {
     ast.And: "'and'", ast.Or: "'or'", ast.Is: "'is'", ast.IsNot: "'is not'", ast.In: "'in'",
     ast.NotIn: "'not in'",
 }
+# What a refused logical operator is written as in the language: of two bools + is or and * is
+# and; a comparison stands only as where()'s condition, so two of them nest.
+_AND = "of two bools write m * n; of two conditions nest where(): where(p, where(q, x, y), y)"
+_OR = "of two bools write m + n; of two conditions nest where(): where(p, x, where(q, x, y))"
+_NOT = "of a bool write m == 0, or swap where()'s branches"
+_LOGIC_SPELLINGS = {ast.BitAnd: _AND, ast.And: _AND, ast.BitOr: _OR, ast.Or: _OR, ast.BitXor: "of two bools write m != n",
+                    ast.Invert: _NOT, ast.Not: _NOT}
 _REFUSED_CONSTRUCTS = {
     ast.IfExp: "a conditional expression (a if c else b: write where(c, a, b))",
     ast.Subscript: "indexing (x[...])", ast.Attribute: "an attribute (x.name)", ast.Lambda: "a lambda",
@@ -105,8 +112,8 @@ _REFUSED_CONSTRUCTS = {
 
 
 def _allowed(functions) -> str:
-    return ("numbers, inf, declared names, + - * / ** (integer power 1..8), unary -, "
-            "one comparison as the first argument of where(), and calls to " + ", ".join(sorted(functions)))
+    return ("numbers, inf, declared names, + - * / ** (integer power 1..8), unary -, one comparison "
+            "(where()'s first argument or a bool output's whole expression), and calls to " + ", ".join(sorted(functions)))
 
 
 _ALLOWED = _allowed(FUNCTIONS)
@@ -283,8 +290,7 @@ class _Checker:
                                       "output's whole expression")
             refused = [op for op in node.ops if type(op) in _REFUSED_OPERATORS]
             if refused:
-                raise ExpressionError(f"operator {_REFUSED_OPERATORS[type(refused[0])]} is not allowed",
-                                      self.allowed)
+                raise ExpressionError(_refused_operator(type(refused[0])), self.allowed)
             if len(node.ops) != 1:
                 raise ExpressionError("use one comparison (a > b), not a chain", self.allowed)
             self.check(node.left, depth + 1, False)
@@ -327,7 +333,7 @@ class _Checker:
                 if abs(value) > MAX_LITERAL:
                     raise ExpressionError(f"{func.id}() of constants is out of range ({value:g})", f"|x| <= {MAX_LITERAL:g}")
             return
-        raise ExpressionError(f"{_refused_construct(node)} is not allowed", self.allowed)
+        raise ExpressionError(_refusal(node), self.allowed)
 
     def check_reduction(self, node: ast.Call, depth: int) -> None:
         name = node.func.id
@@ -561,12 +567,20 @@ class _Emitter:
         raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
 
 
-def _refused_construct(node: ast.AST) -> str:
-    """What a spec author wrote, for a node the language refuses: `operator '//'`, `a list`."""
+def _refused_operator(operator: type) -> str:
+    """The error of a refused operator, with what the language writes for it where it has a way:
+    `operator '|' is not allowed: of two bools write m + n; ...`."""
+    spelling = _LOGIC_SPELLINGS.get(operator)
+    return f"operator {_REFUSED_OPERATORS[operator]} is not allowed" + (f": {spelling}" if spelling else "")
+
+
+def _refusal(node: ast.AST) -> str:
+    """The error of a node the language refuses, naming what a spec author wrote: `operator '//'
+    is not allowed`, `a list is not allowed`."""
     operator = type(getattr(node, "op", None))
     if operator in _REFUSED_OPERATORS:
-        return f"operator {_REFUSED_OPERATORS[operator]}"
-    return _REFUSED_CONSTRUCTS.get(type(node), f"Python's {type(node).__name__}")
+        return _refused_operator(operator)
+    return _REFUSED_CONSTRUCTS.get(type(node), f"Python's {type(node).__name__}") + " is not allowed"
 
 
 def _sigmoid(v: float) -> float:
