@@ -585,6 +585,42 @@ def test_the_node_refuses_what_autograd_refuses(package, node):
         torch.autograd.grad(y.sum(), x, create_graph=True)
 
 
+def test_two_threads_backward_through_one_node_at_once_one_runs_and_one_is_refused(node):
+    # Two backward calls that share a node's graph run it from two threads, each without
+    # retain_graph: the first hands its kept tensors over to its backward, the other must be
+    # refused as a second backward is, never run on what is left (PyTorch's nodes lock, see its
+    # Note [Thread Safety on Autograd Node]).
+    import threading
+
+    from generated import rms_norm
+
+    x, w = _leaves((64, 256), (256,))
+    want = torch.autograd.grad(rms_norm(x, w)[0].sum(), (x, w))
+    for _ in range(20):
+        y = rms_norm(x, w)[0]
+        start, outcomes = threading.Barrier(2), []
+
+        def backward():
+            loss = y.sum()
+            start.wait()
+            try:
+                outcomes.append(torch.autograd.grad(loss, (x, w)))
+            except RuntimeError as error:
+                outcomes.append(error)
+
+        threads = [threading.Thread(target=backward) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        ran = [o for o in outcomes if isinstance(o, tuple)]
+        refused = [o for o in outcomes if not isinstance(o, tuple)]
+        assert len(ran) == 1 and len(refused) == 1, outcomes
+        assert "rms_norm: trying to backward through the graph a second time" in str(refused[0])
+        for got, expected in zip(ran[0], want):
+            torch.testing.assert_close(got, expected)
+
+
 @pytest.mark.parametrize("recorded", ["node", "function"])
 def test_gradients_asked_for_with_create_graph_differentiate_again(monkeypatch, recorded):
     from generated import matmul_relu, rms_norm, softmax

@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -263,11 +264,17 @@ struct TilegenNode : Node {
     }
 
     void release_variables() override {
+        std::lock_guard<std::mutex> lock(mutex_);
         kept.clear();
         released = true;
     }
 
     variable_list apply(variable_list &&grads) override {
+        /* Two backward calls whose graphs share this node may run it at once from two threads
+           (PyTorch's Note [Thread Safety on Autograd Node]): one at a time, the kept tensors are
+           read or handed over whole, and the later one sees them released. (The mutex is taken
+           before the GIL, which the engine's threads do not hold when they call a node.) */
+        std::lock_guard<std::mutex> lock(mutex_);
         /* create_graph=True: the gradients are differentiated again, so they are computed from the
            kept tensors' history by the Python function (a kernel's results would carry none). */
         bool graph = at::GradMode::is_enabled();
@@ -288,8 +295,10 @@ struct TilegenNode : Node {
         bool hand_over = !torch::autograd::get_current_graph_task_keep_graph();
         for (Kept &k : kept)
             saved.push_back(graph ? with_history(k) : hand_over ? std::move(k.alias) : k.alias);
-        if (hand_over)
+        if (hand_over) {  /* (a backward that runs the node again is refused, as after release_variables) */
             kept.clear();
+            released = true;
+        }
         for (size_t i = 0; i < grads.size(); i++) {
             if (grads[i].defined())
                 continue;
