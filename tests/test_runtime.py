@@ -1460,3 +1460,35 @@ def test_a_selective_kernel_stores_only_the_outputs_asked_for():
     assert bits is None and list(stored) == [0, 1, 2]
     with pytest.raises(ValueError, match="2 flags for 3 outputs"):
         stored_outputs(outputs, (True, False), selective=True)
+
+
+def test_ops_called_from_several_threads_at_once_compute_right():
+    # Triton's interpreter patches its language module for the kernel it runs: two threads'
+    # kernels at once broke each other's (InterpreterError). Launches take turns there; on a GPU
+    # they run as they come.
+    import threading
+
+    from generated import scaled_silu_mul
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(4096, generator=g).to(device) for _ in range(2))
+    want = torch.nn.functional.silu(a.double()) * b.double()
+    outcomes = []
+
+    def calls():
+        for _ in range(25):
+            try:
+                outcomes.append(scaled_silu_mul(a, b))
+            except Exception as error:  # (a thread's exception is not the test's)
+                outcomes.append(error)
+
+    threads = [threading.Thread(target=calls) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(outcomes) == 100
+    for got in outcomes:
+        assert isinstance(got, torch.Tensor), got
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)

@@ -1,10 +1,17 @@
 """Launching: Triton's own launch, which serves first calls, the interpreter, other devices,
 profilers and tracing; what it launched, for the compiled call path to learn; split-K scratch."""
 
+import threading
+
 import torch
 import triton
 
 from . import library
+
+# Triton's interpreter patches its language module's functions for the kernel it runs and puts
+# them back after: two threads running kernels at once broke each other's run (InterpreterError:
+# "Did you forget to add @triton.jit?"). Its launches take turns.
+_INTERPRETER_TURN = threading.Lock()
 
 
 class Launched:
@@ -47,7 +54,8 @@ class Kernel:
             return Launched(None, self.arg_names, grid, args, varying, None)
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
         if device is None or device.type != "cuda":
-            binary = self.fn[grid](*args, **constexprs, **options)
+            with _INTERPRETER_TURN:
+                self.fn[grid](*args, **constexprs, **options)
             return Launched(None, self.arg_names, grid, args, varying, None)
         index = device.index if device.index is not None else torch.cuda.current_device()
         if index == torch.cuda.current_device():
