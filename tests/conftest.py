@@ -137,3 +137,15 @@ def validated(tmp_path: Path, text: str):
     doc = load_document(path, errors, "specs/spec.yaml")
     spec = validate_document(doc, errors) if doc is not None else None
     return spec, errors.lines()
+
+
+def run_in_threads(target, count: int):
+    """Run `target` in `count` threads at once, until each returns (what it raises is its own:
+    a target that is to report an exception catches it)."""
+    import threading
+
+    threads = [threading.Thread(target=target) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()

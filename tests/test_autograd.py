@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from tests.conftest import REPO, assert_generated_tests_pass, built_package
+from tests.conftest import REPO, assert_generated_tests_pass, built_package, run_in_threads
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and not torch.cuda.is_available(),
@@ -608,11 +608,7 @@ def test_two_threads_backward_through_one_node_at_once_one_runs_and_one_is_refus
             except RuntimeError as error:
                 outcomes.append(error)
 
-        threads = [threading.Thread(target=backward) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_in_threads(backward, 2)
         ran = [o for o in outcomes if isinstance(o, tuple)]
         refused = [o for o in outcomes if not isinstance(o, tuple)]
         assert len(ran) == 1 and len(refused) == 1, outcomes

@@ -10,7 +10,7 @@ import tilegen.runtime as rt
 from tilegen.build import load_specs
 from tilegen.render import Renderer
 from tilegen.tables import render_table, table_for_spec
-from tests.conftest import REPO
+from tests.conftest import REPO, run_in_threads
 
 NAMES = ("BM", "BN", "BK")
 
@@ -1466,8 +1466,6 @@ def test_ops_called_from_several_threads_at_once_compute_right():
     # Triton's interpreter patches its language module for the kernel it runs: two threads'
     # kernels at once broke each other's (InterpreterError). Launches take turns there; on a GPU
     # they run as they come.
-    import threading
-
     from generated import scaled_silu_mul
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -1483,11 +1481,7 @@ def test_ops_called_from_several_threads_at_once_compute_right():
             except Exception as error:  # (a thread's exception is not the test's)
                 outcomes.append(error)
 
-    threads = [threading.Thread(target=calls) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_in_threads(calls, 4)
     assert len(outcomes) == 100
     for got in outcomes:
         assert isinstance(got, torch.Tensor), got
