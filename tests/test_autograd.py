@@ -815,16 +815,8 @@ def test_a_gradient_that_does_not_sum_to_its_input_is_an_error_not_a_hang(packag
     # there once left the GIL taken, and backward() waited for it forever.
     from tilegen.runtime import autograd
 
-    if through == "node" and torch.cuda.is_available():
-        # Open defect: on a GPU (torch 2.11, an H100) autograd's device thread crashed (SIGSEGV)
-        # after the node raised this error, whether as a C++ error or a Python one set by the node;
-        # an error raised by the Python formula itself reaches the caller (the test above), and so
-        # does a gradient of the right shape on the wrong device. The node now frees the formula's
-        # tensors with no error pending (release_keeping_error), the one difference found between
-        # those paths, and still crashed so on an H100 (bench/results/h100/tests_87b0728). Only a
-        # broken formula gets here: a derived one returns gradients of the outputs' shape.
-        pytest.skip("a misshapen gradient crashed the node's backward on a GPU's device thread (open defect)")
-
+    # On a GPU the node's error crashed the process (autograd's device thread, SIGSEGV in the
+    # stream c10::str formats sizes with); it formats them itself now (size_text).
     a, b, c = _leaves((3, 4), (3, 4), (3, 4))
     y, _ = package.ew_mix(a, b, c)
 

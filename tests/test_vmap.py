@@ -1,5 +1,5 @@
 """torch.vmap of generated ops (tilegen.runtime.batching), against the op called on each sample in
-turn, and the torch.func transforms refused with one error naming the op and the argument."""
+turn (vmap with torch.func's other transforms: test_func.py)."""
 
 import pytest
 import torch
@@ -133,26 +133,6 @@ def test_a_scalar_under_vmap_is_checked_as_in_an_eager_call():
         torch.func.vmap(lambda x, w: generated.rms_norm(x, w, eps="1e-6"))(randn(3, 4, 8), randn(3, 8))
     got = torch.func.vmap(lambda a, b: generated.scaled_silu_mul(a, b, alpha=2))(a, b)  # an int is a float's
     torch.testing.assert_close(got, generated.scaled_silu_mul(a, b, alpha=2.0))
-
-
-TRANSFORMED = r"{op}: argument '{arg}' is transformed by torch.func \(grad, vjp, jacrev, jvp, functionalize\)"
-
-
-def test_the_other_transforms_are_refused_naming_the_op_and_argument():
-    import generated
-
-    x, y = randn(3, 5), randn(5)
-    add = TRANSFORMED.format(op="add", arg="a")
-    for transform in (lambda: torch.func.grad(lambda a: generated.add(a, y).sum())(y),
-                      lambda: torch.func.vjp(lambda a: generated.add(a, y), y),
-                      lambda: torch.func.jacrev(lambda a: generated.add(a, y))(y),
-                      lambda: torch.func.jvp(lambda a: generated.add(a, y), (y,), (y,)),
-                      lambda: torch.func.functionalize(lambda a: generated.add(a, y))(y),
-                      lambda: torch.func.vmap(torch.func.grad(lambda a: generated.add(a, a).sum()))(x)):
-        with pytest.raises(TypeError, match=add):
-            transform()
-    with pytest.raises(TypeError, match=TRANSFORMED.format(op="softmax", arg="x")):
-        torch.func.grad(lambda a: torch.func.vmap(generated.softmax)(a).sum())(randn(3, 5, 7))
 
 
 def test_the_rule_lines_the_batch_axis_up_before_the_samples_axes():

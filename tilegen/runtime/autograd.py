@@ -10,6 +10,7 @@ torch.autograd.Function instead (call), without the dispatcher's round trips, or
 autograd node in C++ (csrc/autograd_node.cpp) once that is built.
 """
 
+import functools
 import os
 import threading
 import warnings
@@ -17,7 +18,8 @@ import warnings
 import torch
 
 from . import native, ops
-from .library import formula_of, implementation_of, tracing
+from .batching import vmap_rule
+from .library import batching_of, formula_of, implementation_of, tracing
 from .sizes import same_shape
 
 
@@ -318,6 +320,38 @@ class _EagerAutograd(torch.autograd.Function):
         return (None, None, *gradients.compute(ctx, grads, ctx.needs_input_grad[2:2 + gradients.tensors]))
 
 
+class _TransformedAutograd(torch.autograd.Function):
+    """An op's implementation and autograd formula under torch.func's transforms (grad, vjp,
+    jacrev, vmap over them or under them), which need a Function with its own setup_context, and a
+    vmap rule. functorch hands forward the tensors it unwraps (plain ones, where the kernels run);
+    the backward runs with grad mode on (torch.func.grad differentiates with create_graph=True) on
+    its tensors, so the formula's differentiable math (PyTorch's ops) serves it, under any
+    transform above it. Called with the registered op first (call)."""
+
+    @staticmethod
+    def forward(op, *args):
+        return _forward(formula_of(op), implementation_of(op), args)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        gradients = ctx.gradients = formula_of(inputs[0])
+        gradients.setup_context(ctx, inputs[1:], output)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        gradients = ctx.gradients
+        needed = ctx.needs_input_grad[1:1 + gradients.tensors]
+        if gradients.differentiable is None and gradients._reads_results(needed):
+            raise RuntimeError(no_transformed_backward(gradients.name))
+        return (None, *gradients.compute(ctx, grads, needed))
+
+    @staticmethod
+    def vmap(info, in_dims, op, *args):
+        # The op's batching rule, calling the op through call again: at the next transform down
+        # (grad's wrapped tensors: this Function again) or on plain tensors.
+        return vmap_rule(functools.partial(call, op), *batching_of(op))(info, in_dims[1:], *args)
+
+
 def _forward(gradients, implementation, args):
     """The op's forward on `args`, its tensors detached, so that the compiled call path (which
     leaves tensors that require grad to autograd) can serve the launch."""
@@ -333,6 +367,15 @@ def no_second_derivative(op):
     return (f"{op}: a second derivative is not derived for this op (create_graph=True asks for gradients that "
             "can be differentiated again; its backward is a kernel's, with no history); compute the gradients "
             "without create_graph")
+
+
+def no_transformed_backward(op):
+    """Why a backward under torch.func.grad or vjp raises where the op has no `differentiable`
+    math: there the backward runs in PyTorch's ops (the kernels cannot read functorch's tensors),
+    as a second derivative's does."""
+    return (f"{op}: torch.func's grad, vjp and jacrev are not derived for this op (under them its backward runs in "
+            "PyTorch's ops, and this op's reruns its forward's kernel for the sums its decisions read); compute "
+            "its gradients with torch.autograd (backward, torch.autograd.grad)")
 
 
 def accumulator_with_history(op, kept, a, b, a_needed, b_needed, a_name, b_name):
@@ -435,8 +478,7 @@ def call(op, *args):
         node.attach(args, output if isinstance(output, tuple) else (output,))
         return output
     if functorch:
-        # (Function.apply's own route, which refuses a Function without a separate setup_context.)
-        return _EagerAutograd.apply(formula, implementation, *args)
+        return _TransformedAutograd.apply(op, *args)
     # Function.apply's Python wrapper adds only that check and about 4 us a call.
     return _apply(_EagerAutograd, formula, implementation, *args)
 

@@ -50,8 +50,12 @@ def tracing(values):
 
 
 def wants_grad(values):
-    """Whether autograd must record a call with `values`: grad mode is on and a tensor requires grad."""
-    return torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+    """Whether autograd must record a call with `values`: grad mode is on and a tensor requires
+    grad, or a tensor is wrapped by torch.func's grad or vjp (vmapped lets no other transform
+    through), whose autograd.Function path (autograd.call) serves it."""
+    if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in values):
+        return True
+    return any(isinstance(v, torch.Tensor) and _wrapped(v) for v in values)
 
 
 def refuse_out_with_grad(op, out, /, **tensors):
@@ -77,16 +81,17 @@ def refuse_grad(op, why, /, **tensors):
 
 
 def vmapped(op, out, scalars, /, **tensors):
-    """Whether a call is made under torch.vmap (and no other torch.func transform): the op's Python
-    function then calls the registered op, which its batching rule serves (batching.py), since a
-    Triton kernel cannot read the batched tensors vmap wraps. Refused, with one error naming the
-    op and the argument: the other transforms (grad, vjp, jacrev, jvp, functionalize: PyTorch runs
-    no custom op's autograd formula under them, and the kernels cannot read their tensors), out=
-    under vmap, and forward-mode AD's dual tensors, whose tangents no derived formula propagates
-    (rather than a result whose tangent is silently missing). Autograd outside the vmap records the
-    registered op's formula on the plain tensors its batching rule receives. `scalars`: ("name",
-    value, kind) triples, checked here for a vmapped call (PyTorch would read a tensor given for one
-    before any check of the op's: a batched one fails in its dispatcher, naming no argument)."""
+    """Whether a call is made under torch.vmap alone (no other torch.func transform): the op's
+    Python function then calls the registered op, which its batching rule serves (batching.py),
+    since a Triton kernel cannot read the batched tensors vmap wraps. Under torch.func.grad and vjp
+    (jacrev, vmap over either, either over vmap) it is False: wants_grad sends the call to the
+    op's autograd.Function (autograd.call), which runs the kernels on the tensors functorch
+    unwraps. Refused, with one error naming the op and the argument: forward-mode transforms (jvp,
+    jacfwd, hessian) and forward-mode AD's dual tensors, whose tangents no derived formula
+    propagates (rather than a result whose tangent is silently missing), functionalize, and out=
+    under vmap. `scalars`: ("name", value, kind) triples, checked here for a vmapped call (PyTorch
+    would read a tensor given for one before any check of the op's: a batched one fails in its
+    dispatcher, naming no argument)."""
     if torch.compiler.is_compiling():  # traced tensors are never torch.func's
         return False
     duals = forward_ad._current_level >= 0  # (tangents exist only inside a dual level)
@@ -94,17 +99,19 @@ def vmapped(op, out, scalars, /, **tensors):
     for name, value in tensors.items():
         if not isinstance(value, torch.Tensor):
             continue
-        if torch._C._functorch.is_functorch_wrapped_tensor(value):
-            if not _vmap_alone():
-                raise TypeError(f"{op}: argument '{name}' is transformed by torch.func (grad, vjp, jacrev, jvp, "
-                                "functionalize), which tilegen's ops do not support (PyTorch runs no custom op's "
-                                "autograd formula under them); use torch.autograd (backward, torch.autograd.grad) "
-                                "and call the op on whole batches, or torch.vmap alone")
+        if _wrapped(value):
+            transforms = _active_transforms()
+            refused = transforms & _REFUSED_TRANSFORMS.keys()
+            if refused:
+                raise TypeError(f"{op}: argument '{name}' is transformed by torch.func's "
+                                f"{_REFUSED_TRANSFORMS[min(refused, key=str)]}")
+            if transforms != {_VMAP}:
+                return False
             batched = True
         elif duals and forward_ad.unpack_dual(value).tangent is not None:
             raise TypeError(f"{op}: argument '{name}' carries a forward-mode tangent (torch.autograd.forward_ad), "
                             "which tilegen's ops do not propagate (no forward-mode derivative is derived); use "
-                            "reverse mode (backward, torch.autograd.grad)")
+                            "reverse mode (backward, torch.autograd.grad, torch.func.grad)")
     if not batched:
         return False
     if out is not None:
@@ -120,23 +127,42 @@ def vmapped(op, out, scalars, /, **tensors):
     return True
 
 
-def _vmap_alone():
-    """Whether every torch.func transform active now is a vmap."""
-    return all(interpreter.key() == _VMAP for interpreter in retrieve_all_functorch_interpreters())
+_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
+def _active_transforms():
+    """The kinds of torch.func transform active now (a set of TransformType)."""
+    return {interpreter.key() for interpreter in retrieve_all_functorch_interpreters()}
 
 
 _VMAP = torch._C._functorch.TransformType.Vmap
+# The transforms refused, by what a user calls (forward mode: jvp, and jacfwd and hessian built on it).
+_REFUSED_TRANSFORMS = {
+    torch._C._functorch.TransformType.Jvp:
+        "jvp (or jacfwd, hessian), which tilegen's ops do not support (no forward-mode derivative is derived); "
+        "use reverse mode (torch.func.grad, vjp, jacrev, jacrev of jacrev, or torch.autograd)",
+    torch._C._functorch.TransformType.Functionalize:
+        "functionalize, which tilegen's ops do not support (a kernel cannot read its tensors); the ops are "
+        "functional already, and torch.compile and torch.export trace them as registered ops",
+}
 
 
-# Each registered op's implementation and autograd formula, by its OpOverload (autograd.call
-# runs them directly in eager code).
+# Each registered op's implementation, autograd formula and batching, by its OpOverload
+# (autograd.call runs them directly in eager code, and under torch.func's transforms).
 _IMPLEMENTATIONS = {}
 _FORMULAS = {}
+_BATCHING = {}
 
 
 def implementation_of(op):
     """The Python implementation registered as `op` (an OpOverload register made)."""
     return _IMPLEMENTATIONS[op]
+
+
+def batching_of(op):
+    """How torch.vmap batches `op` (an OpOverload register made): batching.vmap_rule's arguments
+    after the op, (tensors, batchable, own_axes)."""
+    return _BATCHING[op]
 
 
 def formula_of(op):
@@ -178,6 +204,7 @@ def register(qualname, gradients=None, traceable=None, batchable=None, own_axes=
         namespace, name = qualname.split("::")
         overload = getattr(getattr(torch.ops, namespace), name).default
         op.register_vmap(vmap_rule(overload, _tensor_count(overload), batchable, own_axes))
+        _BATCHING[overload] = _tensor_count(overload), batchable, own_axes
         if flops is not None:
             register_flop_formula(overload.overloadpacket)(flops)
         _IMPLEMENTATIONS[overload] = impl

@@ -327,11 +327,13 @@ class AsPyTorchOp:
             assert got == want, (f"{self.qualname}: with '{name}' requiring grad, outputs requiring grad {got}, "
                                  f"the oracle's {want}")
 
-    def gradients_match(self, inputs, scalars, key, seed=0, seed_layout="contiguous", requiring=None):
+    def gradients_match(self, inputs, scalars, key, seed=0, seed_layout="contiguous", requiring=None,
+                        through="autograd"):
         """The op's gradients against PyTorch's autograd of the float64 oracle, for random output
         gradients in `seed_layout` (a loss's incoming gradient is often strided: .sum()'s is
         expanded): every float input (those at the positions `requiring` alone, the others taken
-        as constants: a frozen weight), in the inputs' own layouts (non-contiguous, expanded). An
+        as constants: a frozen weight), in the inputs' own layouts (non-contiguous, expanded),
+        taken `through` torch.autograd, or torch.func ("vjp", "vmapped vjp": transformed). An
         input broadcast in the op's math (a weight over rows, a per-row value along its row, a
         0-d scale) has a gradient that sums many terms, each with its own rounding: each element
         is held to the tolerance of its terms' size (terms_sizes), not of the sum's, which may
@@ -358,10 +360,15 @@ class AsPyTorchOp:
         got_recorded = [o.requires_grad for o in float_outs]
         assert requiring is not None or got_recorded == recorded, \
             f"{self.qualname}: outputs requiring grad {got_recorded}, the oracle's {recorded}"
-        got = recorded_gradients(float_outs, floats, seeds)
+        if through == "autograd":
+            taken = [recorded_gradients(float_outs, floats, seeds)]
+        else:
+            recording = [o.is_floating_point() and o.requires_grad for o in got_outs]
+            taken = self.transformed(leaves, chosen, scalars, recording,
+                                     [g for g, o in zip(seeds, float_outs) if o.requires_grad], through)
         sizes = self.terms_sizes(inputs, scalars, self.reference, float_outputs, exact_seeds)
         slack = self.float32_slack(inputs, scalars, self.reference, float_outputs, exact_seeds, want)
-        for i, g in zip(chosen, got):
+        for (i, g) in ((i, g) for got in taken for i, g in zip(chosen, got)):
             name, x = self.input_names[i], inputs[i]
             w, e = want[float_positions.index(i)], exact_floats[float_positions.index(i)]
             if g is None:
@@ -374,6 +381,23 @@ class AsPyTorchOp:
             assert_same_gradients([g.detach().cpu().double()], [torch.zeros_like(e) if w is None else held_by(w, x.dtype, g)], tolerance,
                                   f"{self.qualname}: gradient of '{name}' ({tolerance})", [sizes.get(name)],
                                   [slack.get(name)])
+
+    def transformed(self, leaves, chosen, scalars, recording, seeds, through):
+        """The gradients of the inputs at `chosen` by torch.func.vjp of the op's outputs that
+        `recording` marks, for their `seeds`: one list, or with "vmapped vjp" two, from the vjp
+        function under torch.vmap (jacrev's way) for the seeds and twice them, the second halved:
+        each sample must get its own seeds' gradients."""
+        def op(*floats):
+            given = list(leaves)
+            for i, x in zip(chosen, floats):
+                given[i] = x
+            return tuple(o for o, r in zip(as_tuple(self.wrapper(*given, **scalars)), recording) if r)
+
+        _, vjp = torch.func.vjp(op, *(leaves[i].detach() for i in chosen))
+        if through == "vjp":
+            return [vjp(tuple(seeds))]
+        both = torch.func.vmap(vjp)(tuple(torch.stack([g, 2 * g]) for g in seeds))
+        return [[g[0] for g in both], [g[1] / 2 for g in both]]
 
     def each_gradient_alone_matches(self, inputs, scalars, key):
         """With one float input at a time requiring grad (the others constants, as a frozen weight
@@ -484,6 +508,18 @@ class AsPyTorchOp:
         op = self.qualname.split("::")[1]
         with pytest.raises(RuntimeError, match=f"{op}: a second derivative is not derived for this op"):
             torch.autograd.grad(sum(o.sum() for o in outs), [x for x in leaves if x.requires_grad], create_graph=True)
+
+    def transformed_gradients_refused(self, inputs, scalars):
+        """torch.func.vjp's gradients raise, naming the op, where its backward has no math in
+        PyTorch's ops (what it runs under torch.func's transforms)."""
+        self.recording(inputs)
+        op = self.qualname.split("::")[1]
+        outs = as_tuple(self.wrapper(*self.leaves(inputs), **scalars))
+        recording = [o.requires_grad for o in outs]
+        chosen = [i for i, x in enumerate(inputs) if x.is_floating_point()]
+        seeds = [torch.ones_like(o) for o, r in zip(outs, recording) if r]
+        with pytest.raises(RuntimeError, match=f"{op}: torch.func's grad, vjp and jacrev are not derived for this op"):
+            self.transformed(inputs, chosen, scalars, recording, seeds, "vjp")
 
     @staticmethod
     def _gradient_products(fn, inputs, scalars, float_outputs, seeds, directions, given, asked):

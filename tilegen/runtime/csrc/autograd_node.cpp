@@ -53,6 +53,15 @@ constexpr Py_ssize_t FIRST_RESULT = -2;
 
 PyObject *call_name = nullptr;  /* "call", interned */
 
+/* A size as PyTorch prints one ("[5, 7]"), for errors, without iostreams: c10::str's stream,
+   inserting a number on autograd's device thread, crashed the process on a GPU (torch 2.11). */
+std::string size_text(at::IntArrayRef sizes) {
+    std::string text = "[";
+    for (size_t i = 0; i < sizes.size(); ++i)
+        text += (i ? ", " : "") + std::to_string(sizes[i]);
+    return text + "]";
+}
+
 /* A tensor the backward reads: a detached alias (same storage and version counter) and the
    version it had when kept; for create_graph=True, an input as it was passed (`original`, with its
    history), the input whose history a stand-in kept for an input's shape takes (`input`: its
@@ -231,8 +240,8 @@ struct TilegenNode : Node {
     at::Tensor passed_to_input(const at::Tensor &grad, size_t i) const {
         at::Tensor summed = sum_to_input(grad, i);
         if (!summed.defined())
-            throw std::runtime_error(op + ": an incoming gradient of size " + c10::str(grad.sizes()) +
-                                     " does not sum to its input's size " + c10::str(at::IntArrayRef(shapes[i])));
+            throw std::runtime_error(op + ": an incoming gradient of size " + size_text(grad.sizes()) +
+                                     " does not sum to its input's size " + size_text(shapes[i]));
         return summed;
     }
 
@@ -240,7 +249,7 @@ struct TilegenNode : Node {
        held), in the words of Python's sum_to_size and Gradients._summed_to. */
     void misfit(const at::Tensor &grad, size_t i) const {
         PyErr_Format(PyExc_RuntimeError, "%s: the gradient of its input %zu: size %s is not expandable to size %s",
-                     op.c_str(), i, c10::str(grad.sizes()).c_str(), c10::str(at::IntArrayRef(shapes[i])).c_str());
+                     op.c_str(), i, size_text(grad.sizes()).c_str(), size_text(shapes[i]).c_str());
     }
 
     /* Compiled autograd traces each node through this; the node has no trace. Calls record
