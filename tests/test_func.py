@@ -1,10 +1,10 @@
-"""torch.func's reverse-mode transforms of generated ops (grad, vjp, jacrev, and vmap over or under
-them: per-sample gradients), against the same transforms of PyTorch's own math; and the transforms
-refused with one error naming the op and the argument (forward mode, functionalize).
+"""torch.func's transforms of generated ops (grad, vjp, jacrev, jvp, jacfwd, hessian, and vmap over
+or under them: per-sample gradients), against the same transforms of PyTorch's own math; and
+functionalize, refused with one error naming the op and the argument.
 
-Under them an op runs as a torch.autograd.Function with its own setup_context and vmap rule
+Under them an op runs as a torch.autograd.Function with its own setup_context, vmap rule and jvp
 (tilegen.runtime.autograd): the forward's kernels on the tensors functorch unwraps, the backward in
-PyTorch's ops (the derived math a second derivative runs)."""
+PyTorch's ops (the derived math a second derivative runs), the tangents its transpose."""
 
 import pytest
 import torch
@@ -126,22 +126,41 @@ def test_the_forward_runs_the_kernels_and_the_backward_pytorchs_ops(monkeypatch)
     assert backwards == []
 
 
-TRANSFORMED = r"^{op}: argument '{arg}' is transformed by torch.func's {transform}, which tilegen's ops do not support"
+@pytest.mark.parametrize("name", CASES)
+def test_jvp_jacfwd_and_hessian_match_pytorchs(name):
+    # Forward mode: the tangents transpose the derived backward's math (a vjp of it, at zero
+    # gradients), under vmap too (jacfwd), and over reverse mode (hessian: jacfwd of jacrev).
+    op, math, args = case(name)
+    tangents = tuple(torch.randn_like(a) for a in args)
+    got, got_tangent = torch.func.jvp(op, args, tangents)
+    want, want_tangent = torch.func.jvp(math, args, tangents)
+    close(got, want)
+    close(got_tangent, want_tangent)
+    argnums = tuple(range(len(args)))
+    for got, want in zip(torch.func.jacfwd(op, argnums=argnums)(*args), torch.func.jacfwd(math, argnums=argnums)(*args)):
+        close(got, want)
+    close(torch.func.hessian(weighted(lambda a: op(a, *args[1:])))(args[0]),
+          torch.func.hessian(weighted(lambda a: math(a, *args[1:])))(args[0]))
 
 
-def test_forward_mode_and_functionalize_are_refused_naming_the_op_and_argument():
+def test_every_output_gets_its_tangent():
+    # rms_norm's rstd too: d rstd = -rstd^3 * mean(x * dx).
     import generated
 
-    x, y = randn(3, 5), randn(5)
-    forward = TRANSFORMED.format(op="add", arg="a", transform=r"jvp \(or jacfwd, hessian\)")
-    for transform in (lambda: torch.func.jvp(lambda a: generated.add(a, y), (y,), (y,)),
-                      lambda: torch.func.jacfwd(lambda a: generated.add(a, y))(y),
-                      lambda: torch.func.hessian(lambda a: generated.add(a, y).square().sum())(y),
-                      lambda: torch.func.vmap(lambda a: torch.func.jvp(lambda t: generated.add(t, t), (a,), (a,)))(x)):
-        with pytest.raises(TypeError, match=forward):
-            transform()
-    with pytest.raises(TypeError, match=TRANSFORMED.format(op="softmax", arg="x", transform="functionalize")):
-        torch.func.functionalize(generated.softmax)(x)
+    x, w, dx, dw = randn(3, 8), randn(8), randn(3, 8), randn(8)
+    (y, rstd), (dy, drstd) = torch.func.jvp(lambda x, w: generated.rms_norm(x, w, eps=1e-5), (x, w), (dx, dw))
+    want_rstd = torch.rsqrt(x.square().mean(-1) + 1e-5)
+    close(rstd, want_rstd)
+    close(drstd, -want_rstd ** 3 * (x * dx).mean(-1))
+    close(dy, torch.func.jvp(lambda x, w: F.rms_norm(x, (8,), w, eps=1e-5), (x, w), (dx, dw))[1])
+
+
+def test_functionalize_is_refused_naming_the_op_and_argument():
+    import generated
+
+    with pytest.raises(TypeError, match=r"^softmax: argument 'x' is transformed by torch.func's functionalize, which "
+                                        r"tilegen's ops do not support"):
+        torch.func.functionalize(generated.softmax)(randn(3, 5))
 
 
 def test_out_under_grad_is_refused_as_with_autograd():
@@ -150,3 +169,26 @@ def test_out_under_grad_is_refused_as_with_autograd():
     y = randn(5)
     with pytest.raises(RuntimeError, match=r"^add: out= does not support automatic differentiation"):
         torch.func.grad(lambda a: generated.add(a, y, out=torch.empty_like(y)).sum())(y)
+
+
+def test_an_op_with_no_backward_refuses_every_differentiation_by_name():
+    # An fp8 matmul has no derivative: grad, jvp and dual tensors each get its one error, at the
+    # call, rather than a result with no gradient or tangent (vmap alone is served).
+    import torch.autograd.forward_ad as fwAD
+
+    import generated
+
+    a = randn(16, 32).to(torch.float8_e4m3fn)
+    b = randn(32, 16).to(torch.float8_e4m3fn).t().contiguous().t()
+    scale = torch.ones((), device=DEVICE)
+
+    def product(scale):
+        return generated.fp8_scaled_mm(a, b, scale, scale)
+    message = (r"^fp8_scaled_mm: argument 'a_scale' (requires grad|is differentiated \(torch.func's grad, vjp, jvp or "
+               r"their kin, or a forward-mode dual tensor\)), but an fp8 matmul has no backward")
+    with pytest.raises(RuntimeError, match=message):
+        torch.func.grad(lambda s: product(s).float().sum())(scale)
+    with pytest.raises(RuntimeError, match=message):
+        torch.func.jvp(product, (scale,), (scale,))
+    with fwAD.dual_level(), pytest.raises(RuntimeError, match=message):
+        product(fwAD.make_dual(scale, scale))

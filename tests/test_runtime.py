@@ -3,6 +3,8 @@ check, the tools' hooks, and the ops' launch logic (in the interpreter)."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -919,23 +921,34 @@ def test_declared_axes_are_checked_by_rank_and_size_naming_both_arguments():
 
 @pytest.mark.parametrize("requires_grad", [False, True])
 @pytest.mark.parametrize("op", ["scaled_silu_mul", "matmul_relu", "softmax"])
-def test_forward_mode_tangents_are_refused_naming_the_op_and_argument(op, requires_grad):
-    # A dual tensor's tangent (torch.autograd.forward_ad) would come back dropped: no op derives
-    # a forward-mode derivative, so each refuses one, whatever its kind; plain tensors inside a
-    # dual level are served as ever.
+def test_dual_tensors_get_the_tangents_of_the_ops_math(op, requires_grad):
+    # torch.autograd.forward_ad: a result carries the tangent the JVP of the op's math gives (the
+    # transpose of its derived backward), whatever its kind, while reverse mode records the call
+    # too where the input requires grad; plain tensors inside a dual level are served as ever.
     import torch.autograd.forward_ad as fwAD
 
     import generated
 
     fn = getattr(generated, op)
+    math = {"scaled_silu_mul": lambda a, b: a * torch.sigmoid(a) * b, "matmul_relu": lambda a, b: torch.relu(a @ b),
+            "softmax": lambda x: torch.softmax(x, -1)}[op]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     shapes = {"scaled_silu_mul": [(5, 7), (5, 7)], "matmul_relu": [(16, 8), (8, 16)], "softmax": [(5, 7)]}[op]
     args = [torch.randn(*s, device=device) for s in shapes]
+    tangent = torch.randn(shapes[0], device=device)
+    want, want_tangent = torch.func.jvp(lambda first: math(first, *args[1:]), (args[0],), (tangent,))
+    close = functools.partial(torch.testing.assert_close, atol=1e-3, rtol=1e-3)
+    primal = args[0].clone().requires_grad_(requires_grad)
     with fwAD.dual_level():
-        dual = fwAD.make_dual(args[0].clone().requires_grad_(requires_grad), torch.ones(shapes[0], device=device))
-        with pytest.raises(TypeError, match=rf"{op}: argument '\w+' carries a forward-mode tangent \(torch.autograd.forward_ad\)"):
-            fn(dual, *args[1:])
+        got, got_tangent = fwAD.unpack_dual(fn(fwAD.make_dual(primal, tangent), *args[1:]))
+        close(got, want)
+        close(got_tangent, want_tangent)
+        assert got.requires_grad == requires_grad
         assert fn(*args) is not None
+    if requires_grad:
+        seed = torch.randn_like(got)
+        first = args[0].clone().requires_grad_()
+        close(torch.autograd.grad(got, primal, seed)[0], torch.autograd.grad(math(first, *args[1:]), first, seed)[0])
 
 
 @pytest.mark.parametrize("op", ["scaled_silu_mul", "matmul_relu", "softmax"])

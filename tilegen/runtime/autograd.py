@@ -16,10 +16,11 @@ import threading
 import warnings
 
 import torch
+from torch.autograd import forward_ad
 
 from . import native, ops
 from .batching import vmap_rule
-from .library import batching_of, formula_of, implementation_of, tracing
+from .library import batching_of, dual, formula_of, implementation_of, tracing
 from .sizes import same_shape
 
 
@@ -83,7 +84,11 @@ class Gradients:
         self.named = named
         self.name = named or "op"  # the op's name, for errors (register sets it)
 
-    def setup_context(self, ctx, inputs, output, eager=False):
+    def setup_context(self, ctx, inputs, output, eager=False, transformed=False):
+        """`eager`: called by call's Function (outputs kept apart, see below); `transformed`: by the
+        Function torch.func's transforms and dual tensors run, where an input may carry a tangent
+        and not require grad: only a result that records from no input at all is then marked
+        non-differentiable."""
         outputs = output if isinstance(output, tuple) else (output,)
         # An eager call (call) keeps the outputs kept for the backward only (past the results)
         # out of autograd's saved tensors, which live until the whole backward returns: its first
@@ -104,29 +109,68 @@ class Gradients:
             # output is a result, autograd makes the zeros itself.
             ctx.set_materialize_grads(False)
             ctx.outputs = [(o.shape, o.dtype, o.device) for o in outputs[:self.outputs]]
-            ctx.mark_non_differentiable(*outputs[self.outputs:], *self._plain(inputs, outputs))
+            ctx.mark_non_differentiable(*outputs[self.outputs:], *self._plain(inputs, outputs, transformed))
         else:
             ctx.outputs = None
             if self.records is not None:
-                ctx.mark_non_differentiable(*self._plain(inputs, outputs))
+                ctx.mark_non_differentiable(*self._plain(inputs, outputs, transformed))
 
-    def _plain(self, inputs, outputs):
-        """The results that record a graph from no input that requires grad in this call."""
+    def _plain(self, inputs, outputs, transformed=False):
+        """The results that record a graph from no input that requires grad in this call (from no
+        input at all, where `transformed`)."""
         if self.records is None:
             return []
-        return [o for o, read in zip(outputs, self.records) if not _any_requires_grad(inputs, read)]
+        return [o for o, read in zip(outputs, self.records) if not (read if transformed else _any_requires_grad(inputs, read))]
 
     def _saved(self, ctx):
         # Detached: the backward computes no graph, and the compiled call path (which leaves
         # tensors that require grad to autograd) can then serve its launches. Under
         # create_graph=True with their history: the gradients are differentiated through them.
         saved = list(ctx.saved_tensors) if torch.is_grad_enabled() else [t.detach() for t in ctx.saved_tensors]
-        outputs = saved[len(self.saved):]
         apart = ctx.kept
         if not _keeps_graph():
             ctx.kept = {}  # the backward holds them alone from here (retain_graph=True: ctx still does)
+        return self._arranged(saved, apart)
+
+    def _arranged(self, saved, apart):
+        """The backward's saved arguments from the tensors a ctx saved (the saved inputs, then the
+        saved outputs that are tensors) and the outputs kept `apart` from them: None for an output
+        the backward recomputes."""
+        outputs = saved[len(self.saved):]
         return saved[:len(self.saved)] + [None if i is None else apart[i] if i in apart else outputs.pop(0)
                                           for i in self.saved_outputs]
+
+    def saved_for_forward_mode(self, inputs, outputs):
+        """What forward mode's tangents read (tangents): the saved inputs whole (a tangent may come
+        with an input that requires no grad, and shape_only would keep too little), then the saved
+        outputs that are tensors."""
+        return (*(inputs[i] for i in self.saved), *(outputs[i] for i in self.saved_outputs if i is not None))
+
+    def tangents(self, saved, tangents, scalars, shapes, results):
+        """The op's output tangents for its tensor inputs' `tangents` (None: no tangent), forward
+        mode's derivative (jvp, jacfwd, hessian, dual tensors): the derived backward is linear in
+        the incoming gradients, and its transpose is the forward derivative, taken by torch.func.vjp
+        of the backward's differentiable math (PyTorch's ops) at zero gradients, so that forward
+        mode needs no derivation of its own. `saved`: the backward's saved arguments (_arranged);
+        `shapes`: the tensor inputs'; `results`: (shape, dtype, device) of each output, those past
+        the op's results (kept for the backward) getting no tangent."""
+        needed = [t is not None for t in tangents]
+        if self.differentiable is None and self._reads_results(needed):
+            raise RuntimeError(no_forward_mode(self.name))
+        seeded = [dtype.is_floating_point for _, dtype, _ in results[:self.outputs]]
+        constant = [torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in results[:self.outputs]]
+
+        def input_gradients(*seeds):
+            given = iter(seeds)
+            grads = [next(given) if s else c for s, c in zip(seeded, constant)]
+            chosen = self.gradients(list(saved) if self._reads_results(needed) else None, grads, needed, scalars)
+            return tuple(self._summed_to(g, shapes[i], i) if g is not None else torch.zeros_like(tangents[i])
+                         for i, g in enumerate(chosen) if needed[i])
+
+        with torch.enable_grad():
+            chosen, transpose = torch.func.vjp(input_gradients, *(c for s, c in zip(seeded, constant) if s))
+            out = iter(transpose(tuple(t.to(g.dtype) for t, g in zip((t for t in tangents if t is not None), chosen))))
+        return tuple(next(out) if i < self.outputs and seeded[i] else None for i in range(len(results)))
 
     def __call__(self, ctx, *grads):
         return self.compute(ctx, grads, ctx.needs_input_grad[:self.tensors])
@@ -335,7 +379,18 @@ class _TransformedAutograd(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         gradients = ctx.gradients = formula_of(inputs[0])
-        gradients.setup_context(ctx, inputs[1:], output)
+        gradients.setup_context(ctx, inputs[1:], output, transformed=True)
+        outputs = output if isinstance(output, tuple) else (output,)
+        if forward_ad._current_level >= 0:  # (jvp's tangents exist only inside a dual level)
+            ctx.save_for_forward(*gradients.saved_for_forward_mode(inputs[1:], outputs))
+            ctx.results = [(o.shape, o.dtype, o.device) for o in outputs]
+
+    @staticmethod
+    def jvp(ctx, _, *tangents):
+        gradients = ctx.gradients
+        saved = gradients._arranged(list(ctx.saved_tensors), {})
+        out = gradients.tangents(saved, tangents[:gradients.tensors], ctx.scalars, ctx.shapes, ctx.results)
+        return out if len(out) > 1 else out[0]
 
     @staticmethod
     def backward(ctx, *grads):
@@ -367,6 +422,14 @@ def no_second_derivative(op):
     return (f"{op}: a second derivative is not derived for this op (create_graph=True asks for gradients that "
             "can be differentiated again; its backward is a kernel's, with no history); compute the gradients "
             "without create_graph")
+
+
+def no_forward_mode(op):
+    """Why forward mode (torch.func.jvp, jacfwd, hessian, dual tensors) raises where the op has no
+    `differentiable` math: its tangents are the transpose of that math."""
+    return (f"{op}: forward mode (torch.func.jvp, jacfwd, hessian, torch.autograd.forward_ad) is not derived for "
+            "this op (its tangents transpose its backward's math in PyTorch's ops, and this op's reruns its "
+            "forward's kernel for the sums its decisions read); use reverse mode (torch.autograd)")
 
 
 def no_transformed_backward(op):
@@ -471,7 +534,7 @@ def call(op, *args):
     if formula is None or tracing(args):
         return op(*args)
     implementation = implementation_of(op)
-    functorch = torch._C._are_functorch_transforms_active()
+    functorch = torch._C._are_functorch_transforms_active() or dual(args)
     node = None if functorch else formula.node_formula()
     if node is not None and node.usable():
         output = _forward(formula, implementation, args)

@@ -51,11 +51,18 @@ def tracing(values):
 
 def wants_grad(values):
     """Whether autograd must record a call with `values`: grad mode is on and a tensor requires
-    grad, or a tensor is wrapped by torch.func's grad or vjp (vmapped lets no other transform
-    through), whose autograd.Function path (autograd.call) serves it."""
+    grad, or a tensor is wrapped by a torch.func transform other than vmap alone (vmapped serves
+    that) or carries a forward-mode tangent; autograd.call's Function serves those."""
     if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in values):
         return True
-    return any(isinstance(v, torch.Tensor) and _wrapped(v) for v in values)
+    return any(isinstance(v, torch.Tensor) and _wrapped(v) for v in values) or dual(values)
+
+
+def dual(values):
+    """Whether a tensor among `values` carries a forward-mode tangent (torch.autograd.forward_ad):
+    the op's Function, whose jvp gives the results theirs, must serve the call."""
+    return forward_ad._current_level >= 0 and any(
+        isinstance(v, torch.Tensor) and forward_ad.unpack_dual(v).tangent is not None for v in values)
 
 
 def refuse_out_with_grad(op, out, /, **tensors):
@@ -71,47 +78,44 @@ def refuse_out_with_grad(op, out, /, **tensors):
 
 def refuse_grad(op, why, /, **tensors):
     """An op with no backward (`why` says why) refuses inputs that require grad while grad mode
-    is on, at the call, rather than failing later in backward or leaving a gradient out."""
-    if not torch.is_grad_enabled():
-        return
+    is on, at the call, rather than failing later in backward or leaving a gradient out; and
+    inputs differentiated in forward mode or by torch.func (a dual tensor's tangent, a transform's
+    wrapper: vmap alone is served before this check), rather than a result with no tangent."""
     for name, value in tensors.items():
-        if isinstance(value, torch.Tensor) and value.requires_grad:
+        if not isinstance(value, torch.Tensor):
+            continue
+        if torch.is_grad_enabled() and value.requires_grad:
             raise RuntimeError(f"{op}: argument '{name}' requires grad, but {why}; call it under "
                                "torch.no_grad() or with detached inputs")
+        if _wrapped(value) or dual([value]):
+            raise RuntimeError(f"{op}: argument '{name}' is differentiated (torch.func's grad, vjp, jvp or "
+                               f"their kin, or a forward-mode dual tensor), but {why}; call it with "
+                               "plain tensors")
 
 
 def vmapped(op, out, scalars, /, **tensors):
     """Whether a call is made under torch.vmap alone (no other torch.func transform): the op's
     Python function then calls the registered op, which its batching rule serves (batching.py),
-    since a Triton kernel cannot read the batched tensors vmap wraps. Under torch.func.grad and vjp
-    (jacrev, vmap over either, either over vmap) it is False: wants_grad sends the call to the
-    op's autograd.Function (autograd.call), which runs the kernels on the tensors functorch
-    unwraps. Refused, with one error naming the op and the argument: forward-mode transforms (jvp,
-    jacfwd, hessian) and forward-mode AD's dual tensors, whose tangents no derived formula
-    propagates (rather than a result whose tangent is silently missing), functionalize, and out=
-    under vmap. `scalars`: ("name", value, kind) triples, checked here for a vmapped call (PyTorch
-    would read a tensor given for one before any check of the op's: a batched one fails in its
-    dispatcher, naming no argument)."""
+    since a Triton kernel cannot read the batched tensors vmap wraps. Under torch.func's other
+    transforms (grad, vjp, jacrev, jvp, jacfwd, hessian; vmap with them) it is False: wants_grad
+    sends the call to the op's autograd.Function (autograd.call), which runs the kernels on the
+    tensors functorch unwraps. Refused, with one error naming the op and the argument:
+    functionalize, and out= under vmap. `scalars`: ("name", value, kind) triples, checked here for
+    a vmapped call (PyTorch would read a tensor given for one before any check of the op's: a
+    batched one fails in its dispatcher, naming no argument)."""
     if torch.compiler.is_compiling():  # traced tensors are never torch.func's
         return False
-    duals = forward_ad._current_level >= 0  # (tangents exist only inside a dual level)
     batched = False
     for name, value in tensors.items():
-        if not isinstance(value, torch.Tensor):
-            continue
-        if _wrapped(value):
+        if isinstance(value, torch.Tensor) and _wrapped(value):
             transforms = _active_transforms()
-            refused = transforms & _REFUSED_TRANSFORMS.keys()
-            if refused:
-                raise TypeError(f"{op}: argument '{name}' is transformed by torch.func's "
-                                f"{_REFUSED_TRANSFORMS[min(refused, key=str)]}")
+            if _FUNCTIONALIZE in transforms:
+                raise TypeError(f"{op}: argument '{name}' is transformed by torch.func's functionalize, which "
+                                "tilegen's ops do not support (a kernel cannot read its tensors); the ops are "
+                                "functional already, and torch.compile and torch.export trace them as registered ops")
             if transforms != {_VMAP}:
                 return False
             batched = True
-        elif duals and forward_ad.unpack_dual(value).tangent is not None:
-            raise TypeError(f"{op}: argument '{name}' carries a forward-mode tangent (torch.autograd.forward_ad), "
-                            "which tilegen's ops do not propagate (no forward-mode derivative is derived); use "
-                            "reverse mode (backward, torch.autograd.grad, torch.func.grad)")
     if not batched:
         return False
     if out is not None:
@@ -136,15 +140,7 @@ def _active_transforms():
 
 
 _VMAP = torch._C._functorch.TransformType.Vmap
-# The transforms refused, by what a user calls (forward mode: jvp, and jacfwd and hessian built on it).
-_REFUSED_TRANSFORMS = {
-    torch._C._functorch.TransformType.Jvp:
-        "jvp (or jacfwd, hessian), which tilegen's ops do not support (no forward-mode derivative is derived); "
-        "use reverse mode (torch.func.grad, vjp, jacrev, jacrev of jacrev, or torch.autograd)",
-    torch._C._functorch.TransformType.Functionalize:
-        "functionalize, which tilegen's ops do not support (a kernel cannot read its tensors); the ops are "
-        "functional already, and torch.compile and torch.export trace them as registered ops",
-}
+_FUNCTIONALIZE = torch._C._functorch.TransformType.Functionalize
 
 
 # Each registered op's implementation, autograd formula and batching, by its OpOverload
@@ -248,8 +244,9 @@ def _outside_forward_mode(qualname, impl):
     zeros, and a forward_ad dual input's tangent is dropped, silently. Its implementation cannot tell
     a tangent that was dropped from a plain input (the dispatcher hands it plain tensors either
     way), so any call inside a level is refused; the op's Python function (generated.<op>) serves
-    plain tensors there and refuses dual or transformed ones itself (vmapped). Eager calls
-    that run the implementation directly (autograd.call) do not pass here."""
+    plain tensors there and gives dual or transformed ones their tangents (autograd.call's
+    Function, whose jvp transposes the derived backward). Eager calls that run the
+    implementation directly (autograd.call) do not pass here."""
     @functools.wraps(impl)
     def entry(*args, **kwargs):
         if forward_ad._current_level >= 0 and not torch.compiler.is_compiling():
@@ -257,7 +254,7 @@ def _outside_forward_mode(qualname, impl):
                             "(torch.func.jvp or jacfwd, or torch.autograd.forward_ad.dual_level), where PyTorch "
                             "passes no tangent through a custom op (the result's would be silently missing); "
                             f"call it outside the level (the op's Python function in {impl.__module__} serves "
-                            "plain tensors there and refuses dual ones)")
+                            "plain tensors and dual ones there, giving the results their tangents)")
         return impl(*args, **kwargs)
     return entry
 

@@ -509,9 +509,34 @@ class AsPyTorchOp:
         with pytest.raises(RuntimeError, match=f"{op}: a second derivative is not derived for this op"):
             torch.autograd.grad(sum(o.sum() for o in outs), [x for x in leaves if x.requires_grad], create_graph=True)
 
+    def tangents_match(self, inputs, scalars, key, seed=0):
+        """torch.func.jvp of the op (forward mode: its tangents transpose the derived backward's
+        math) against the jvp of the float64 oracle, for random tangents of every float input:
+        each float output's tangent, to the gradients' tolerance (relative to its size)."""
+        self.recording(inputs)
+        floats = [i for i, x in enumerate(inputs) if x.is_floating_point()]
+        tangents = [random(inputs[i].shape, inputs[i].dtype, seed + 500 + i) for i in floats]
+
+        def of_floats(fn, given):
+            def call(*xs):
+                args = list(given)
+                for i, x in zip(floats, xs):
+                    args[i] = x
+                return tuple(o for o in as_tuple(fn(*args, **scalars)) if o.is_floating_point())
+            return call
+
+        _, got = torch.func.jvp(of_floats(self.wrapper, inputs), tuple(inputs[i] for i in floats), tuple(tangents))
+        oracle = [exact(x) for x in inputs]
+        _, want = torch.func.jvp(of_floats(self.reference, oracle), tuple(oracle[i] for i in floats),
+                                 tuple(exact(t) for t in tangents))
+        for index, (g, w) in enumerate(zip(got, want, strict=True)):
+            tolerance = gradient_key(key, g.dtype)
+            assert_same_gradients([g.cpu().double()], [held_by(w, g.dtype, g)], tolerance,
+                                  f"{self.qualname}: the tangent of float output {index} ({tolerance})")
+
     def transformed_gradients_refused(self, inputs, scalars):
-        """torch.func.vjp's gradients raise, naming the op, where its backward has no math in
-        PyTorch's ops (what it runs under torch.func's transforms)."""
+        """torch.func.vjp's gradients and jvp's tangents raise, naming the op, where its backward
+        has no math in PyTorch's ops (what it runs under torch.func's transforms)."""
         self.recording(inputs)
         op = self.qualname.split("::")[1]
         outs = as_tuple(self.wrapper(*self.leaves(inputs), **scalars))
@@ -520,6 +545,9 @@ class AsPyTorchOp:
         seeds = [torch.ones_like(o) for o, r in zip(outs, recording) if r]
         with pytest.raises(RuntimeError, match=f"{op}: torch.func's grad, vjp and jacrev are not derived for this op"):
             self.transformed(inputs, chosen, scalars, recording, seeds, "vjp")
+        with pytest.raises(RuntimeError, match=f"{op}: forward mode .* is not derived for this op"):
+            torch.func.jvp(lambda *xs: self.wrapper(*xs, **scalars), tuple(inputs),
+                           tuple(torch.zeros_like(x) if x.is_floating_point() else None for x in inputs))
 
     @staticmethod
     def _gradient_products(fn, inputs, scalars, float_outputs, seeds, directions, given, asked):
