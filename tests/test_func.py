@@ -192,3 +192,27 @@ def test_an_op_with_no_backward_refuses_every_differentiation_by_name():
         torch.func.jvp(product, (scale,), (scale,))
     with fwAD.dual_level(), pytest.raises(RuntimeError, match=message):
         product(fwAD.make_dual(scale, scale))
+
+
+def test_under_torch_compile_the_transforms_run_the_ops_function_and_vmap_alone_traces():
+    # A registered op traced under grad gets no gradient (PyTorch runs no custom op's formula
+    # there) and under jvp no tangent (zeros, silently): such calls run eagerly, as the Function
+    # that gives both; vmap alone traces the registered op whole (fullgraph).
+    import generated
+    from tilegen.testing.pytorch_op import COMPILE_BACKEND
+
+    torch._dynamo.reset()
+    x = randn(3, 4, 8)
+
+    def softmax(t):
+        return torch.softmax(t, -1)
+
+    def compiled(fn, **options):
+        return torch.compile(fn, backend=COMPILE_BACKEND, **options)
+    close(compiled(torch.func.vmap(generated.softmax), fullgraph=True)(x), softmax(x))
+    close(compiled(torch.func.grad(weighted(generated.softmax)))(x[0]), torch.func.grad(weighted(softmax))(x[0]))
+    close(compiled(torch.func.vmap(torch.func.grad(weighted(generated.softmax))))(x),
+          torch.func.vmap(torch.func.grad(weighted(softmax)))(x))
+    tangent = torch.randn_like(x)
+    close(compiled(lambda t: torch.func.jvp(generated.softmax, (t,), (tangent,))[1])(x),
+          torch.func.jvp(softmax, (x,), (tangent,))[1])

@@ -20,7 +20,7 @@ from torch.autograd import forward_ad
 
 from . import native, ops
 from .batching import vmap_rule
-from .library import batching_of, dual, formula_of, implementation_of, tracing
+from .library import batching_of, differentiating, dual, formula_of, implementation_of, tracing
 from .sizes import same_shape
 
 
@@ -374,7 +374,7 @@ class _TransformedAutograd(torch.autograd.Function):
 
     @staticmethod
     def forward(op, *args):
-        return _forward(formula_of(op), implementation_of(op), args)
+        return _untraced_forward(formula_of(op), implementation_of(op), args)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -412,6 +412,11 @@ def _forward(gradients, implementation, args):
     leaves tensors that require grad to autograd) can serve the launch."""
     tensors = gradients.tensors
     return implementation(*[a.detach() for a in args[:tensors]], *args[tensors:])
+
+
+# _forward where torch.compile traces no frame: forward mode under torch.compile runs the op's
+# Function eagerly (call), and its kernels' launches are no frames to compile.
+_untraced_forward = torch.compiler.disable(_forward)
 
 
 def no_second_derivative(op):
@@ -531,6 +536,8 @@ def call(op, *args):
     (native_module), the formula's node is C++: the forward runs, then the node is attached to
     its results; a repeat call the compiled call path serves attaches it there."""
     formula = formula_of(op)
+    if formula is not None and torch.compiler.is_compiling() and _differentiated_by_torch_func(args):
+        return _eager_call(op, *args)
     if formula is None or tracing(args):
         return op(*args)
     implementation = implementation_of(op)
@@ -544,6 +551,28 @@ def call(op, *args):
         return _TransformedAutograd.apply(op, *args)
     # Function.apply's Python wrapper adds only that check and about 4 us a call.
     return _apply(_EagerAutograd, formula, implementation, *args)
+
+
+def _differentiated_by_torch_func(args):
+    """Whether a call torch.compile traces is in forward mode (torch.func.jvp, jacfwd, hessian, a
+    dual level) or under torch.func's grad or vjp (its wrapped tensors require grad), seen as the
+    trace sees them (the functorch interpreters' stack is no query it can trace). A registered op
+    gets no tangent there (see library._outside_forward_mode), nor a gradient (PyTorch runs no
+    custom op's autograd formula under grad): such a call runs eagerly (_eager_call). Under
+    grad over vmap the batched wrapper requires no grad, and PyTorch's error says so."""
+    return forward_ad._current_level >= 0 or (torch._C._are_functorch_transforms_active() and _differentiating())
+
+
+@torch._dynamo.assume_constant_result
+def _differentiating():
+    return differentiating()
+
+
+@torch.compiler.disable
+def _eager_call(op, *args):
+    """call(op, *args), outside torch.compile's trace: the op's Function, on the tensors torch.func
+    wraps, as in eager mode."""
+    return call(op, *args)
 
 
 def _apply(function, *args):

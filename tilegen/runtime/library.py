@@ -134,6 +134,11 @@ def vmapped(op, out, scalars, /, **tensors):
 _wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
+def differentiating():
+    """Whether a torch.func transform other than vmap is active now (grad, vjp, jvp and their kin)."""
+    return bool(_active_transforms() - {_VMAP})
+
+
 def _active_transforms():
     """The kinds of torch.func transform active now (a set of TransformType)."""
     return {interpreter.key() for interpreter in retrieve_all_functorch_interpreters()}
