@@ -216,3 +216,20 @@ def test_under_torch_compile_the_transforms_run_the_ops_function_and_vmap_alone_
     tangent = torch.randn_like(x)
     close(compiled(lambda t: torch.func.jvp(generated.softmax, (t,), (tangent,))[1])(x),
           torch.func.jvp(softmax, (x,), (tangent,))[1])
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_batched_incoming_gradients_match_pytorchs(name):
+    # torch.autograd.grad(is_grads_batched=True) (and jacobian(vectorize=True), built on it) runs
+    # the backward under vmap: the derived math in PyTorch's ops, which a kernel's could not read.
+    op, math, args = case(name)
+
+    def gradients(fn):
+        leaves = [a.clone().requires_grad_() for a in args]
+        out = fn(*leaves)
+        seeds = torch.randn(4, *out.shape, device=out.device, generator=torch.Generator(out.device).manual_seed(0))
+        return torch.autograd.grad(out, leaves, seeds, is_grads_batched=True)
+    for got, want in zip(gradients(op), gradients(math)):
+        close(got, want)
+    close(torch.autograd.functional.jacobian(op, args, vectorize=True)[0],
+          torch.autograd.functional.jacobian(math, args, vectorize=True)[0])

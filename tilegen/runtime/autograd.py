@@ -20,7 +20,7 @@ from torch.autograd import forward_ad
 
 from . import native, ops
 from .batching import vmap_rule
-from .library import batching_of, differentiating, dual, formula_of, implementation_of, tracing
+from .library import batched_gradients, batching_of, differentiating, dual, formula_of, implementation_of, tracing
 from .sizes import same_shape
 
 
@@ -209,12 +209,15 @@ class Gradients:
         if saved is not None:
             traced = tracing((*saved, *grads))
             selected = (list(needed),) if self.selective else ()
-            if torch.is_grad_enabled() and not traced:
+            batched = not traced and batched_gradients(grads)
+            if (torch.is_grad_enabled() or batched) and not traced:
                 # create_graph=True: gradients autograd can differentiate again, from PyTorch's ops
                 # on the saved tensors with their history (a kernel's results would carry none, and
                 # a gradient penalty or a Hessian-vector product built on them leave this op out).
+                # Batched incoming gradients (is_grads_batched=True: a kernel cannot read them)
+                # take the same math, which PyTorch's vmap batches.
                 if self.differentiable is None:
-                    raise RuntimeError(no_second_derivative(self.name))
+                    raise RuntimeError(no_batched_backward(self.name) if batched else no_second_derivative(self.name))
                 results = self.differentiable(*saved, *grads, *scalars, *selected)
             elif self.phases is not None and not traced:
                 first, rest = self.phases
@@ -435,6 +438,15 @@ def no_forward_mode(op):
     return (f"{op}: forward mode (torch.func.jvp, jacfwd, hessian, torch.autograd.forward_ad) is not derived for "
             "this op (its tangents transpose its backward's math in PyTorch's ops, and this op's reruns its "
             "forward's kernel for the sums its decisions read); use reverse mode (torch.autograd)")
+
+
+def no_batched_backward(op):
+    """Why a backward with batched incoming gradients raises where the op has no `differentiable`
+    math (a kernel cannot read them; PyTorch's ops batch)."""
+    return (f"{op}: a backward with batched incoming gradients (torch.autograd.grad(is_grads_batched=True), "
+            "torch.autograd.functional.jacobian(vectorize=True)) is not derived for this op (its kernel cannot "
+            "read them, and this op's backward reruns its forward's kernel for the sums its decisions read); "
+            "compute the gradients one incoming gradient at a time")
 
 
 def no_transformed_backward(op):

@@ -134,6 +134,15 @@ def vmapped(op, out, scalars, /, **tensors):
 _wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
+def batched_gradients(grads):
+    """Whether an incoming gradient is batched (torch.autograd.grad(is_grads_batched=True) runs the
+    backward under vmap; a kernel cannot read such a tensor), by either of PyTorch's vmaps."""
+    return any(g is not None and (_wrapped(g) or _legacy_batched(g)) for g in grads)
+
+
+_legacy_batched = torch._C._functorch.is_legacy_batchedtensor
+
+
 def differentiating():
     """Whether a torch.func transform other than vmap is active now (grad, vjp, jvp and their kin)."""
     return bool(_active_transforms() - {_VMAP})
