@@ -163,12 +163,19 @@ def test_functionalize_is_refused_naming_the_op_and_argument():
         torch.func.functionalize(generated.softmax)(randn(3, 5))
 
 
-def test_out_under_grad_is_refused_as_with_autograd():
+def test_out_under_grad_or_forward_mode_is_refused_as_with_autograd():
+    import torch.autograd.forward_ad as fwAD
+
     import generated
 
     y = randn(5)
-    with pytest.raises(RuntimeError, match=r"^add: out= does not support automatic differentiation"):
+    refused = r"^add: out= does not support automatic differentiation, but argument 'a' "
+    with pytest.raises(RuntimeError, match=refused + "requires grad"):
         torch.func.grad(lambda a: generated.add(a, y, out=torch.empty_like(y)).sum())(y)
+    with pytest.raises(RuntimeError, match=refused + "is differentiated"):
+        torch.func.jvp(lambda a: generated.add(a, y, out=torch.empty_like(y)), (y,), (y,))
+    with fwAD.dual_level(), pytest.raises(RuntimeError, match=refused + "is differentiated"):
+        generated.add(fwAD.make_dual(y, y), y, out=torch.empty_like(y))
 
 
 def test_an_op_with_no_backward_refuses_every_differentiation_by_name():

@@ -55,6 +55,15 @@ def wants_grad(values):
     that) or carries a forward-mode tangent; autograd.call's Function serves those."""
     if torch.is_grad_enabled() and any(isinstance(v, torch.Tensor) and v.requires_grad for v in values):
         return True
+    return _differentiated(values)
+
+
+def _differentiated(values):
+    """Whether a tensor among `values` is a torch.func transform's (vmapped serves vmap alone
+    before this is asked) or carries a forward-mode tangent. Never while torch.compile traces:
+    the trace cannot ask (autograd.call decides a traced call's route)."""
+    if torch.compiler.is_compiling():
+        return False
     return any(isinstance(v, torch.Tensor) and _wrapped(v) for v in values) or dual(values)
 
 
@@ -67,13 +76,21 @@ def dual(values):
 
 def refuse_out_with_grad(op, out, /, **tensors):
     """out= writes into a tensor autograd does not track: refused where an input requires grad
-    (as PyTorch's own out= variants do), rather than returning a result detached from its inputs."""
-    if out is None or not torch.is_grad_enabled():
+    (as PyTorch's own out= variants do), or carries a tangent (a dual tensor, a torch.func
+    transform's: vmap alone refuses out= in vmapped), rather than returning a result detached
+    from its inputs."""
+    if out is None:
         return
     for name, value in tensors.items():
-        if isinstance(value, torch.Tensor) and value.requires_grad:
+        if not isinstance(value, torch.Tensor):
+            continue
+        if torch.is_grad_enabled() and value.requires_grad:
             raise RuntimeError(f"{op}: out= does not support automatic differentiation, but argument '{name}' "
                                "requires grad; call it without out=, or under torch.no_grad()")
+        if _differentiated([value]):
+            raise RuntimeError(f"{op}: out= does not support automatic differentiation, but argument '{name}' "
+                               "is differentiated (torch.func's grad, vjp, jvp or their kin, or a forward-mode "
+                               "dual tensor); call it without out=")
 
 
 def refuse_grad(op, why, /, **tensors):
@@ -87,7 +104,7 @@ def refuse_grad(op, why, /, **tensors):
         if torch.is_grad_enabled() and value.requires_grad:
             raise RuntimeError(f"{op}: argument '{name}' requires grad, but {why}; call it under "
                                "torch.no_grad() or with detached inputs")
-        if _wrapped(value) or dual([value]):
+        if _differentiated([value]):
             raise RuntimeError(f"{op}: argument '{name}' is differentiated (torch.func's grad, vjp, jvp or "
                                f"their kin, or a forward-mode dual tensor), but {why}; call it with "
                                "plain tensors")
