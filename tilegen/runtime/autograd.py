@@ -155,6 +155,8 @@ class Gradients:
         `shapes`: the tensor inputs'; `results`: (shape, dtype, device) of each output, those past
         the op's results (kept for the backward) getting no tangent."""
         needed = [t is not None for t in tangents]
+        if not any(needed):
+            return (None,) * len(results)
         if self.differentiable is None and self._reads_results(needed):
             raise RuntimeError(no_forward_mode(self.name))
         seeded = [dtype.is_floating_point for _, dtype, _ in results[:self.outputs]]
