@@ -28,6 +28,7 @@
 #   OUT=/tmp/check STEPS="build second_derivative" bash bench/h200_check.sh  # create_graph=True: tests, a penalty's step
 #   OUT=/tmp/check STEPS="float32" bash bench/h200_check.sh            # float32 matmuls: tests, probe, bench (about 2 minutes)
 #   OUT=/tmp/check STEPS="build callpath" bash bench/h200_check.sh       # the compiled call path's tests alone
+#   OUT=/tmp/check STEPS="func" bash bench/h200_check.sh                 # torch.func's transforms (about 2 minutes)
 #   OUT=/tmp/check STEPS="reductions:forward_compile" REDUCE_SHAPES=16384x1024,32768x4096 bash bench/h200_check.sh
 #   OUT=/tmp/check STEPS="reductions:tune build reductions:forward" bash bench/h200_check.sh  # about 8 minutes
 #   OUT=/tmp/check STEPS="reductions:tune_backward build reductions:backward" REDUCTIONS="softmax log_softmax" \
@@ -110,6 +111,11 @@ step backward_loop 560 python3 -m tilegen bench ${BACKWARD:-} --backward --timer
 # training steps through each, eager beside (host-bound at small shapes: what the node is for). The `backward` step above is the table through the node.
 step node:tests 300 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_autograd.py tests/test_callpath.py \
     tests/test_runtime.py generated/tests -k "grad or backward or training or autograd or cuda_graph or node or forward_mode"
+# torch.func's transforms (not a default step; `tests` has them): tests/test_func.py (compiled with
+# inductor here), each op's generated vjp and jvp tests, and the node's error paths on autograd's
+# device thread (a misshapen gradient, two threads through one node).
+step func 240 python3 -m pytest -q -n 16 -p no:cacheprovider tests/test_func.py generated/tests \
+    tests/test_autograd.py -k "torch_func or test_func or does_not_sum or two_threads"
 step node:function_tests 240 env TILEGEN_AUTOGRAD_NODE=0 python3 -m pytest -q -n 16 -p no:cacheprovider generated/tests \
     -k "grad or backward or training or autograd or cuda_graph"
 step node:backward 560 python3 -m tilegen bench ${BACKWARD:-} --backward --out "$out/node/backward"
