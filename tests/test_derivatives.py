@@ -292,6 +292,41 @@ def test_the_gradients_in_pytorchs_ops_differentiate_again_as_autograd_of_the_or
                                    msg=lambda m: f"second derivative of {source} through {name}: {m}")
 
 
+@settings(max_examples=200, deadline=None)
+@given(_expressions(), st.lists(_points, min_size=4, max_size=4))
+def test_forward_mode_tangents_transpose_the_gradients_as_jvp_of_the_oracle(source, points):
+    # Forward mode (runtime.autograd.Gradients.tangents) transposes the gradients' lines in
+    # PyTorch's ops: they are linear in the incoming gradient, and a vjp of them at zero, applied
+    # to the inputs' tangents, is the JVP. Against torch.func.jvp of the oracle, at kinks and
+    # ties too (where PyTorch's forward-mode and reverse-mode conventions must agree with ours).
+    names = {"a", "b", "alpha"}
+    try:
+        backward = differentiate([("out", parse_expression(source, names))], ["a", "b"])
+    except ValueError:
+        return
+    a = torch.tensor(points, dtype=torch.float64)
+    b = torch.tensor(points[::-1], dtype=torch.float64)
+    tangents = torch.linspace(0.25, 1.25, 4, dtype=torch.float64), torch.linspace(1.0, -0.5, 4, dtype=torch.float64)
+    oracle_math = parse_expression(source, names).to_torch()
+
+    def oracle(a, b):
+        result = eval(oracle_math, {"torch": torch, "a": a, "b": b, "alpha": torch.tensor(0.75, dtype=torch.float64)})
+        return result.expand(4) if isinstance(result, torch.Tensor) else torch.full((4,), float(result), dtype=torch.float64)
+
+    def gradients(seeds):
+        scope = {"torch": torch, "a": a, "b": b, "alpha": 0.75, "_g_out": seeds}
+        exec("\n".join(backward.lines("eager", frozenset({"alpha"}))), scope)
+        return tuple(torch.zeros(4, dtype=torch.float64) if n in backward.zero else seeds if n in backward.passed
+                     else scope[backward.results[backward.aliases.get(n, n)]].expand(4) for n in ("a", "b"))
+
+    _, transpose = torch.func.vjp(gradients, torch.zeros(4, dtype=torch.float64))
+    (ours,) = transpose(tangents)
+    _, theirs = torch.func.jvp(oracle, (a, b), tangents)
+    kept = torch.isfinite(theirs) & torch.isfinite(ours)
+    torch.testing.assert_close(ours[kept], theirs[kept], rtol=1e-7, atol=1e-9,
+                               msg=lambda m: f"tangent of {source}: {m}")
+
+
 @pytest.mark.parametrize("source, reads_output", [
     ("where(acc > 0, acc, 0)", True),       # relu as the example matmul_relu writes it
     ("relu(acc)", True),
