@@ -155,12 +155,16 @@ def test_every_output_gets_its_tangent():
     close(dy, torch.func.jvp(lambda x, w: F.rms_norm(x, (8,), w, eps=1e-5), (x, w), (dx, dw))[1])
 
 
-def test_functionalize_is_refused_naming_the_op_and_argument():
+def test_functionalize_and_linearize_are_refused_naming_the_op():
     import generated
 
     with pytest.raises(TypeError, match=r"^softmax: argument 'x' is transformed by torch.func's functionalize, which "
                                         r"tilegen's ops do not support"):
         torch.func.functionalize(generated.softmax)(randn(3, 5))
+    # linearize traces the function: the trace reaches the registered op inside its dual level.
+    with pytest.raises(TypeError, match=r"^torch.ops.generated.softmax: called inside a forward-mode AD level .* "
+                                        r"as torch.func.linearize traces it: use torch.func.jvp\)$"):
+        torch.func.linearize(generated.softmax, randn(3, 5))
 
 
 def test_out_under_grad_or_forward_mode_is_refused_as_with_autograd():

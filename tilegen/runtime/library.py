@@ -285,7 +285,8 @@ def _outside_forward_mode(qualname, impl):
                             "(torch.func.jvp or jacfwd, or torch.autograd.forward_ad.dual_level), where PyTorch "
                             "passes no tangent through a custom op (the result's would be silently missing); "
                             f"call it outside the level (the op's Python function in {impl.__module__} serves "
-                            "plain tensors and dual ones there, giving the results their tangents)")
+                            "plain tensors and dual ones there, giving the results their tangents, except where "
+                            "the level is traced, as torch.func.linearize traces it: use torch.func.jvp)")
         return impl(*args, **kwargs)
     return entry
 
