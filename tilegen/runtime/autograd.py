@@ -7,20 +7,18 @@ of its inputs come from that op's results or straight from the incoming gradient
 broadcast input's gradient over its broadcast axes. While traced, autograd records the registered
 ops; an eager call that records autograd runs the same implementations under a
 torch.autograd.Function instead (call), without the dispatcher's round trips, or under an
-autograd node in C++ (csrc/autograd_node.cpp) once that is built.
+autograd node in C++ (csrc/autograd_node.cpp) once that is built; under torch.func's transforms
+and forward mode, under transforms.TransformedAutograd.
 """
 
-import functools
 import os
 import threading
 import warnings
 
 import torch
-from torch.autograd import forward_ad
 
-from . import native, ops
-from .batching import vmap_rule
-from .library import batched_gradients, batching_of, differentiating, dual, formula_of, implementation_of, tracing
+from . import native, ops, transforms
+from .library import batched_gradients, dual, formula_of, implementation_of, tracing
 from .sizes import same_shape
 
 
@@ -158,7 +156,7 @@ class Gradients:
         if not any(needed):
             return (None,) * len(results)
         if self.differentiable is None and self._reads_results(needed):
-            raise RuntimeError(no_forward_mode(self.name))
+            raise RuntimeError(transforms.no_forward_mode(self.name))
         seeded = [dtype.is_floating_point for _, dtype, _ in results[:self.outputs]]
         constant = [torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in results[:self.outputs]]
 
@@ -358,7 +356,7 @@ class _EagerAutograd(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gradients, implementation, *args):
-        output = _forward(gradients, implementation, args)
+        output = op_forward(gradients, implementation, args)
         ctx.gradients = gradients
         gradients.setup_context(ctx, args, output, eager=True)
         return output
@@ -369,59 +367,11 @@ class _EagerAutograd(torch.autograd.Function):
         return (None, None, *gradients.compute(ctx, grads, ctx.needs_input_grad[2:2 + gradients.tensors]))
 
 
-class _TransformedAutograd(torch.autograd.Function):
-    """An op's implementation and autograd formula under torch.func's transforms (grad, vjp,
-    jacrev, vmap over them or under them), which need a Function with its own setup_context, and a
-    vmap rule. functorch hands forward the tensors it unwraps (plain ones, where the kernels run);
-    the backward runs with grad mode on (torch.func.grad differentiates with create_graph=True) on
-    its tensors, so the formula's differentiable math (PyTorch's ops) serves it, under any
-    transform above it. Called with the registered op first (call)."""
-
-    @staticmethod
-    def forward(op, *args):
-        return _untraced_forward(formula_of(op), implementation_of(op), args)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        gradients = ctx.gradients = formula_of(inputs[0])
-        gradients.setup_context(ctx, inputs[1:], output, transformed=True)
-        outputs = output if isinstance(output, tuple) else (output,)
-        if forward_ad._current_level >= 0:  # (jvp's tangents exist only inside a dual level)
-            ctx.save_for_forward(*gradients.saved_for_forward_mode(inputs[1:], outputs))
-            ctx.results = [(o.shape, o.dtype, o.device) for o in outputs]
-
-    @staticmethod
-    def jvp(ctx, _, *tangents):
-        gradients = ctx.gradients
-        saved = gradients._arranged(list(ctx.saved_tensors), {})
-        out = gradients.tangents(saved, tangents[:gradients.tensors], ctx.scalars, ctx.shapes, ctx.results)
-        return out if len(out) > 1 else out[0]
-
-    @staticmethod
-    def backward(ctx, *grads):
-        gradients = ctx.gradients
-        needed = ctx.needs_input_grad[1:1 + gradients.tensors]
-        if gradients.differentiable is None and gradients._reads_results(needed):
-            raise RuntimeError(no_transformed_backward(gradients.name))
-        return (None, *gradients.compute(ctx, grads, needed))
-
-    @staticmethod
-    def vmap(info, in_dims, op, *args):
-        # The op's batching rule, calling the op through call again: at the next transform down
-        # (grad's wrapped tensors: this Function again) or on plain tensors.
-        return vmap_rule(functools.partial(call, op), *batching_of(op))(info, in_dims[1:], *args)
-
-
-def _forward(gradients, implementation, args):
+def op_forward(gradients, implementation, args):
     """The op's forward on `args`, its tensors detached, so that the compiled call path (which
     leaves tensors that require grad to autograd) can serve the launch."""
     tensors = gradients.tensors
     return implementation(*[a.detach() for a in args[:tensors]], *args[tensors:])
-
-
-# _forward where torch.compile traces no frame: forward mode under torch.compile runs the op's
-# Function eagerly (call), and its kernels' launches are no frames to compile.
-_untraced_forward = torch.compiler.disable(_forward)
 
 
 def no_second_derivative(op):
@@ -434,14 +384,6 @@ def no_second_derivative(op):
             "without create_graph")
 
 
-def no_forward_mode(op):
-    """Why forward mode (torch.func.jvp, jacfwd, hessian, dual tensors) raises where the op has no
-    `differentiable` math: its tangents are the transpose of that math."""
-    return (f"{op}: forward mode (torch.func.jvp, jacfwd, hessian, torch.autograd.forward_ad) is not derived for "
-            "this op (its tangents transpose its backward's math in PyTorch's ops, and this op's reruns its "
-            "forward's kernel for the sums its decisions read); use reverse mode (torch.autograd)")
-
-
 def no_batched_backward(op):
     """Why a backward with batched incoming gradients raises where the op has no `differentiable`
     math (a kernel cannot read them; PyTorch's ops batch)."""
@@ -449,15 +391,6 @@ def no_batched_backward(op):
             "torch.autograd.functional.jacobian(vectorize=True)) is not derived for this op (its kernel cannot "
             "read them, and this op's backward reruns its forward's kernel for the sums its decisions read); "
             "compute the gradients one incoming gradient at a time")
-
-
-def no_transformed_backward(op):
-    """Why a backward under torch.func.grad or vjp raises where the op has no `differentiable`
-    math: there the backward runs in PyTorch's ops (the kernels cannot read functorch's tensors),
-    as a second derivative's does."""
-    return (f"{op}: torch.func's grad, vjp and jacrev are not derived for this op (under them its backward runs in "
-            "PyTorch's ops, and this op's reruns its forward's kernel for the sums its decisions read); compute "
-            "its gradients with torch.autograd (backward, torch.autograd.grad)")
 
 
 def accumulator_with_history(op, kept, a, b, a_needed, b_needed, a_name, b_name):
@@ -550,43 +483,21 @@ def call(op, *args):
     (native_module), the formula's node is C++: the forward runs, then the node is attached to
     its results; a repeat call the compiled call path serves attaches it there."""
     formula = formula_of(op)
-    if formula is not None and torch.compiler.is_compiling() and _differentiated_by_torch_func(args):
-        return _eager_call(op, *args)
+    if formula is not None and torch.compiler.is_compiling() and transforms.traced_under_torch_func():
+        return transforms.eager_call(op, *args)
     if formula is None or tracing(args):
         return op(*args)
     implementation = implementation_of(op)
     functorch = torch._C._are_functorch_transforms_active() or dual(args)
     node = None if functorch else formula.node_formula()
     if node is not None and node.usable():
-        output = _forward(formula, implementation, args)
+        output = op_forward(formula, implementation, args)
         node.attach(args, output if isinstance(output, tuple) else (output,))
         return output
     if functorch:
-        return _TransformedAutograd.apply(op, *args)
+        return transforms.TransformedAutograd.apply(op, *args)
     # Function.apply's Python wrapper adds only that check and about 4 us a call.
     return _apply(_EagerAutograd, formula, implementation, *args)
-
-
-def _differentiated_by_torch_func(args):
-    """Whether a call torch.compile traces is in forward mode (torch.func.jvp, jacfwd, hessian, a
-    dual level) or under torch.func's grad or vjp (its wrapped tensors require grad), seen as the
-    trace sees them (the functorch interpreters' stack is no query it can trace). A registered op
-    gets no tangent there (see library._outside_forward_mode), nor a gradient (PyTorch runs no
-    custom op's autograd formula under grad): such a call runs eagerly (_eager_call). Under
-    grad over vmap the batched wrapper requires no grad, and PyTorch's error says so."""
-    return forward_ad._current_level >= 0 or (torch._C._are_functorch_transforms_active() and _differentiating())
-
-
-@torch._dynamo.assume_constant_result
-def _differentiating():
-    return differentiating()
-
-
-@torch.compiler.disable
-def _eager_call(op, *args):
-    """call(op, *args), outside torch.compile's trace: the op's Function, on the tensors torch.func
-    wraps, as in eager mode."""
-    return call(op, *args)
 
 
 def _apply(function, *args):
