@@ -157,7 +157,9 @@ class Gradients:
             return (None,) * len(results)
         if self.differentiable is None and self._reads_results(needed):
             raise RuntimeError(transforms.no_forward_mode(self.name))
-        seeded = [dtype.is_floating_point for _, dtype, _ in results[:self.outputs]]
+        # (a result that records from no input at all is non-differentiable: setup_context)
+        seeded = [dtype.is_floating_point and (self.records is None or bool(self.records[i]))
+                  for i, (_, dtype, _) in enumerate(results[:self.outputs])]
         constant = [torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in results[:self.outputs]]
 
         def input_gradients(*seeds):

@@ -385,19 +385,22 @@ class AsPyTorchOp:
     def transformed(self, leaves, chosen, scalars, recording, seeds, through):
         """The gradients of the inputs at `chosen` by torch.func.vjp of the op's outputs that
         `recording` marks, for their `seeds`: one list, or with "vmapped vjp" two, from the vjp
-        function under torch.vmap (jacrev's way) for the seeds and twice them, the second halved:
-        each sample must get its own seeds' gradients."""
+        function under torch.vmap (jacrev's way) for the seeds and their negatives (exact, where
+        twice them could overflow a half gradient), the second negated back: each sample must get
+        its own seeds' gradients."""
         def op(*floats):
             given = list(leaves)
             for i, x in zip(chosen, floats):
                 given[i] = x
             return tuple(o for o, r in zip(as_tuple(self.wrapper(*given, **scalars)), recording) if r)
 
+        if not any(recording):  # (no output depends on an input: no gradient, as the oracle's)
+            return [[None] * len(chosen)]
         _, vjp = torch.func.vjp(op, *(leaves[i].detach() for i in chosen))
         if through == "vjp":
             return [vjp(tuple(seeds))]
-        both = torch.func.vmap(vjp)(tuple(torch.stack([g, 2 * g]) for g in seeds))
-        return [[g[0] for g in both], [g[1] / 2 for g in both]]
+        both = torch.func.vmap(vjp)(tuple(torch.stack([g, -g]) for g in seeds))
+        return [[g[0] for g in both], [-g[1] for g in both]]
 
     def each_gradient_alone_matches(self, inputs, scalars, key):
         """With one float input at a time requiring grad (the others constants, as a frozen weight
