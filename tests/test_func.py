@@ -244,3 +244,40 @@ def test_batched_incoming_gradients_match_pytorchs(name):
         close(got, want)
     close(torch.autograd.functional.jacobian(op, args, vectorize=True)[0],
           torch.autograd.functional.jacobian(math, args, vectorize=True)[0])
+
+
+def test_per_sample_gradients_of_a_model_built_of_generated_ops():
+    # What a user writes for per-sample gradients (DP-SGD, influence functions): vmap over grad of
+    # torch.func.functional_call, on a model whose layers are generated ops, against the same
+    # model in PyTorch's own ops.
+    import generated
+
+    class Block(torch.nn.Module):
+        def __init__(self, ours):
+            super().__init__()
+            generator = torch.Generator().manual_seed(0)
+            self.w = torch.nn.Parameter(torch.randn(8, 6, generator=generator).to(DEVICE) / 3)
+            self.bias = torch.nn.Parameter(torch.randn(6, generator=generator).to(DEVICE))
+            self.scale = torch.nn.Parameter(torch.rand(6, generator=generator).to(DEVICE) + 0.5)
+            self.ours = ours
+
+        def forward(self, x):
+            if self.ours:
+                h = generated.matmul_bias_gelu(x, self.w, self.bias)
+                return generated.rms_norm(h, self.scale, eps=1e-5)[0]
+            h = F.gelu(x @ self.w + self.bias)
+            return F.rms_norm(h, (6,), self.scale, eps=1e-5)
+
+    def per_sample(model, x, y):
+        params = {name: p.detach() for name, p in model.named_parameters()}
+
+        def loss(params, sample, target):
+            out = torch.func.functional_call(model, params, (sample[None],))
+            return (out - target).square().sum()
+        return torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(params, x, y)
+
+    x, y = randn(5, 8), randn(5, 6)
+    got, want = per_sample(Block(True), x, y), per_sample(Block(False), x, y)
+    for name in want:
+        assert got[name].shape == (5, *want[name].shape[1:])
+        close(got[name], want[name])

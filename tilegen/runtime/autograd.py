@@ -85,16 +85,18 @@ class Gradients:
     def setup_context(self, ctx, inputs, output, eager=False, transformed=False):
         """`eager`: called by call's Function (outputs kept apart, see below); `transformed`: by the
         Function torch.func's transforms and dual tensors run, where an input may carry a tangent
-        and not require grad: only a result that records from no input at all is then marked
-        non-differentiable."""
+        and not require grad: every saved input is kept whole, and only a result that records
+        from no input at all is marked non-differentiable."""
         outputs = output if isinstance(output, tuple) else (output,)
         # An eager call (call) keeps the outputs kept for the backward only (past the results)
         # out of autograd's saved tensors, which live until the whole backward returns: its first
         # phase drops them (compute). None can reach them but the backward.
         apart = self._apart if eager else ()
         ctx.kept = {i: outputs[i] for i in apart}
-        ctx.save_for_backward(*(inputs[i] if read is None or _any_requires_grad(inputs, read) else shape_only(inputs[i])
-                                for i, read in zip(self.saved, self.read_by)),
+        # (Under torch.func every input is kept whole: the backward there is the differentiable
+        # math, whose accumulator needs both operands' values and history.)
+        ctx.save_for_backward(*(inputs[i] if read is None or transformed or _any_requires_grad(inputs, read)
+                                else shape_only(inputs[i]) for i, read in zip(self.saved, self.read_by)),
                               *(outputs[i] for i in self.saved_outputs if i is not None and i not in apart))
         ctx.scalars = inputs[self.tensors:]
         # A gradient comes back in the outputs' shape; an input that was broadcast gets it

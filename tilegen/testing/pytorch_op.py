@@ -402,14 +402,14 @@ class AsPyTorchOp:
         both = torch.func.vmap(vjp)(tuple(torch.stack([g, -g]) for g in seeds))
         return [[g[0] for g in both], [-g[1] for g in both]]
 
-    def each_gradient_alone_matches(self, inputs, scalars, key):
+    def each_gradient_alone_matches(self, inputs, scalars, key, through="autograd"):
         """With one float input at a time requiring grad (the others constants, as a frozen weight
-        is), its gradient against the oracle's (gradients_match): the backward computes that one
-        alone (the gradients asked for), never another's in its place."""
+        is), its gradient against the oracle's (gradients_match, `through` as there): the backward
+        computes that one alone (the gradients asked for), never another's in its place."""
         self.differentiable(inputs)
         for index, x in enumerate(inputs):
             if x.is_floating_point():
-                self.gradients_match(inputs, scalars, key, requiring=(index,))
+                self.gradients_match(inputs, scalars, key, requiring=(index,), through=through)
 
     @staticmethod
     def oracle_leaf_gradients(inputs, scalars, reference, float_outputs, seeds):
