@@ -16,6 +16,7 @@ import threading
 import warnings
 
 import torch
+from torch.autograd import forward_ad
 
 from . import native, ops, transforms
 from .library import batched_gradients, dual, formula_of, implementation_of, tracing
@@ -85,8 +86,8 @@ class Gradients:
     def setup_context(self, ctx, inputs, output, eager=False, transformed=False):
         """`eager`: called by call's Function (outputs kept apart, see below); `transformed`: by the
         Function torch.func's transforms and dual tensors run, where an input may carry a tangent
-        and not require grad: every saved input is kept whole, and only a result that records
-        from no input at all is marked non-differentiable."""
+        and not require grad: every saved input is kept whole (for a jvp too, inside a dual
+        level), and only a result that records from no input at all is marked non-differentiable."""
         outputs = output if isinstance(output, tuple) else (output,)
         # An eager call (call) keeps the outputs kept for the backward only (past the results)
         # out of autograd's saved tensors, which live until the whole backward returns: its first
@@ -95,9 +96,13 @@ class Gradients:
         ctx.kept = {i: outputs[i] for i in apart}
         # (Under torch.func every input is kept whole: the backward there is the differentiable
         # math, whose accumulator needs both operands' values and history.)
-        ctx.save_for_backward(*(inputs[i] if read is None or transformed or _any_requires_grad(inputs, read)
-                                else shape_only(inputs[i]) for i, read in zip(self.saved, self.read_by)),
-                              *(outputs[i] for i in self.saved_outputs if i is not None and i not in apart))
+        saved = (*(inputs[i] if read is None or transformed or _any_requires_grad(inputs, read) else shape_only(inputs[i])
+                   for i, read in zip(self.saved, self.read_by)),
+                 *(outputs[i] for i in self.saved_outputs if i is not None and i not in apart))
+        ctx.save_for_backward(*saved)
+        if transformed and forward_ad._current_level >= 0:  # (tangents exist only inside a dual level)
+            ctx.save_for_forward(*saved)  # (what a jvp reads as ctx.saved_tensors: tangents)
+            ctx.results = [(o.shape, o.dtype, o.device) for o in outputs]
         ctx.scalars = inputs[self.tensors:]
         # A gradient comes back in the outputs' shape; an input that was broadcast gets it
         # summed over its broadcast axes.
@@ -120,7 +125,8 @@ class Gradients:
         input at all, where `transformed`)."""
         if self.records is None:
             return []
-        return [o for o, read in zip(outputs, self.records) if not (read if transformed else _any_requires_grad(inputs, read))]
+        return [o for o, read in zip(outputs, self.records)
+                if not (read if transformed else _any_requires_grad(inputs, read))]
 
     def _saved(self, ctx):
         # Detached: the backward computes no graph, and the compiled call path (which leaves
@@ -139,12 +145,6 @@ class Gradients:
         outputs = saved[len(self.saved):]
         return saved[:len(self.saved)] + [None if i is None else apart[i] if i in apart else outputs.pop(0)
                                           for i in self.saved_outputs]
-
-    def saved_for_forward_mode(self, inputs, outputs):
-        """What forward mode's tangents read (tangents): the saved inputs whole (a tangent may come
-        with an input that requires no grad, and shape_only would keep too little), then the saved
-        outputs that are tensors."""
-        return (*(inputs[i] for i in self.saved), *(outputs[i] for i in self.saved_outputs if i is not None))
 
     def tangents(self, saved, tangents, scalars, shapes, results):
         """The op's output tangents for its tensor inputs' `tangents` (None: no tangent), forward

@@ -33,10 +33,6 @@ class TransformedAutograd(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         gradients = ctx.gradients = formula_of(inputs[0])
         gradients.setup_context(ctx, inputs[1:], output, transformed=True)
-        outputs = output if isinstance(output, tuple) else (output,)
-        if forward_ad._current_level >= 0:  # (jvp's tangents exist only inside a dual level)
-            ctx.save_for_forward(*gradients.saved_for_forward_mode(inputs[1:], outputs))
-            ctx.results = [(o.shape, o.dtype, o.device) for o in outputs]
 
     @staticmethod
     def jvp(ctx, _, *tangents):
