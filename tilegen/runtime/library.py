@@ -230,8 +230,8 @@ def register(qualname, gradients=None, traceable=None, batchable=None, own_axes=
             op.register_autograd(gradients, setup_context=gradients.setup_context)
         namespace, name = qualname.split("::")
         overload = getattr(getattr(torch.ops, namespace), name).default
-        op.register_vmap(vmap_rule(overload, _tensor_count(overload), batchable, own_axes))
-        _BATCHING[overload] = _tensor_count(overload), batchable, own_axes
+        batching = _BATCHING[overload] = _tensor_count(overload), batchable, own_axes
+        op.register_vmap(vmap_rule(overload, *batching))
         if flops is not None:
             register_flop_formula(overload.overloadpacket)(flops)
         _IMPLEMENTATIONS[overload] = impl
