@@ -554,6 +554,30 @@ def test_generated_ops_through_the_node_match_their_python_autograd(node, op, sh
             torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)
 
 
+def test_a_table_made_without_the_node_takes_it_at_the_next_training_call(node, monkeypatch):
+    # A compiled call path's table takes its op's node when made. One made while the node was not
+    # to be had (turned off, its build not loaded yet) takes it once a training call on the Python
+    # path finds it, so that its repeat training calls are served with it from then on (a table
+    # kept None served no training call for the process's life: found on an H100).
+    from types import SimpleNamespace
+
+    from tilegen.runtime import autograd
+
+    module = importlib.import_module("generated.rms_norm")
+    path = module._OP.call_path
+    table = SimpleNamespace(formula=None, learn=lambda *args: False)  # made without the node
+    monkeypatch.setattr(path, "table", table)
+    monkeypatch.setattr(path, "call", lambda *args: None)  # every call on the Python path
+    x, w = _leaves((5, 33), (33,), dtype=torch.float32)
+    monkeypatch.setattr(autograd, "native_module", lambda wait=False: None)
+    y, _ = module.rms_norm(x, w)
+    assert table.formula is None and "_EagerAutograd" in type(y.grad_fn).__name__  # no node to take yet
+    monkeypatch.setattr(autograd, "native_module", lambda wait=False: node)
+    y, _ = module.rms_norm(x, w)
+    assert y.grad_fn.name() == "rms_normBackward"
+    assert table.formula is not None and table.formula is path.formula.node_formula()
+
+
 def test_the_node_refuses_what_autograd_refuses(package, node):
     from generated import rms_norm as normed
 

@@ -80,6 +80,10 @@ class Gradients:
         self._apart = tuple(i for i in self.saved_outputs if i is not None and i >= outputs) if phases is not None else ()
         self._computes = backward is not None and any(s is not None and s[0] == "result" for s in self.sources)
         self._node = None  # node_formula's (the module, its Formula), once made
+        # The compiled call paths that attach this formula's node to the calls they serve
+        # (callpath.CallPath.formula): a table made while the node was not to be had (turned off,
+        # its build failed or not yet loaded) takes it once a call on the Python path finds it.
+        self.call_paths = []
         self.named = named
         self.name = named or "op"  # the op's name, for errors (register sets it)
 
@@ -253,7 +257,11 @@ class Gradients:
                                                 self.outputs, sources, self._backward_path(),
                                                 None if self.records is None else [_mask(read) for read in self.records],
                                                 self.selective, [0 if read is None else _mask(read) for read in self.read_by])
-        return self._node[1]
+        node = self._node[1]
+        for path in self.call_paths:
+            if path.table is not None and path.table.formula is None:
+                path.table.formula = node
+        return node
 
     def _reads_some(self):
         """Whether some saved input is kept only where a gradient that reads it is asked for."""

@@ -190,9 +190,19 @@ class CallPath:
     def __init__(self):
         self.call = _no_entry
         self.table = None
-        # The op's autograd formula (a Gradients), where its table may serve calls that record
-        # autograd: its node (autograd.native_module) is attached in C++ to the results.
-        self.formula = None
+        self._formula = None
+
+    @property
+    def formula(self):
+        """The op's autograd formula (a Gradients), where its table may serve calls that record
+        autograd: its node (autograd.native_module) is attached in C++ to the results."""
+        return self._formula
+
+    @formula.setter
+    def formula(self, formula):
+        self._formula = formula
+        if formula is not None and self not in formula.call_paths:
+            formula.call_paths.append(self)  # (its node_formula hands a table made without the node the node)
 
     def learn(self, call_args, launched, result):
         """After the Python path served `call_args` with the launch `launched` (launch.Launched)
