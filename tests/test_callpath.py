@@ -916,6 +916,9 @@ def test_repeat_training_calls_are_served_with_the_node_and_their_gradients_stay
     if callpath.load(wait=True) is None:
         pytest.skip(f"no compiled call path here: {callpath.UNAVAILABLE}")
     monkeypatch.setenv("TILEGEN_AUTOGRAD_NODE", "1")
+    from tilegen.runtime import autograd
+    if autograd.native_module(wait=True) is None:  # (a table takes the node once it is loaded)
+        pytest.skip("the autograd node cannot be built here")
     module = importlib.import_module(f"generated.{op}")
     fn = getattr(module, op)
     shapes = {"add": [(64, 256), (256,)], "rms_norm": [(64, 256), (256,)], "softmax": [(64, 256)],
