@@ -202,7 +202,7 @@ class CallPath:
     def formula(self, formula):
         self._formula = formula
         if formula is not None and self not in formula.call_paths:
-            formula.call_paths.append(self)  # (its node_formula hands a table made without the node the node)
+            formula.call_paths.append(self)  # (node_formula gives the node to a table made before it loaded)
 
     def learn(self, call_args, launched, result):
         """After the Python path served `call_args` with the launch `launched` (launch.Launched)
