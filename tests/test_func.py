@@ -109,17 +109,26 @@ def test_grad_over_vmap_and_grad_of_grad_match_pytorchs(name):
 def test_the_forward_runs_the_kernels_and_the_backward_pytorchs_ops(monkeypatch):
     # Under grad the op's forward is its own launch (not PyTorch's math), its backward the derived
     # math in PyTorch's ops (the backward kernel cannot read the transform's tensors).
+    # Counted where an implementation runs, not where it is looked up: on a GPU the call path's
+    # first table of the op looks its backward op up, to build the autograd node it would attach.
+    import functools
+
     import generated
-    from tilegen.runtime import autograd
+    from tilegen.runtime import autograd, transforms
 
     forwards, backwards = [], []
     implementation = autograd.implementation_of
 
     def counted(op):
         run = implementation(op)
-        (backwards if "backward" in op.__name__ else forwards).append(op.__name__)
-        return run
-    monkeypatch.setattr(autograd, "implementation_of", counted)
+
+        @functools.wraps(run)
+        def counting(*args):
+            (backwards if "backward" in op.__name__ else forwards).append(op.__name__)
+            return run(*args)
+        return counting
+    for module in (autograd, transforms):
+        monkeypatch.setattr(module, "implementation_of", counted)
     x, w = randn(3, 8), randn(8)
     torch.func.grad(weighted(lambda x, w: generated.rms_norm(x, w)[0]), argnums=(0, 1))(x, w)
     assert forwards and all("rms_norm" in name for name in forwards), forwards
