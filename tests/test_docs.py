@@ -79,7 +79,7 @@ def test_ci_runs_the_readmes_setup_and_test_commands():
     readme = (REPO / "README.md").read_text()
     ci = (REPO / ".ci" / "run").read_text()
     setup = 'pip install torch==2.13.0 -e ".[test]"'
-    test = "tilegen build specs/ --check && python -m pytest -q"
+    test = "tilegen build specs/ --check && python -m pytest -q -n auto"
     assert f"    {setup}\n" in readme and setup in ci.replace("python -m pip install --quiet", "pip install")
     assert f"    {test}\n" in readme and ci.rstrip().endswith(test)
 
