@@ -432,3 +432,23 @@ def test_a_step_read_only_detached_records_no_graph():
             for name, source in [("o1", "s + 1.0"), ("o2", "s * b"), ("o3", "where(t > 0, 1.0, s)"), ("o4", "t")]]
     assert recorded_from(body, ["a", "b"], steps) == {"o1": set(), "o2": {"b"}, "o3": set(), "o4": {"a"}}
     assert recorded_from(body, ["b"], steps)["o4"] == set()  # (a needs no gradient: an int, say)
+
+
+@pytest.mark.parametrize("source", ["x * sqrt(1.0 * k)", "x * sqrt(k / 1.0)", "x * sqrt(k + 0.0)",
+                                    "x * sqrt(0.0 - k + 2 * k)", "x * sqrt(-1.0 * -k)"])
+def test_a_float_constant_that_makes_an_int_float_is_kept(source):
+    # 1.0 * k is k made float: dropped as a neutral factor, sqrt() would meet an int, which a
+    # kernel cannot take (Triton's sqrt of an int scalar) and the kinds check refuses. A float's
+    # neutral constants still drop out.
+    from tilegen.categories import FLOAT, INT, Kind, category_of
+
+    kinds = {"x": Kind(FLOAT, False), "k": Kind(INT, True)}
+    backward = differentiate([("y", parse_expression(source, {"x", "k"}))], ["x"], kinds=kinds)
+    for _, expression in backward.steps:
+        category_of(expression.tree.body, kinds | {"_g_y": Kind(FLOAT, False)})  # (raises where sqrt() meets an int)
+    x = torch.linspace(0.5, 2.0, 4, dtype=torch.float64)
+    k = torch.tensor(3.0, dtype=torch.float64)  # (the oracle's int scalar in float math: testgen)
+    got = _tilegen_grads(source, ["x"], {"x": x}, torch.ones(4, dtype=torch.float64), {"k": k})["x"]
+    torch.testing.assert_close(got, torch.full((4,), math.sqrt(3), dtype=torch.float64))
+    plain = differentiate([("y", parse_expression("x * 1.0 + 0.0", {"x"}))], ["x"], kinds=kinds)
+    assert plain.passed == {"x": "y"}

@@ -1224,3 +1224,61 @@ def test_a_per_row_value_read_along_the_row_gets_the_row_length_times_its_share(
             z, m = package.shifted_sums(x, r)
             gradient, = torch.autograd.grad([z, m], [r], [seed, seed], create_graph=create_graph)
             assert gradient.tolist() == [0.0, 0.0, 0.0]
+
+
+# An int scalar made float (1.0 * k) under a float function, in each kind: the backward keeps the
+# 1.0 (without it sqrt() would meet an int, and the build failed).
+INT_SCALAR_MADE_FLOAT = {
+    "isq.yaml": """\
+op: isq
+kind: elementwise
+inputs:
+  x: {dtype: [float32]}
+scalars:
+  k: {type: int, default: 4}
+outputs:
+  y: {dtype: x}
+compute:
+  y: x * sqrt(1.0 * k) + sqrt(x * k)
+tiles:
+  N: {block: BLOCK, sizes: [1024]}
+""",
+    "mmk.yaml": """\
+op: mmk
+kind: matmul
+inputs:
+  a: {shape: [M, K], dtype: [float32]}
+  b: {shape: [K, N], dtype: a}
+outputs:
+  c: {shape: [M, N], dtype: a}
+scalars:
+  k: {type: int, default: 4}
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+epilogue:
+  c: acc / sqrt(1.0 * k) + acc * (k - 1)
+""",
+    "rk.yaml": """\
+op: rk
+kind: reduction
+inputs:
+  x: {dtype: [float32], shape: [..., N]}
+scalars:
+  k: {type: int, default: 4}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+steps:
+  s: x / sqrt(1.0 * k)
+  e: exp(s - detach(max(s)))
+compute:
+  y: e / sum(e)
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+""",
+}
+
+
+def test_an_int_scalar_made_float_under_a_float_function_builds_and_differentiates(tmp_path):
+    assert_generated_tests_pass(tmp_path, INT_SCALAR_MADE_FLOAT, ["isq", "mmk", "rk"], "reference or gradients_match")

@@ -20,6 +20,7 @@ import math
 import operator
 from dataclasses import dataclass
 
+from .categories import FLOAT
 from .expressions import assignments, expression_of, int_math_literals
 from .rows import ELEMENT, ROW, ROW_LENGTH, UNIFORM
 
@@ -75,6 +76,24 @@ def _is_zero(term: Term) -> bool:
     return term[0] in ("const", "int") and term[1] == 0
 
 
+# The names of one op's backward that hold ints or bools (an int scalar, a reduction's row length,
+# a mask), set by differentiate, and which terms may hold such values (memo).
+_NOT_FLOAT: set[str] = set()
+_MAY_BE_INT: dict[Term, bool] = {}
+
+
+def _may_be_int(term: Term) -> bool:
+    """Whether `term` may hold an int or bool value (it may say so of one that cannot: that only
+    keeps a 1.0 * that changes nothing). Where it does, a neutral float constant is no identity:
+    1.0 * k is k made float, on which sqrt() is defined, as it is not on k."""
+    if term[0] in ("const", "var", "cmp"):
+        return term[0] == "cmp" or term[0] == "var" and term[1] in _NOT_FLOAT
+    known = _MAY_BE_INT.get(term)
+    if known is None:
+        known = _MAY_BE_INT[term] = all(_may_be_int(operand) for operand in _operands(term))
+    return known
+
+
 # Builders that simplify as they build: constants fold, and 0 and 1 drop out where they are
 # neutral (x + 0, x * 1). A product with a literal zero is kept: 0 * f(a) has the gradient
 # 0 * f'(a), which is NaN where f'(a) is infinite, as PyTorch computes it. A zero gradient is
@@ -82,9 +101,9 @@ def _is_zero(term: Term) -> bool:
 def add(x: Term, y: Term) -> Term:
     if _is_const(x) and _is_const(y):
         return const(x[1] + y[1])
-    if _is_const(x, 0.0):
+    if _is_const(x, 0.0) and not _may_be_int(y):
         return y
-    if _is_const(y, 0.0):
+    if _is_const(y, 0.0) and not _may_be_int(x):
         return x
     if y[0] == "neg":
         return sub(x, y[1])
@@ -94,9 +113,9 @@ def add(x: Term, y: Term) -> Term:
 def sub(x: Term, y: Term) -> Term:
     if _is_const(x) and _is_const(y):
         return const(x[1] - y[1])
-    if _is_const(y, 0.0):
+    if _is_const(y, 0.0) and not _may_be_int(x):
         return x
-    if _is_const(x, 0.0):
+    if _is_const(x, 0.0) and not _may_be_int(y):
         return neg(y)
     if y[0] == "neg":
         return add(x, y[1])
@@ -116,13 +135,13 @@ def neg(x: Term) -> Term:
 def mul(x: Term, y: Term) -> Term:
     if _is_const(x) and _is_const(y):
         return const(x[1] * y[1])
-    if _is_const(x, 1.0):
+    if _is_const(x, 1.0) and not _may_be_int(y):
         return y
-    if _is_const(y, 1.0):
+    if _is_const(y, 1.0) and not _may_be_int(x):
         return x
-    if _is_const(x, -1.0):
+    if _is_const(x, -1.0) and not _may_be_int(y):
         return neg(y)
-    if _is_const(y, -1.0):
+    if _is_const(y, -1.0) and not _may_be_int(x):
         return neg(x)
     if x[0] == "neg" and y[0] == "neg":
         return mul(x[1], y[1])
@@ -138,7 +157,7 @@ def mul(x: Term, y: Term) -> Term:
 def div(x: Term, y: Term) -> Term:
     if _is_const(x) and _is_const(y) and y[1] != 0.0:
         return const(x[1] / y[1])
-    if _is_const(y, 1.0):
+    if _is_const(y, 1.0) and not _may_be_int(x):
         return x
     if x[0] == "neg":
         return neg(div(x[1], y))
@@ -655,6 +674,9 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
     in the gradients (from_tree)."""
     _INTERNED.clear()  # terms live for one op's backward: the table never outgrows the largest
     _INTERNED.update({ZERO: ZERO, ONE: ONE})
+    _MAY_BE_INT.clear()
+    _NOT_FLOAT.clear()
+    _NOT_FLOAT.update(name for name, kind in (kinds or {}).items() if kind.category != FLOAT)
     defined: dict[str, Term] = {}
     def term_of(name, expression):
         int_math = int_math_literals(expression.tree.body, kinds, name) if kinds is not None else frozenset()

@@ -402,7 +402,7 @@ def _fewest_reads(spec: Spec, inputs: list[str], outputs: list[str], roles: dict
 
     def derived(**kwargs):
         return differentiate(list(spec.body), inputs, steps=list(spec.steps), levels=levels,
-                             computed_always=columns, output_levels=output_levels, **kwargs)
+                             computed_always=columns, output_levels=output_levels, kinds=spec.number_kinds(), **kwargs)
 
     def read_along(backward):
         return sum(1 for n in backward.reads if n in along or (n in outputs and roles[n] == "element"))
