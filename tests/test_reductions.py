@@ -462,6 +462,29 @@ tiles:
 """
 
 
+# The row's length read by its axis's name: rows standardized by their unbiased variance
+# (torch.var's, which divides by N - 1), scaled by 1 / sqrt(N) (a float function of it), and the
+# variance returned.
+UNBIASED = """\
+op: unbiased_norm
+kind: reduction
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  w: {dtype: x, shape: [N]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+  v: {dtype: x, shape: [...]}
+steps:
+  mu: mean(x)
+  var: sum((x - mu) * (x - mu)) / (N - 1)
+compute:
+  y: (x - mu) * rsqrt(var + 1.0e-5) * w / sqrt(1.0 * N)
+  v: var
+tiles:
+  N: {block: BLOCK_N, sizes: [16, 64]}
+"""
+
+
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory):
     from click.testing import CliRunner
@@ -473,7 +496,8 @@ def variants(tmp_path_factory):
     scaffold = CliRunner().invoke(main, ["new", "scaled_softmax", "--kind", "reduction", "--specs", str(root / "specs")])
     assert scaffold.exit_code == 0, scaffold.output
     with built_package(root, "variant_ops", {"gemma_rms.yaml": GEMMA, "tempered_softmax.yaml": TEMPERED,
-                                             "detached_softmax.yaml": DETACHED, "pooled_softmax.yaml": POOLED}) as module:
+                                             "detached_softmax.yaml": DETACHED, "pooled_softmax.yaml": POOLED,
+                                             "unbiased_norm.yaml": UNBIASED}) as module:
         yield module
 
 
@@ -496,6 +520,38 @@ def test_variants_written_in_yaml_compute_and_differentiate_as_pytorch(variants)
             assert (g is None) == (e is None)
             if e is not None:
                 torch.testing.assert_close(g, e.to(dtype))
+
+
+@pytest.mark.parametrize("length", [1, 2, 37, 150])  # (150: rows longer than the largest tile, which loop)
+def test_a_spec_reads_the_rows_length_by_its_axis_name(variants, length):
+    generator = torch.Generator().manual_seed(length)
+    x = torch.randn(4, 3, length, dtype=torch.float64, generator=generator).to(DEVICE).requires_grad_()
+    w = torch.randn(length, dtype=torch.float64, generator=generator).to(DEVICE).requires_grad_()
+    y, v = variants.unbiased_norm(x, w)
+    want_v = torch.var(x, -1)  # (NaN for rows of one element, as N - 1 is 0)
+    want_y = (x - x.mean(-1, keepdim=True)) * torch.rsqrt(want_v[..., None] + 1e-5) * w / length ** 0.5
+    torch.testing.assert_close(v, want_v, equal_nan=True)
+    torch.testing.assert_close(y, want_y, equal_nan=True)
+    seeds = [torch.randn(t.shape, dtype=torch.float64, generator=generator).to(DEVICE) for t in (y, v)]
+    got = torch.autograd.grad((y * seeds[0]).sum() + (v * seeds[1]).sum(), (x, w))
+    want = torch.autograd.grad((want_y * seeds[0]).sum() + (want_v * seeds[1]).sum(), (x, w))
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, equal_nan=True)
+
+
+def test_the_rows_length_is_a_name_of_reductions_alone(tmp_path):
+    # Elsewhere an axis's name is no value; in a reduction it is the one it reduces, an int.
+    spec, errors = validated(tmp_path, UNBIASED.replace("(N - 1)", "(M - 1)"))
+    assert spec is None and any("steps.var: unknown name 'M'" in line for line in errors), errors
+    spec, errors = validated(tmp_path, UNBIASED.replace("sqrt(1.0 * N)", "sqrt(N)"))
+    assert spec is None and any("compute.y: sqrt() of an int value" in line for line in errors), errors
+    spec, errors = validated(tmp_path, (REPO / "specs" / "add.yaml").read_text().replace("c: a + b", "c: a + N"))
+    assert spec is None and any("compute.c: unknown name 'N'" in line for line in errors), errors
+
+
+def test_the_generated_tests_of_a_spec_that_reads_the_rows_length_pass(tmp_path):
+    assert_generated_tests_pass(tmp_path, {"unbiased_norm.yaml": UNBIASED}, ["unbiased_norm"],
+                                "reference or gradients_match or longer_than_a_tile")
 
 
 def test_a_value_per_row_is_read_in_its_own_row_blocks_step_where_loads_go_a_step_ahead(variants, monkeypatch):

@@ -11,7 +11,7 @@ from .expressions import assignments
 from .lowering import records_gradients
 from .matmul_lowering import epilogue_backward, keeps_exact_accumulator
 from .reduction_lowering import differentiates_twice, has_backward_kernel
-from .rows import ELEMENT, level_of
+from .rows import ELEMENT, ROW_LENGTH, level_of
 from .spec import SIZE_ONE, Spec, TensorSpec
 
 # Functions whose inputs the tests keep positive, so the oracle is not mostly NaN.
@@ -61,8 +61,23 @@ def pytorch_lines(spec: Spec, target: str, scalars: frozenset[str] = frozenset()
     # literals of int math stay ints, exact: the kinds say which.)
     kinds = spec.number_kinds()
     whole = target == "torch"  # (the oracle may be given per-row inputs along the row: its `whole`)
-    return (matmul_columns(spec, whole) + row_values(spec, whole) + assignments(math, target, scalars, kinds=kinds)
+    length = row_length(spec, math, target)
+    if length and target == "eager":
+        scalars = scalars | {ROW_LENGTH}  # (a Python int there, as the scalars are numbers)
+    return (matmul_columns(spec, whole) + row_values(spec, whole) + length
+            + assignments(math, target, scalars, kinds=kinds)
             + rows_shaped(spec, outputs) + matmul_shaped(spec, expressions, outputs))
+
+
+def row_length(spec: Spec, math, target: str) -> list[str]:
+    """The line that gives a reduction's math the row's length it reads (`N` in the spec), from an
+    input along the rows, where some of `math` (name -> expression) reads it: for the oracle a
+    float64 number, as its scalars are; in eager code a Python int, as `x.shape[-1]` is."""
+    if not any(ROW_LENGTH in expression.names for _, expression in math):
+        return []
+    roles = spec.row_roles()
+    length = next(t.name for t in spec.inputs if roles[t.name] != "row") + ".shape[-1]"
+    return [f"{ROW_LENGTH} = " + (f"torch.tensor({length}, dtype=torch.float64)" if target == "torch" else length)]
 
 
 def names_read(spec: Spec) -> dict[str, set[str]]:

@@ -12,12 +12,12 @@ import difflib
 import keyword
 import re
 
-from .categories import FLOAT, CategoryError, Kind, as_logic, can_hold, category_of, int_scalars_met
+from .categories import FLOAT, INT, CategoryError, Kind, as_logic, can_hold, category_of, int_scalars_met
 from .dtypes import (ACCUMULATE_DTYPES, DTYPES, ELEMENTWISE_DTYPES, FLOAT_DTYPES, INT_RANGES, MATMUL_DTYPES,
                      PRECISIONS, REDUCTION_DTYPES, category, narrowest_int)
 from .errors import ErrorLog
 from .expressions import INFINITY, Expression, ExpressionError, parse_expression
-from .rows import ELEMENT, LEVEL_NAMES, ROW, UNIFORM, level_of
+from .rows import ELEMENT, LEVEL_NAMES, ROW, ROW_LENGTH, UNIFORM, level_of
 from .schema import PER_SM_COUNTS, UNROLL_SIZES
 from .naming import KERNEL_HELPERS, RESERVED, TEST_MODULE_NAMES, identifiers
 from .shape_rules import ShapeRules, matmul_axes
@@ -694,6 +694,8 @@ class _Validator(ShapeRules):
         names = {name: Kind(category(found[0][0]), False) for name, found in self.dtypes.items()}
         names["acc"] = Kind(FLOAT, False)
         names.update({name: Kind(s.type, True) for name, s in scalars.items()})
+        if self.kind == "reduction":
+            names[ROW_LENGTH] = Kind(INT, True)  # the reduced axis's length (parsed): an int, as x.shape[-1]
         names.update(self.step_kinds)
         return names
 
@@ -704,7 +706,7 @@ class _Validator(ShapeRules):
         if expression is None:
             return None
         step = key.split(".", 1)[1] if key.startswith("steps.") else None
-        ahead = [n for n in expression.names if n not in defined]
+        ahead = [n for n in expression.names if n not in defined and n != ROW_LENGTH]
         for name in ahead:
             what = "itself" if name == step else f"step {name!r}, which comes after it (steps run in order)"
             self.error(key, f"the step reads {what}", "read only inputs, scalars and earlier steps")
@@ -714,6 +716,7 @@ class _Validator(ShapeRules):
         axis = next(iter(self.named_axes), None)
         levels = {name: ROW if shape == ("...",) else ELEMENT for name, shape in inputs.items()}
         levels.update({name: UNIFORM for name in scalars})
+        levels[ROW_LENGTH] = UNIFORM
         # Without an input of rows (its own error) every level is moot.
         has_rows = any(shape is None or shape[:1] == ("...",) and len(shape) > 1 for shape in inputs.values())
         for name, expression in steps.items():
@@ -807,9 +810,12 @@ class _Validator(ShapeRules):
 
     def parsed(self, key: str, source, names: set, **language) -> Expression | None:
         """`source` parsed and checked (parse_expression's `language` options), or None with each
-        of its problems logged under `key`."""
+        of its problems logged under `key`. A reduction's math may read its reduced axis's name
+        (`N`: the row's length, as `x.shape[-1]`), which it then reads as rows.ROW_LENGTH, the
+        name the lowering gives it (a mean's divisor)."""
+        axis = self.row_length_name()
         try:
-            return parse_expression(source, names, **language)
+            expression = parse_expression(source, names | ({axis} if axis else set()), **language)
         except ExpressionError as exc:
             for problem in exc.all():
                 if problem.unknown_name is not None and self.taken.get(problem.unknown_name) == "output":
@@ -820,6 +826,13 @@ class _Validator(ShapeRules):
                 elif problem.unknown_name is None or problem.unknown_name not in self.refused_names:
                     self.error(key, problem.message, problem.allowed)
             return None
+        return expression.renamed({axis: ROW_LENGTH}) if axis else expression
+
+    def row_length_name(self) -> str | None:
+        """The axis a reduction reduces, by its name in `tiles` (`N`), where its math may read it."""
+        if self.kind != "reduction" or len(self.named_axes) != 1:
+            return None
+        return next(iter(self.named_axes))
 
     def output_entries(self, section: str, entries: dict, outputs: dict, required: bool):
         """(key, output, expression source) of each entry of `section` that names an output; an entry
