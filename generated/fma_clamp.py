@@ -249,7 +249,7 @@ def _fma_clamp_backward_in_torch(a, b, c, _g_y, lo, hi, _needed):
     Hessian-vector product, a gradient penalty) runs these on the saved tensors' history."""
     a, b, c, _g_y, = rt.in_precision(torch.float32, a, b, c, _g_y)
     _s0 = a * b + c
-    _s1 = torch.clamp(_s0, min=lo)
+    _s1 = torch.maximum(_s0, torch.tensor(lo, dtype=torch.float64))
     _s2 = torch.where(_s1 == hi, 0.5 * _g_y, torch.where(_s1 > hi, 0.0, _g_y))
     _s3 = torch.where(_s0 == lo, 0.5 * _s2, torch.where(_s0 < lo, 0.0, _s2))
     _d_a = _s3 * b

@@ -1282,3 +1282,34 @@ tiles:
 
 def test_an_int_scalar_made_float_under_a_float_function_builds_and_differentiates(tmp_path):
     assert_generated_tests_pass(tmp_path, INT_SCALAR_MADE_FLOAT, ["isq", "mmk", "rk"], "reference or gradients_match")
+
+
+# maximum and minimum with a scalar bound, whose values a backward reads (x * maximum(x, lo)):
+# differentiated again, their gradient is maximum's (half at a tie, all of it at NaN), not clamp's.
+BOUNDED_SQUARE = """\
+op: bounded_square
+kind: elementwise
+inputs:
+  x: {dtype: [float32, float64]}
+scalars:
+  lo: {type: float, default: 0.5}
+  hi: {type: float, default: 2.0}
+outputs:
+  y: {dtype: x}
+compute:
+  y: x * minimum(maximum(x, lo), hi)
+tiles:
+  N: {block: BLOCK, sizes: [16]}
+"""
+
+
+@pytest.mark.parametrize("lo", [0.5, math.nan])
+def test_a_second_derivative_through_a_scalar_bound_is_maximums_at_ties_and_nan(tmp_path, lo):
+    with built_package(tmp_path, "bounded_ops", {"bounded_square.yaml": BOUNDED_SQUARE}) as ops:
+        x = torch.tensor([-1.0, 0.5, 1.0, 2.0, 3.0, math.nan], dtype=torch.float64, requires_grad=True)
+        lo_, hi_ = torch.tensor(lo, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64)
+        twice = []
+        for f in (lambda x: ops.bounded_square(x, lo=lo), lambda x: x * torch.minimum(torch.maximum(x, lo_), hi_)):
+            first, = torch.autograd.grad(f(x).sum(), x, create_graph=True)
+            twice.append(torch.autograd.grad(first.sum(), x)[0])
+        torch.testing.assert_close(twice[0], twice[1], equal_nan=True)

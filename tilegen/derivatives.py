@@ -530,9 +530,11 @@ class Backward:
     passed: dict  # name -> the output whose incoming gradient is its gradient as it is
     decided: frozenset  # the names read that a decision reads other than by its sign (decided_beyond_sign)
 
-    def lines(self, target: str, scalars: frozenset[str] = frozenset(), kinds: dict | None = None) -> list[str]:
-        """The gradients' lines for `target` (expressions.assignments: `scalars` and `kinds` as there)."""
-        return assignments(list(self.steps), target, scalars, kinds=kinds)
+    def lines(self, target: str, scalars: frozenset[str] = frozenset(), kinds: dict | None = None,
+              differentiated: bool = False) -> list[str]:
+        """The gradients' lines for `target` (expressions.assignments: `scalars`, `kinds` and
+        `differentiated` as there)."""
+        return assignments(list(self.steps), target, scalars, kinds=kinds, differentiated=differentiated)
 
     def computed(self) -> list[str]:
         """The names whose gradient the lines compute (not zero, an alias or an incoming gradient)."""

@@ -356,7 +356,8 @@ def reductions_in(expression: "Expression") -> list[str]:
 
 
 def assignments(outputs: list[tuple[str, "Expression"]], target: str,
-                scalars: frozenset[str] = frozenset(), temp_prefix: str = "_t", kinds: dict | None = None) -> list[str]:
+                scalars: frozenset[str] = frozenset(), temp_prefix: str = "_t", kinds: dict | None = None,
+                differentiated: bool = False) -> list[str]:
     """The lines that compute each output (`name = code`) for `target` ("triton", "torch" for the
     float64 oracle, "eager" for the benchmark). A subexpression that the emitted code would
     write more than once (the argument of relu, silu or gelu, the base of a power) is bound once
@@ -364,7 +365,9 @@ def assignments(outputs: list[tuple[str, "Expression"]], target: str,
     that computes it; so the emitted size grows with the expression's, never exponentially.
     `kinds` (name -> categories.Kind) gives the kinds of number the names hold where some are not
     float: Triton code then spells relu for integers as it is for them, and writes the int
-    literals of int math as ints (int_math_literals)."""
+    literals of int math as ints (int_math_literals). `differentiated`: eager code that autograd
+    differentiates again (a backward's math, for a second derivative or torch.func), where each
+    function keeps its own gradient (_Emitter)."""
     temps: dict[str, str] = {}
     lines: list[str] = []
     scalars = set(scalars)
@@ -378,7 +381,7 @@ def assignments(outputs: list[tuple[str, "Expression"]], target: str,
 
     for name, expression in outputs:
         int_math = int_math_literals(expression.tree.body, kinds, name) if kinds is not None else frozenset()
-        code = _Emitter(target, frozenset(scalars), bind, kinds, int_math).emit(expression.tree.body)
+        code = _Emitter(target, frozenset(scalars), bind, kinds, int_math, differentiated).emit(expression.tree.body)
         lines.append(f"{name} = {tidy(code)}")
         if set(expression.names) <= scalars:
             # A step of scalars alone (a derivative's shared `-alpha`) is a number in eager code
@@ -405,12 +408,13 @@ class _Emitter:
 
     def __init__(self, target: str, scalars: frozenset[str] = frozenset(),
                  bind: Callable[[str], str] | None = None, kinds: dict | None = None,
-                 int_math: frozenset[int] = frozenset()):
+                 int_math: frozenset[int] = frozenset(), differentiated: bool = False):
         self.target = target
         self.scalars = scalars
         self.bind = bind
         self.kinds = kinds
         self.int_math = int_math  # int literals (magnitudes) of int math: int_math_literals
+        self.differentiated = differentiated  # (assignments)
 
     def _is_integer(self, node: ast.AST) -> bool:
         return self.kinds is not None and category_of(node, self.kinds) == INT
@@ -556,6 +560,11 @@ class _Emitter:
                     if self.kinds is not None and all(category_of(arg, self.kinds) == BOOL for arg in node.args):
                         # Of bools, an or/and (PyTorch's clamp takes no bool tensor).
                         return f"({tensor} {'|' if name == 'maximum' else '&'} {scalar})"
+                    if self.differentiated and not self._is_integer(node.args[1 if constant[0] else 0]):
+                        # clamp's gradient differs from maximum's at a tie (all of it, not half)
+                        # and at NaN (none, not all): the bound as a 0-dim float64 tensor, which
+                        # leaves the result in the tensor's dtype, as the number would.
+                        return f"torch.{name}({tensor}, torch.tensor({scalar}, dtype=torch.float64))"
                     bound = "min" if name == "maximum" else "max"
                     return f"torch.clamp({tensor}, {bound}={scalar})"
                 return spec.torch.format(*args)

@@ -32,7 +32,8 @@ def torch_gradients(spec: Spec, backward: Backward, params: list[str], results: 
         rows=list(rows),
         length=length,
         prelude=list(prelude),
-        lines=backward.lines("eager", frozenset(scalars + (["_n"] if length else [])), kinds=gradient_kinds(spec, backward)),
+        lines=backward.lines("eager", frozenset(scalars + (["_n"] if length else [])), kinds=gradient_kinds(spec, backward),
+                             differentiated=True),
         results=[_result(r, row_results, length) for r in results],
     )
 
