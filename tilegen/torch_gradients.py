@@ -4,9 +4,10 @@ Hessian-vector product, a gradient penalty, a physics-informed loss) runs these 
 `differentiable`); every other backward runs the kernels. Rendered per op as a function with the
 backward op's parameters and results."""
 
-from .categories import FLOAT, INT, Kind, category_of
+from .categories import FLOAT, Kind, category_of
 from .derivatives import Backward
 from .dtypes import category
+from .rows import ROW_LENGTH
 from .spec import Spec
 
 
@@ -32,7 +33,7 @@ def torch_gradients(spec: Spec, backward: Backward, params: list[str], results: 
         rows=list(rows),
         length=length,
         prelude=list(prelude),
-        lines=backward.lines("eager", frozenset(scalars + (["_n"] if length else [])), kinds=gradient_kinds(spec, backward),
+        lines=backward.lines("eager", frozenset(scalars + ([ROW_LENGTH] if length else [])), kinds=gradient_kinds(spec, backward),
                              differentiated=True),
         results=[_result(r, row_results, length) for r in results],
     )
@@ -53,7 +54,7 @@ def gradient_kinds(spec: Spec, backward: Backward) -> dict[str, Kind]:
     emitters: a bool's maximum is an or in eager code, not a clamp PyTorch has no bool kernel for;
     an int literal of int math is an int in a kernel too."""
     kinds = {**spec.number_kinds(), **{t.name: Kind(category(t.dtypes[0]), False) for t in spec.outputs},
-             **{seed: Kind(FLOAT, False) for seed in backward.seeds.values()}, "_n": Kind(INT, True)}
+             **{seed: Kind(FLOAT, False) for seed in backward.seeds.values()}}  # (a reduction's row length: number_kinds)
     for name, expression in backward.steps:  # (each reads the ones before it)
         kinds[name] = Kind(category_of(expression.tree.body, kinds), False)
     return kinds
