@@ -25,12 +25,16 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .categories import INT, Kind
 from .decisions import DECIDING_REDUCTIONS, decision_operands
 from .expressions import REDUCTIONS, Expression, assignments, expression_of, value_names, written_out
 
 UNIFORM, ROW, ELEMENT = 0, 1, 2
 LEVEL_NAMES = {UNIFORM: "the same for every row", ROW: "one value per row", ELEMENT: "varies along the row"}
 ROW_LENGTH = "_n"  # the reduced axis's length, in the compute dtype (mean divides by it)
+# Its kind of number where a spec reads it (by its axis's name, `N`): an int, as x.shape[-1] is,
+# taken as a Python number is beside tensors.
+ROW_LENGTH_KIND = Kind(INT, True)
 
 # What a masked lane holds for each reduction: its identity.
 _NEUTRAL = {"sum": "0.0", "max": "float(\"-inf\")", "min": "float(\"inf\")"}

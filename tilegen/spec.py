@@ -157,16 +157,16 @@ class Spec:
         """The kind of number each input, scalar and step holds (categories.Kind), for the
         emitters: a step is float math, or bool where it compares (`keep: x > m`); a matmul's
         accumulator is float."""
-        from .categories import FLOAT, INT, Kind, category_of
+        from .categories import FLOAT, Kind, category_of
         from .dtypes import category
-        from .rows import ROW_LENGTH
+        from .rows import ROW_LENGTH, ROW_LENGTH_KIND
 
         kinds = {**{t.name: Kind(category(t.dtypes[0]), False) for t in self.inputs},
                  **{s.name: Kind(s.type, True) for s in self.scalars}}
         if self.kind == "matmul":
             kinds["acc"] = Kind(FLOAT, False)
         if self.kind == "reduction":
-            kinds[ROW_LENGTH] = Kind(INT, True)  # the row's length its math may read (`N`)
+            kinds[ROW_LENGTH] = ROW_LENGTH_KIND  # the row's length its math may read (`N`)
         for name, expression in self.steps:  # (each reads the ones before it)
             kinds[name] = Kind(category_of(expression.tree.body, kinds), False)
         return kinds

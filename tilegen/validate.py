@@ -12,12 +12,12 @@ import difflib
 import keyword
 import re
 
-from .categories import FLOAT, INT, CategoryError, Kind, as_logic, can_hold, category_of, int_scalars_met
+from .categories import FLOAT, CategoryError, Kind, as_logic, can_hold, category_of, int_scalars_met
 from .dtypes import (ACCUMULATE_DTYPES, DTYPES, ELEMENTWISE_DTYPES, FLOAT_DTYPES, INT_RANGES, MATMUL_DTYPES,
                      PRECISIONS, REDUCTION_DTYPES, category, narrowest_int)
 from .errors import ErrorLog
 from .expressions import INFINITY, Expression, ExpressionError, parse_expression
-from .rows import ELEMENT, LEVEL_NAMES, ROW, ROW_LENGTH, UNIFORM, level_of
+from .rows import ELEMENT, LEVEL_NAMES, ROW, ROW_LENGTH, ROW_LENGTH_KIND, UNIFORM, level_of
 from .schema import PER_SM_COUNTS, UNROLL_SIZES
 from .naming import KERNEL_HELPERS, RESERVED, TEST_MODULE_NAMES, identifiers
 from .shape_rules import ShapeRules, matmul_axes
@@ -695,7 +695,7 @@ class _Validator(ShapeRules):
         names["acc"] = Kind(FLOAT, False)
         names.update({name: Kind(s.type, True) for name, s in scalars.items()})
         if self.kind == "reduction":
-            names[ROW_LENGTH] = Kind(INT, True)  # the reduced axis's length (parsed): an int, as x.shape[-1]
+            names[ROW_LENGTH] = ROW_LENGTH_KIND  # (the reduced axis's name, as parsed)
         names.update(self.step_kinds)
         return names
 
@@ -716,7 +716,6 @@ class _Validator(ShapeRules):
         axis = next(iter(self.named_axes), None)
         levels = {name: ROW if shape == ("...",) else ELEMENT for name, shape in inputs.items()}
         levels.update({name: UNIFORM for name in scalars})
-        levels[ROW_LENGTH] = UNIFORM
         # Without an input of rows (its own error) every level is moot.
         has_rows = any(shape is None or shape[:1] == ("...",) and len(shape) > 1 for shape in inputs.values())
         for name, expression in steps.items():
