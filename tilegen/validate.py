@@ -822,10 +822,23 @@ class _Validator(ShapeRules):
                                "outputs", "name its expression as a step and read the step in both"
                                if self.kind == "reduction" else
                                "write its expression here too")
+                elif problem.unknown_name is not None and problem.unknown_name in self.axis_names():
+                    # (a matmul's epilogue and its backward run where the axes' lengths differ:
+                    # the dZ kernel has no K, the dA product's own K is N)
+                    self.error(key, f"axis {problem.unknown_name!r} is read here, but only a reduction's math "
+                               "reads an axis's length (the reduced axis's, by its name)",
+                               "pass the length as an int scalar, `length: {type: int}` under scalars")
                 elif problem.unknown_name is None or problem.unknown_name not in self.refused_names:
                     self.error(key, problem.message, problem.allowed)
             return None
         return expression.renamed({axis: ROW_LENGTH}) if axis else expression
+
+    def axis_names(self) -> set:
+        """The axes the spec names, in `tiles` and in its tensors' shapes."""
+        shapes = [entry.get("shape") for section in ("inputs", "outputs")
+                  for entry in (self.data.get(section) or {}).values() if isinstance(entry, dict)]
+        return self.named_axes | {axis for shape in shapes if isinstance(shape, list) for axis in shape
+                                  if isinstance(axis, str) and AXIS_NAME.match(axis)}
 
     def row_length_name(self) -> str | None:
         """The axis a reduction reduces, by its name in `tiles` (`N`), where its math may read it."""
