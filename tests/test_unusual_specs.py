@@ -298,6 +298,46 @@ def test_a_half_result_past_its_range_is_its_infinity_to_the_generated_tests(tmp
                                 "matches_reference or gradients_match or second_derivatives")
 
 
+# The branch not taken overflows float32 wherever x > 0.89: its zero gradient times exp(100 x) is
+# NaN in PyTorch's float32 autograd of the same math, as in the op's, where the float64 oracle's
+# exp(100 x) is finite.
+UNTAKEN_OVERFLOW = """
+op: untaken_overflow
+kind: elementwise
+doc: y = x where x > 0, else exp(100 x).
+inputs:
+  x: {dtype: [float32, float64]}
+outputs:
+  y: {dtype: x}
+compute:
+  y: where(x > 0, x, exp(100.0 * x))
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+"""
+
+
+def test_a_gradient_that_overflows_in_float32_math_as_in_pytorchs_passes_its_generated_tests(tmp_path):
+    assert_generated_tests_pass(tmp_path, {"untaken_overflow.yaml": UNTAKEN_OVERFLOW}, ["untaken_overflow"],
+                                "gradients or tangents or jvp")
+
+
+def test_the_overflow_allowance_takes_a_non_finite_result_there_alone():
+    # Where float32 math of the oracle is not finite and the float64 oracle is, the op's NaN or inf
+    # is float32's; a finite result there is still held to the oracle, and elsewhere a NaN fails.
+    from tilegen import testing as s
+
+    want = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    yardsticks = [torch.tensor([1.0, float("nan"), 3.0, float("inf")])] * 2 + [want.clone()]
+    allowance = s.float32_error(yardsticks, want)
+    assert torch.isinf(allowance[1]) and torch.isinf(allowance[3]) and allowance[0] == 0
+    s.assert_same_gradients([torch.tensor([1.0, float("nan"), 3.0, -float("inf")], dtype=torch.float64)], [want],
+                            torch.float32, "overflowed", slack=[allowance])
+    for wrong in ([1.0, 2.5, 3.0, 4.0], [float("nan"), 2.0, 3.0, 4.0]):
+        with pytest.raises(AssertionError, match="Mismatched elements: 1 / 4"):
+            s.assert_same_gradients([torch.tensor(wrong, dtype=torch.float64)], [want], torch.float32, "wrong",
+                                    slack=[allowance])
+
+
 def test_an_infinity_where_the_dtype_holds_the_value_still_fails():
     from tilegen import testing as s
 

@@ -59,10 +59,14 @@ def assert_matches(actual, expected, key, op, allowance=None):
 def within_allowance(got, want, allowance):
     """`got` moved toward `want` by up to `allowance` at each element (where the difference and
     the allowance are finite: NaN and inf compare as they are): what a comparison of it with
-    `want` then holds to the tolerance is the difference beyond the allowance."""
+    `want` then holds to the tolerance is the difference beyond the allowance. An infinite
+    allowance (float32_error: float32 math of the oracle is not finite there, where the float64
+    oracle is) takes a result that is not finite either as float32's: `0 * exp(100.0)` is NaN in
+    PyTorch's float32 too. A finite result there is still held to `want`."""
     difference, allowed = got - want, allowance.to(want.dtype)
     beyond = torch.sign(difference) * torch.clamp(difference.abs() - allowed, min=0.0)
-    return torch.where(torch.isfinite(difference) & torch.isfinite(allowed), want + beyond, got)
+    moved = torch.where(torch.isfinite(difference) & torch.isfinite(allowed), want + beyond, got)
+    return torch.where(torch.isinf(allowed) & ~torch.isfinite(got) & torch.isfinite(want), want, moved)
 
 
 def float32_yardsticks(compute):
@@ -84,12 +88,15 @@ def float32_error(yardsticks, want):
     """Twice the greatest distance of `yardsticks` (one result's float32_yardsticks) from the
     float64 oracle's `want`, element by element: how far an op's float32 math may stray beyond the
     tolerance, at a point where any float32 computation of it loses digits (float32_allowances,
-    float32_slack, second derivatives)."""
+    float32_slack, second derivatives). Infinite where one of them is not finite and `want` is: float32
+    math of the oracle overflows there (an exp past float32's range times a zero gradient is NaN),
+    and so may the op's (within_allowance)."""
     if any(y is None for y in yardsticks):
         return None
     want = want.double()
     distance = functools.reduce(torch.fmax, [(y.double() - want).abs() for y in yardsticks])
-    return 2 * distance
+    overflows = functools.reduce(torch.logical_or, [~torch.isfinite(y) for y in yardsticks]) & torch.isfinite(want)
+    return torch.where(overflows, torch.inf, 2 * distance)
 
 
 def computes_in_float64(inputs):
