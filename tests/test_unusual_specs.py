@@ -348,6 +348,32 @@ def test_a_broadcast_inputs_gradient_is_summed_in_its_own_precision_beside_a_nar
                                 "gradients_match or gradcheck")
 
 
+# A backward that reruns the forward's sums (relu of a centred value) has no math in PyTorch's ops:
+# torch.func refuses it by name. jvp takes tangents of the float inputs alone (the mask has none):
+# the test called it with None for the mask's, which jvp itself refused first.
+MASKED_CENTRED = """
+op: masked_centred
+kind: reduction
+doc: y = relu(x - mean(x)) where keep, else 0.
+inputs:
+  x: {dtype: [float32], shape: [..., N]}
+  keep: {dtype: [bool], shape: [..., N]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+steps:
+  m: mean(x)
+compute:
+  y: where(keep, relu(x - m), 0.0)
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+"""
+
+
+def test_torch_func_refuses_by_name_an_op_with_a_mask_whose_backward_is_a_kernels(tmp_path):
+    assert_generated_tests_pass(tmp_path, {"masked_centred.yaml": MASKED_CENTRED}, ["masked_centred"],
+                                "refused_by_name")
+
+
 def test_the_overflow_allowance_takes_a_non_finite_result_there_alone():
     # Where float32 math of the oracle is not finite and the float64 oracle is, the op's NaN or inf
     # is float32's; a finite result there is still held to the oracle, and elsewhere a NaN fails.

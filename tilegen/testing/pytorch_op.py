@@ -548,9 +548,14 @@ class AsPyTorchOp:
         seeds = [torch.ones_like(o) for o, r in zip(outs, recording) if r]
         with pytest.raises(RuntimeError, match=f"{op}: torch.func's grad, vjp and jacrev are not derived for this op"):
             self.transformed(inputs, chosen, scalars, recording, seeds, "vjp")
+        def of_floats(*floats):  # (jvp takes tensors with tangents alone: a bool mask is none)
+            given = list(inputs)
+            for i, x in zip(chosen, floats):
+                given[i] = x
+            return self.wrapper(*given, **scalars)
+
         with pytest.raises(RuntimeError, match=f"{op}: forward mode .* is not derived for this op"):
-            torch.func.jvp(lambda *xs: self.wrapper(*xs, **scalars), tuple(inputs),
-                           tuple(torch.zeros_like(x) if x.is_floating_point() else None for x in inputs))
+            torch.func.jvp(of_floats, tuple(inputs[i] for i in chosen), tuple(torch.zeros_like(inputs[i]) for i in chosen))
 
     @staticmethod
     def _gradient_products(fn, inputs, scalars, float_outputs, seeds, directions, given, asked):
