@@ -835,8 +835,9 @@ class _Validator(ShapeRules):
 
     def axis_names(self) -> set:
         """The axes the spec names, in `tiles` and in its tensors' shapes."""
-        shapes = [entry.get("shape") for section in ("inputs", "outputs")
-                  for entry in (self.data.get(section) or {}).values() if isinstance(entry, dict)]
+        sections = [self.data.get(section) for section in ("inputs", "outputs")]
+        shapes = [entry.get("shape") for section in sections if isinstance(section, dict)
+                  for entry in section.values() if isinstance(entry, dict)]
         return self.named_axes | {axis for shape in shapes if isinstance(shape, list) for axis in shape
                                   if isinstance(axis, str) and AXIS_NAME.match(axis)}
 

@@ -170,6 +170,18 @@ def check_cuda_graph_replay(fn, args, fresh, dtype):
     assert_same_results(captured, fn(*fresh), dtype, "CUDA-graph replay against eager")
 
 
+def taking(fn, given, positions, scalars):
+    """`fn` (called with `scalars`) as a function of its arguments at `positions` alone, the others
+    those of `given`, returning a tuple: torch.func's transforms take the tensors they
+    differentiate alone (a bool mask has no tangent, a frozen weight no gradient)."""
+    def call(*chosen):
+        args = list(given)
+        for i, x in zip(positions, chosen):
+            args[i] = x
+        return as_tuple(fn(*args, **scalars))
+    return call
+
+
 class AsPyTorchOp:
     """The checks of an op as a PyTorch op, the same for every op: `wrapper` is the generated
     function, `registered` its torch.ops overload, `sample(seed)` gives (inputs, scalars, dtype),
@@ -388,11 +400,10 @@ class AsPyTorchOp:
         function under torch.vmap (jacrev's way) for the seeds and their negatives (exact, where
         twice them could overflow a half gradient), the second negated back: each sample must get
         its own seeds' gradients."""
+        of_chosen = taking(self.wrapper, leaves, chosen, scalars)
+
         def op(*floats):
-            given = list(leaves)
-            for i, x in zip(chosen, floats):
-                given[i] = x
-            return tuple(o for o, r in zip(as_tuple(self.wrapper(*given, **scalars)), recording) if r)
+            return tuple(o for o, r in zip(of_chosen(*floats), recording) if r)
 
         if not any(recording):  # (no output depends on an input: no gradient, as the oracle's)
             return [[None] * len(chosen)]
@@ -521,12 +532,8 @@ class AsPyTorchOp:
         tangents = [random(inputs[i].shape, inputs[i].dtype, seed + 500 + i) for i in floats]
 
         def of_floats(fn, given):
-            def call(*xs):
-                args = list(given)
-                for i, x in zip(floats, xs):
-                    args[i] = x
-                return tuple(o for o in as_tuple(fn(*args, **scalars)) if o.is_floating_point())
-            return call
+            of_chosen = taking(fn, given, floats, scalars)
+            return lambda *xs: tuple(o for o in of_chosen(*xs) if o.is_floating_point())
 
         _, got = torch.func.jvp(of_floats(self.wrapper, inputs), tuple(inputs[i] for i in floats), tuple(tangents))
         oracle = [exact(x) for x in inputs]
@@ -548,14 +555,9 @@ class AsPyTorchOp:
         seeds = [torch.ones_like(o) for o, r in zip(outs, recording) if r]
         with pytest.raises(RuntimeError, match=f"{op}: torch.func's grad, vjp and jacrev are not derived for this op"):
             self.transformed(inputs, chosen, scalars, recording, seeds, "vjp")
-        def of_floats(*floats):  # (jvp takes tensors with tangents alone: a bool mask is none)
-            given = list(inputs)
-            for i, x in zip(chosen, floats):
-                given[i] = x
-            return self.wrapper(*given, **scalars)
-
         with pytest.raises(RuntimeError, match=f"{op}: forward mode .* is not derived for this op"):
-            torch.func.jvp(of_floats, tuple(inputs[i] for i in chosen), tuple(torch.zeros_like(inputs[i]) for i in chosen))
+            torch.func.jvp(taking(self.wrapper, inputs, chosen, scalars), tuple(inputs[i] for i in chosen),
+                           tuple(torch.zeros_like(inputs[i]) for i in chosen))
 
     @staticmethod
     def _gradient_products(fn, inputs, scalars, float_outputs, seeds, directions, given, asked):
