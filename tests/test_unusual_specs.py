@@ -379,14 +379,16 @@ def test_the_overflow_allowance_takes_a_non_finite_result_there_alone():
     # is float32's; a finite result there is still held to the oracle, and elsewhere a NaN fails.
     from tilegen import testing as s
 
-    want = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
-    yardsticks = [torch.tensor([1.0, float("nan"), 3.0, float("inf")])] * 2 + [want.clone()]
-    allowance = s.float32_error(yardsticks, want)
-    assert torch.isinf(allowance[1]) and torch.isinf(allowance[3]) and allowance[0] == 0
-    s.assert_same_gradients([torch.tensor([1.0, float("nan"), 3.0, -float("inf")], dtype=torch.float64)], [want],
-                            torch.float32, "overflowed", slack=[allowance])
-    for wrong in ([1.0, 2.5, 3.0, 4.0], [float("nan"), 2.0, 3.0, 4.0]):
-        with pytest.raises(AssertionError, match="Mismatched elements: 1 / 4"):
+    # (the last: the oracle's 1e300, past float32's range, is held as inf; float32 math got NaN)
+    exact = torch.tensor([1.0, 2.0, 3.0, 4.0, 1e300], dtype=torch.float64)
+    yardsticks = [torch.tensor([1.0, float("nan"), 3.0, float("inf"), float("nan")])] * 2 + [exact.clone()]
+    allowance = s.float32_error(yardsticks, exact)
+    assert torch.isinf(allowance[[1, 3, 4]]).all() and allowance[0] == 0
+    want = s.held_by(exact, torch.float32)
+    s.assert_same_gradients([torch.tensor([1.0, float("nan"), 3.0, -float("inf"), float("nan")], dtype=torch.float64)],
+                            [want], torch.float32, "overflowed", slack=[allowance])
+    for wrong in ([1.0, 2.5, 3.0, 4.0, float("inf")], [float("nan"), 2.0, 3.0, 4.0, float("inf")]):
+        with pytest.raises(AssertionError, match="Mismatched elements: 1 / 5"):
             s.assert_same_gradients([torch.tensor(wrong, dtype=torch.float64)], [want], torch.float32, "wrong",
                                     slack=[allowance])
 

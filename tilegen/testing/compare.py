@@ -62,11 +62,12 @@ def within_allowance(got, want, allowance):
     `want` then holds to the tolerance is the difference beyond the allowance. An infinite
     allowance (float32_error: float32 math of the oracle is not finite there, where the float64
     oracle is) takes a result that is not finite either as float32's: `0 * exp(100.0)` is NaN in
-    PyTorch's float32 too. A finite result there is still held to `want`."""
+    PyTorch's float32 too, and so is `inf / inf` where the oracle's value is past the dtype's range
+    (`want`, held by the dtype, is inf). A finite result there is still held to `want`."""
     difference, allowed = got - want, allowance.to(want.dtype)
     beyond = torch.sign(difference) * torch.clamp(difference.abs() - allowed, min=0.0)
     moved = torch.where(torch.isfinite(difference) & torch.isfinite(allowed), want + beyond, got)
-    return torch.where(torch.isinf(allowed) & ~torch.isfinite(got) & torch.isfinite(want), want, moved)
+    return torch.where(torch.isinf(allowed) & ~torch.isfinite(got), want, moved)
 
 
 def float32_yardsticks(compute):
@@ -88,14 +89,16 @@ def float32_error(yardsticks, want):
     """Twice the greatest distance of `yardsticks` (one result's float32_yardsticks) from the
     float64 oracle's `want`, element by element: how far an op's float32 math may stray beyond the
     tolerance, at a point where any float32 computation of it loses digits (float32_allowances,
-    float32_slack, second derivatives). Infinite where one of them is not finite and `want` is: float32
-    math of the oracle overflows there (an exp past float32's range times a zero gradient is NaN),
-    and so may the op's (within_allowance)."""
+    float32_slack, second derivatives). Infinite where one of them is not finite and `want` (not
+    NaN) is another value: float32 math of the oracle overflows there (an exp past float32's range
+    times a zero gradient is NaN; an inf minus an inf, where float64's sum is -inf), and so may the
+    op's (within_allowance)."""
     if any(y is None for y in yardsticks):
         return None
     want = want.double()
     distance = functools.reduce(torch.fmax, [(y.double() - want).abs() for y in yardsticks])
-    overflows = functools.reduce(torch.logical_or, [~torch.isfinite(y) for y in yardsticks]) & torch.isfinite(want)
+    overflows = functools.reduce(torch.logical_or, [~torch.isfinite(y) & (y.double() != want) for y in yardsticks])
+    overflows &= ~torch.isnan(want)
     return torch.where(overflows, torch.inf, 2 * distance)
 
 
