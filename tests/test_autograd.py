@@ -199,6 +199,57 @@ def through(request, monkeypatch):
     return request.param
 
 
+# Float64 inputs beside a float32 output: `w`'s incoming gradient is the bias's as it is, and `h`'s
+# is x's, summed over the rows they were broadcast along. A sum in the gradient's float32 lost
+# float64's digits (1e-6 off).
+NARROWER_OUTPUTS = {"narrower_sum.yaml": """
+op: narrower_sum
+kind: elementwise
+doc: y = exp(x), and w = x + bias in float32
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  bias: {dtype: x, shape: [N]}
+outputs:
+  y: {dtype: x}
+  w: {dtype: [float32]}
+compute:
+  y: exp(x)
+  w: x + bias
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+""", "narrower_rows.yaml": """
+op: narrower_rows
+kind: reduction
+doc: h = x + r in float32, and y = r * rsqrt(mean(r * r) + 1e-6)
+inputs:
+  x: {dtype: [float32, float64], shape: [..., N]}
+  r: {dtype: x, shape: [..., N]}
+outputs:
+  h: {dtype: [float32], shape: [..., N]}
+  y: {dtype: x, shape: [..., N]}
+steps:
+  v: mean(r * r)
+compute:
+  h: x + r
+  y: r * rsqrt(v + 1.0e-6)
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+"""}
+
+
+def test_a_broadcast_inputs_gradient_is_summed_in_its_own_precision(tmp_path, through):
+    with built_package(tmp_path, "narrower_ops", NARROWER_OUTPUTS) as package:
+        x, bias = _leaves((300, 100), (100,))
+        seed = torch.randn(300, 100, generator=torch.Generator().manual_seed(5)).to(_device())  # (float32)
+        _, w = package.narrower_sum(x, bias)
+        (got,) = torch.autograd.grad(w, bias, seed)
+        torch.testing.assert_close(got, seed.double().sum(0), rtol=1e-12, atol=1e-12)
+        row, r = _leaves((1, 100), (300, 100))
+        h, _ = package.narrower_rows(row, r)
+        (got,) = torch.autograd.grad(h, row, seed)
+        torch.testing.assert_close(got, seed.double().sum(0, keepdim=True), rtol=1e-12, atol=1e-12)
+
+
 def test_an_eager_matmul_backward_frees_the_kept_accumulator_before_its_products(through, monkeypatch):
     # matmul_bias_gelu's gelu needs the accumulator: its training variant keeps it. An eager
     # backward runs in two phases (rt.Gradients.phases) and drops the kept accumulator after the

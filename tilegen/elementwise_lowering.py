@@ -20,8 +20,7 @@ def _elementwise_backward(spec: Spec) -> dict:
     inputs = [t.name for t in spec.inputs]
     outputs = [t.name for t in spec.outputs]
     floats = spec.float_inputs()  # int and bool inputs carry no gradient
-    backward = differentiate(list(spec.body), floats, kinds=spec.number_kinds(),
-                           computed_always=spec.inputs_wider_than_an_output())
+    backward = differentiate(list(spec.body), floats, kinds=spec.number_kinds())
     computed = backward.computed()
     saved = [n for n in inputs if n in backward.reads] if computed else []
     seeds = [backward.seeds[o] for o in outputs]

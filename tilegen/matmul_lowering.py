@@ -24,8 +24,7 @@ def epilogue_backward(spec: Spec):
     needs only the epilogue's result (relu's, as PyTorch's reads it), it reads the op's output:
     no accumulator is kept or recomputed."""
     extras = [t.name for t in spec.matmul_parts().extras]
-    return differentiate(list(spec.body), ["acc", *extras], outputs_instead_of=("acc",), kinds=spec.number_kinds(),
-                        computed_always=spec.inputs_wider_than_an_output())
+    return differentiate(list(spec.body), ["acc", *extras], outputs_instead_of=("acc",), kinds=spec.number_kinds())
 
 
 def keeps_exact_accumulator(backward) -> bool:

@@ -213,17 +213,6 @@ class Spec:
         """The inputs that hold float values: those the math upcasts, and those with gradients."""
         return _floats(self.inputs)
 
-    def inputs_wider_than_an_output(self) -> frozenset[str]:
-        """The float inputs that may hold a dtype more precise than a float output's (a float64
-        bias beside a float32 output): that output's incoming gradient is not their gradient as it
-        is, as a broadcast input's is summed over its broadcast axes, in its own precision."""
-        from .dtypes import wider
-
-        outputs = [t for t in self.outputs if t.name in self.float_outputs()]
-        return frozenset(t.name for t in self.inputs if t.name in self.float_inputs() and any(
-            o.dtype_source != t.dtype_source and any(wider(od, td) != od for od in o.dtypes for td in t.dtypes)
-            for o in outputs))
-
     def float_outputs(self) -> list[str]:
         """The outputs that hold float values: those whose incoming gradients carry any."""
         return _floats(self.outputs)

@@ -111,6 +111,7 @@ class Gradients:
         # A gradient comes back in the outputs' shape; an input that was broadcast gets it
         # summed over its broadcast axes.
         ctx.shapes = [inputs[i].shape for i in range(self.tensors)]
+        ctx.dtypes = [inputs[i].dtype for i in range(self.tensors)]  # (the precision each is summed in)
         if len(outputs) > self.outputs:
             # An output no loss reads gets no gradient (None): it counts as zeros of its shape,
             # made in compute only for the op's results (autograd would also make zeros for each
@@ -190,14 +191,18 @@ class Gradients:
                      for g, (shape, dtype, device) in zip(grads[:self.outputs], ctx.outputs)]
         saved = self._saved(ctx) if self._reads_results(needed) else None
         chosen = self.gradients(saved, grads, needed, ctx.scalars)
-        return (*(self._summed_to(g, shape, i) for i, (g, shape) in enumerate(zip(chosen, ctx.shapes))),
+        return (*(self._summed_to(g, shape, i, dtype) for i, (g, shape, dtype) in enumerate(zip(chosen, ctx.shapes, ctx.dtypes))),
                 *(None for _ in ctx.scalars))
 
-    def _summed_to(self, gradient, shape, index):
+    def _summed_to(self, gradient, shape, index, dtype=None):
         """Input `index`'s gradient summed over the axes it was broadcast along (as the C++
-        node's sum_to_input, whose error it names the same way)."""
+        node's sum_to_input, whose error it names the same way), in the input's `dtype` where
+        that is the more precise: a float64 bias's gradient is an incoming gradient of a float32
+        output as it is, and a sum of it in float32 would lose float64's digits."""
         if gradient is None or same_shape(gradient.shape, shape):
             return gradient
+        if dtype is not None and dtype != gradient.dtype and torch.promote_types(gradient.dtype, dtype) == dtype:
+            gradient = gradient.to(dtype)
         try:
             return gradient.sum_to_size(shape)
         except RuntimeError as exc:

@@ -143,6 +143,7 @@ struct TilegenNode : Node {
     PyRef scalars;                     /* the call's arguments after its tensors (a tuple) */
     std::vector<Kept> kept;            /* the saved inputs, then the saved outputs */
     std::vector<std::vector<int64_t>> shapes;  /* each tensor input's */
+    std::vector<at::ScalarType> dtypes;        /* each tensor input's: the precision its gradient is summed in */
     std::shared_ptr<const std::vector<Py_ssize_t>> sources;  /* the formula's */
     std::shared_ptr<const std::vector<Py_ssize_t>> layout;   /* the formula's saved outputs, -1 for a recomputed one */
     size_t saved_inputs = 0;
@@ -232,6 +233,10 @@ struct TilegenNode : Node {
             return grad;
         if (!at::is_expandable_to(shapes[i], grad.sizes()))
             return at::Tensor();
+        /* In the input's dtype where that is the more precise (Gradients._summed_to says why). */
+        at::ScalarType given = grad.scalar_type();
+        if (given != dtypes[i] && at::promote_types(given, dtypes[i]) == dtypes[i])
+            return at::sum_to(grad.to(dtypes[i]), shapes[i]);
         return at::sum_to(grad, shapes[i]);
     }
 
@@ -663,8 +668,11 @@ PyObject *Formula_attach(Formula *self, PyObject *const *argv, Py_ssize_t count)
     }
     std::vector<Py_ssize_t> historied;  /* the results given this node as their history */
     node->shapes.reserve(inputs.size());
-    for (const at::Tensor &t : inputs)
+    node->dtypes.reserve(inputs.size());
+    for (const at::Tensor &t : inputs) {
         node->shapes.emplace_back(t.sizes().begin(), t.sizes().end());
+        node->dtypes.push_back(t.scalar_type());
+    }
     for (Py_ssize_t j = 0; j < self->results; j++) {
         const at::Tensor &output = THPVariable_Unpack(PyTuple_GET_ITEM(outputs, j));
         /* A result of a dtype autograd does not differentiate (a bool mask, an int), or one that
