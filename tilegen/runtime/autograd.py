@@ -173,7 +173,7 @@ class Gradients:
             given = iter(seeds)
             grads = [next(given) if s else c for s, c in zip(seeded, constant)]
             chosen = self.gradients(list(saved) if self._reads_results(needed) else None, grads, needed, scalars)
-            return tuple(self._summed_to(g, shapes[i], i) if g is not None else torch.zeros_like(tangents[i])
+            return tuple(self._summed_to(g, shapes[i], i, tangents[i].dtype) if g is not None else torch.zeros_like(tangents[i])
                          for i, g in enumerate(chosen) if needed[i])
 
         with torch.enable_grad():
