@@ -546,7 +546,8 @@ def test_the_rows_length_is_a_name_of_reductions_alone(tmp_path):
     spec, errors = validated(tmp_path, UNBIASED.replace("sqrt(1.0 * N)", "sqrt(N)"))
     assert spec is None and any("compute.y: sqrt() of an int value" in line for line in errors), errors
     spec, errors = validated(tmp_path, (REPO / "specs" / "add.yaml").read_text().replace("c: a + b", "c: a + N"))
-    assert spec is None and any("compute.c: unknown name 'N'" in line for line in errors), errors
+    assert spec is None and any("compute.c: axis 'N' is read here, but only a reduction's math reads an axis's "
+                                "length" in line for line in errors), errors
 
 
 def test_the_generated_tests_of_a_spec_that_reads_the_rows_length_pass(tmp_path):

@@ -1374,8 +1374,9 @@ tiles:
 @pytest.mark.parametrize("lo", [0.5, math.nan])
 def test_a_second_derivative_through_a_scalar_bound_is_maximums_at_ties_and_nan(tmp_path, lo):
     with built_package(tmp_path, "bounded_ops", {"bounded_square.yaml": BOUNDED_SQUARE}) as ops:
-        x = torch.tensor([-1.0, 0.5, 1.0, 2.0, 3.0, math.nan], dtype=torch.float64, requires_grad=True)
-        lo_, hi_ = torch.tensor(lo, dtype=torch.float64), torch.tensor(2.0, dtype=torch.float64)
+        device = "cpu" if INTERPRET else "cuda"
+        x = torch.tensor([-1.0, 0.5, 1.0, 2.0, 3.0, math.nan], dtype=torch.float64, device=device, requires_grad=True)
+        lo_, hi_ = (torch.tensor(v, dtype=torch.float64, device=device) for v in (lo, 2.0))
         twice = []
         for f in (lambda x: ops.bounded_square(x, lo=lo), lambda x: x * torch.minimum(torch.maximum(x, lo_), hi_)):
             first, = torch.autograd.grad(f(x).sum(), x, create_graph=True)
