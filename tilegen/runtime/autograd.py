@@ -194,14 +194,14 @@ class Gradients:
         return (*(self._summed_to(g, shape, i, dtype) for i, (g, shape, dtype) in enumerate(zip(chosen, ctx.shapes, ctx.dtypes))),
                 *(None for _ in ctx.scalars))
 
-    def _summed_to(self, gradient, shape, index, dtype=None):
+    def _summed_to(self, gradient, shape, index, dtype):
         """Input `index`'s gradient summed over the axes it was broadcast along (as the C++
         node's sum_to_input, whose error it names the same way), in the input's `dtype` where
         that is the more precise: a float64 bias's gradient is an incoming gradient of a float32
         output as it is, and a sum of it in float32 would lose float64's digits."""
         if gradient is None or same_shape(gradient.shape, shape):
             return gradient
-        if dtype is not None and dtype != gradient.dtype and torch.promote_types(gradient.dtype, dtype) == dtype:
+        if dtype != gradient.dtype and torch.promote_types(gradient.dtype, dtype) == dtype:
             gradient = gradient.to(dtype)
         try:
             return gradient.sum_to_size(shape)
