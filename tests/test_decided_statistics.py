@@ -111,7 +111,45 @@ def test_the_reduction_ops_in_specs_keep_nothing():
     # None decides on a sum: softmax's max is the same in any order, LayerNorm decides nothing.
     for source in load_specs([REPO / "specs"], REPO):
         if source.spec.kind == "reduction":
-            assert kept_statistics(forward_program(source.spec)) is None, source.spec.op
+            assert kept_statistics(forward_program(source.spec), source.spec.number_kinds()) is None, source.spec.op
+
+
+# A decision on a sum that reads the row's length made float (`1.0 * N`): the key of the forward's
+# sum and the backward's lookup of it simplify `1.0 * N` as N is an int. The builders knew the ints
+# of the last op differentiated: lowered after an op without ints, the sum was not found, its
+# module took the backward in PyTorch's ops while its tests (lowered after it) expected it refused.
+DECIDED_ON_LENGTH = """
+op: decided_on_length
+kind: reduction
+doc: y = x * maximum(0.5, 8 + 2 m), m = sum(w / N) / tanh(min(1, N)) (w detached).
+inputs:
+  x: {dtype: [float32], shape: [..., N]}
+  w: {dtype: x, shape: [N]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+steps:
+  m: sum(detach(w / N) / tanh(minimum(1.0, 1.0 * N)))
+compute:
+  y: x * maximum(0.5, 8.0 + (m + m))
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+"""
+
+
+def test_which_sums_an_op_keeps_does_not_depend_on_the_ops_lowered_before_it(tmp_path):
+    from tests.conftest import validated
+    from tilegen.reduction_lowering import differentiates_twice
+
+    spec, errors = validated(tmp_path, DECIDED_ON_LENGTH)
+    assert not errors
+    kept = kept_statistics(forward_program(spec), spec.number_kinds())
+    assert kept is not None and len(kept.names) == 1
+    for source in load_specs([REPO / "specs"], REPO):  # (ops of other kinds of numbers, lowered between)
+        assert differentiates_twice(spec) is False, source.spec.op
+        if source.spec.kind == "reduction":
+            differentiates_twice(source.spec)
+    assert_generated_tests_pass(tmp_path / "built", {"decided_on_length.yaml": DECIDED_ON_LENGTH}, ["decided_on_length"],
+                                "refused_by_name or gradients_match")
 
 
 needs_backend = pytest.mark.skipif(

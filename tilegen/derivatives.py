@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .categories import FLOAT
@@ -77,7 +78,7 @@ def _is_zero(term: Term) -> bool:
 
 
 # The names of one op's backward that hold ints or bools (an int scalar, a reduction's row length,
-# a mask), set by differentiate, and which terms may hold such values (memo).
+# a mask), set by _number_kinds, and which terms may hold such values (memo).
 _NOT_FLOAT: set[str] = set()
 _MAY_BE_INT: dict[Term, bool] = {}
 
@@ -92,6 +93,24 @@ def _may_be_int(term: Term) -> bool:
     if known is None:
         known = _MAY_BE_INT[term] = all(_may_be_int(operand) for operand in _operands(term))
     return known
+
+
+@contextmanager
+def _number_kinds(kinds: dict | None):
+    """Within it, the names of `kinds` (name -> categories.Kind, Spec.number_kinds; None: no name
+    known to hold ints) that hold ints or bools are the ones _may_be_int knows; restored after, so
+    that one op's kinds never reach the terms of another's, nor of a later call (a build's output
+    must not depend on the order its ops are lowered in)."""
+    before = set(_NOT_FLOAT)
+    _NOT_FLOAT.clear()
+    _NOT_FLOAT.update(name for name, kind in (kinds or {}).items() if kind.category != FLOAT)
+    _MAY_BE_INT.clear()
+    try:
+        yield
+    finally:
+        _NOT_FLOAT.clear()
+        _NOT_FLOAT.update(before)
+        _MAY_BE_INT.clear()
 
 
 # Builders that simplify as they build: constants fold, and 0 and 1 drop out where they are
@@ -216,10 +235,12 @@ def from_tree(node: ast.AST, int_math: frozenset[int] = frozenset()) -> Term:
     raise AssertionError(f"unchecked node {type(node).__name__}")  # pragma: no cover
 
 
-def normal_form(node: ast.AST) -> str:
+def normal_form(node: ast.AST, kinds: dict | None = None) -> str:
     """A key for the value of an expression tree: the same for trees the term builders simplify
-    alike (a forward's `d * d` with d written out, and its backward's term for the same value)."""
-    return ast.dump(to_tree(from_tree(node)))
+    alike (a forward's `d * d` with d written out, and its backward's term for the same value),
+    given the op's `kinds` (as differentiate's: `1.0 * k` is k made float where k is an int)."""
+    with _number_kinds(kinds):
+        return ast.dump(to_tree(from_tree(node)))
 
 
 _SQRT_HALF = math.sqrt(0.5)
@@ -673,12 +694,17 @@ def differentiate(body: list, wrt: list[str], seed_name=lambda output: f"_g_{out
     where a sum after the kernel would read the whole gradient again).
 
     `kinds` (name -> categories.Kind, Spec.number_kinds): the int literals of int math stay ints
-    in the gradients (from_tree)."""
+    in the gradients (from_tree), and neutral constants beside an int stay (_may_be_int)."""
+    with _number_kinds(kinds):
+        return _derived(body, wrt, seed_name, result_name, temp_prefix, steps, levels, outputs_instead_of,
+                        computed_always, output_levels, kinds)
+
+
+def _derived(body, wrt, seed_name, result_name, temp_prefix, steps, levels, outputs_instead_of, computed_always,
+             output_levels, kinds) -> Backward:
+    """differentiate's work, within its _number_kinds."""
     _INTERNED.clear()  # terms live for one op's backward: the table never outgrows the largest
     _INTERNED.update({ZERO: ZERO, ONE: ONE})
-    _MAY_BE_INT.clear()
-    _NOT_FLOAT.clear()
-    _NOT_FLOAT.update(name for name, kind in (kinds or {}).items() if kind.category != FLOAT)
     defined: dict[str, Term] = {}
     def term_of(name, expression):
         int_math = int_math_literals(expression.tree.body, kinds, name) if kinds is not None else frozenset()

@@ -4,6 +4,7 @@ stores, the wrapper's checks, and the backward derived from its math (itself a r
 from __future__ import annotations
 
 import ast
+import functools
 
 from .derivatives import differentiate, normal_form
 from .expressions import expression_of
@@ -285,12 +286,12 @@ def forward_program(spec: Spec, kept: list[tuple[str, str]] = ()) -> RowProgram:
     return RowProgram(values, spec.row_levels())
 
 
-def _key(program: RowProgram, reduction: str) -> str:
-    """The key of a program's reduction by its value (KeptValues)."""
-    return normal_form(program.canonical(ast.Name(reduction, ast.Load())))
+def _key(program: RowProgram, reduction: str, kinds: dict) -> str:
+    """The key of a program's reduction by its value (KeptValues), given the op's number kinds."""
+    return normal_form(program.canonical(ast.Name(reduction, ast.Load())), kinds)
 
 
-def kept_statistics(forward: RowProgram) -> KeptValues | None:
+def kept_statistics(forward: RowProgram, kinds: dict) -> KeptValues | None:
     """The forward's sums that a decision reads (RowProgram.decided_sums), for its backward to read
     as the forward computed them: `where(x > mean(x), ...)` over a row of equal values, its mean
     summed again in another order (the backward's own config), decided the other way for every
@@ -298,7 +299,8 @@ def kept_statistics(forward: RowProgram) -> KeptValues | None:
     decided = forward.decided_sums()
     if not decided:
         return None
-    return KeptValues({_key(forward, r.name): f"_kept_{r.name[2:]}" for r in decided}, normal_form)
+    return KeptValues({_key(forward, r.name, kinds): f"_kept_{r.name[2:]}" for r in decided},
+                      functools.partial(normal_form, kinds=kinds))
 
 
 def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
@@ -316,7 +318,7 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
     # and a 128 MiB buffer (bench/results/h200/reductions/column_sums_in_kernel).
     columns = [n for n in inputs if roles[n] == "column"]
     output_levels = {o: ROW if roles[o] == "row" else ELEMENT for o in outputs}
-    kept = kept_statistics(forward)
+    kept = kept_statistics(forward, spec.number_kinds())
     backward = _fewest_reads(spec, inputs, outputs, roles, levels, output_levels, columns, plain=kept is not None)
     computed = backward.computed()
     saved = [n for n in inputs if n in backward.reads] if computed else []
@@ -334,7 +336,7 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
                                                 **kept_levels, **{s.name: levels[s.name] for s in spec.scalars}},
                          kept=kept)
     # The kept sums the backward reads, and the forward's reductions they are.
-    by_key = {_key(forward, r.name): r.name for r in forward.reductions}
+    by_key = {_key(forward, r.name, spec.number_kinds()): r.name for r in forward.reductions}
     reruns = [(kept.names[key], by_key[key]) for key in kept.names if key in kept.used] if kept else []
     # A backward that reruns the forward takes every input (the forward's call); its kernel reads
     # only those its math does.
