@@ -611,3 +611,24 @@ def test_matmul_dynamic_samples_vary_a_free_axis_as_another_free_one(never, seco
     # into M): a compiled matmul guards on that, and the second sample would recompile.
     for axis, held in enumerate(never):
         assert held or all(size % 16 and 2 * size % 16 for size in (first[axis], second[axis]))
+
+
+def test_each_ops_files_are_the_same_built_alone_or_beside_others_in_any_order(tmp_path):
+    # Lowering keeps no state from one op to the next (tilegen.derivatives' int names are scoped to
+    # one call): the ops of specs/, and one whose backward depends on which names hold ints (a sum
+    # decided on that reads `1.0 * N`), rendered alone in reverse order, give the files they gave
+    # together.
+    from tests.test_decided_statistics import DECIDED_ON_LENGTH
+
+    specs = tmp_path / "specs"
+    shutil.copytree(REPO / "specs", specs)
+    (specs / "decided_on_length.yaml").write_text(DECIDED_ON_LENGTH)
+    sources = build_module.load_specs([specs], tmp_path)
+    out = tmp_path / "generated"
+    together = build_module.render_package(sources, out, tmp_path)
+    for source in reversed(sources):
+        alone = build_module.render_package([source], out, tmp_path)
+        own = [name for name in alone if not name.endswith("__init__.py")]  # (the package's index lists every op)
+        assert f"{source.spec.op}.py" in own and f"tests/test_{source.spec.op}.py" in own, sorted(alone)
+        for name in own:
+            assert alone[name] == together[name], f"{name} differs built alone"
