@@ -318,7 +318,8 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
     # and a 128 MiB buffer (bench/results/h200/reductions/column_sums_in_kernel).
     columns = [n for n in inputs if roles[n] == "column"]
     output_levels = {o: ROW if roles[o] == "row" else ELEMENT for o in outputs}
-    kept = kept_statistics(forward, spec.number_kinds())
+    kinds = spec.number_kinds()
+    kept = kept_statistics(forward, kinds)
     backward = _fewest_reads(spec, inputs, outputs, roles, levels, output_levels, columns, plain=kept is not None)
     computed = backward.computed()
     saved = [n for n in inputs if n in backward.reads] if computed else []
@@ -336,7 +337,7 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
                                                 **kept_levels, **{s.name: levels[s.name] for s in spec.scalars}},
                          kept=kept)
     # The kept sums the backward reads, and the forward's reductions they are.
-    by_key = {_key(forward, r.name, spec.number_kinds()): r.name for r in forward.reductions}
+    by_key = {_key(forward, r.name, kinds): r.name for r in forward.reductions}
     reruns = [(kept.names[key], by_key[key]) for key in kept.names if key in kept.used] if kept else []
     # A backward that reruns the forward takes every input (the forward's call); its kernel reads
     # only those its math does.
