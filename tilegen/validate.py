@@ -21,7 +21,7 @@ from .rows import ELEMENT, LEVEL_NAMES, ROW, ROW_LENGTH, ROW_LENGTH_KIND, UNIFOR
 from .schema import PER_SM_COUNTS, UNROLL_SIZES
 from .naming import KERNEL_HELPERS, RESERVED, TEST_MODULE_NAMES, identifiers
 from .shape_rules import ShapeRules, matmul_axes
-from .spec import SIZE_ONE, ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec
+from .spec import SIZE_ONE, ConfigPolicy, ScalarSpec, Spec, TensorSpec, TileSpec, fixed_axes
 from .yaml_source import Document
 
 KINDS = ("elementwise", "matmul", "reduction")
@@ -86,6 +86,7 @@ class _Validator(ShapeRules):
         # not), a reduction's steps with errors of their own and the levels of the others.
         self.kind: str | None = None
         self.named_axes: set = set()
+        self.shape_axes: set = set()  # the axes the tensors' shapes name (an expression reading one: its own error)
         self.named_blocks: set = set()
         self.tiles_refused = False
         self.broken_steps: set = set()
@@ -198,6 +199,8 @@ class _Validator(ShapeRules):
         taken = self.taken
         inputs = self.tensors("inputs", taken, kind, required=True)
         outputs = self.tensors("outputs", taken, kind, required=True)
+        self.shape_axes = {axis for shape in [*inputs.values(), *outputs.values()] for axis in fixed_axes(shape or ())
+                           if AXIS_NAME.match(axis)}
         scalars = self.scalars(taken)
         dtypes = self.dtypes = self.resolve_dtypes(inputs, outputs, kind)
         tiles = self.tiles(kind, inputs, outputs)
@@ -822,7 +825,7 @@ class _Validator(ShapeRules):
                                "outputs", "name its expression as a step and read the step in both"
                                if self.kind == "reduction" else
                                "write its expression here too")
-                elif problem.unknown_name is not None and problem.unknown_name in self.axis_names():
+                elif problem.unknown_name in self.named_axes | self.shape_axes:
                     # (a matmul's epilogue and its backward run where the axes' lengths differ:
                     # the dZ kernel has no K, the dA product's own K is N)
                     self.error(key, f"axis {problem.unknown_name!r} is read here, but only a reduction's math "
@@ -832,14 +835,6 @@ class _Validator(ShapeRules):
                     self.error(key, problem.message, problem.allowed)
             return None
         return expression.renamed({axis: ROW_LENGTH}) if axis else expression
-
-    def axis_names(self) -> set:
-        """The axes the spec names, in `tiles` and in its tensors' shapes."""
-        sections = [self.data.get(section) for section in ("inputs", "outputs")]
-        shapes = [entry.get("shape") for section in sections if isinstance(section, dict)
-                  for entry in section.values() if isinstance(entry, dict)]
-        return self.named_axes | {axis for shape in shapes if isinstance(shape, list) for axis in shape
-                                  if isinstance(axis, str) and AXIS_NAME.match(axis)}
 
     def row_length_name(self) -> str | None:
         """The axis a reduction reduces, by its name in `tiles` (`N`), where its math may read it."""
