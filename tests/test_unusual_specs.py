@@ -1099,6 +1099,51 @@ def test_a_where_of_numbers_alone_keeps_float64_math_exact(tmp_path):
                                 "matches_reference and float64")
 
 
+SCALAR_BRANCHES = {
+    "signed_scale.yaml": """
+op: signed_scale
+kind: elementwise
+doc: y = x * x * where(x > 0, s, 0.3 - s), a slope per sign.
+inputs:
+  x: {dtype: [float64, float32]}
+scalars:
+  s: {type: float, default: 0.7}
+outputs:
+  y: {dtype: x}
+compute:
+  y: x * x * where(x > 0, s, 0.3 - s)
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+""",
+    "row_signed_scale.yaml": """
+op: row_signed_scale
+kind: reduction
+doc: p = mean(x * where(x > 0.5 / s, -s, s)) * t per row.
+inputs:
+  x: {dtype: [float64, float32], shape: [..., N]}
+  t: {dtype: x, shape: [...]}
+scalars:
+  s: {type: float, default: 0.7}
+outputs:
+  p: {dtype: x, shape: [...]}
+steps:
+  m: mean(x * x * where(x > 0.5 / s, -s, s))
+compute:
+  p: m * t
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+""",
+}
+
+
+def test_a_where_of_scalars_alone_keeps_a_float64_ops_derivatives_exact(tmp_path):
+    # The backward's math in PyTorch's ops (torch.func, forward mode, create_graph=True) wrote
+    # torch.where(x > 0, s, 0.3 - s), which makes its Python floats float32: a float64 op's
+    # tangents and second derivatives were off in their 8th digit, where the kernels are exact.
+    assert_generated_tests_pass(tmp_path, SCALAR_BRANCHES, ["signed_scale", "row_signed_scale"],
+                                "float64 and (jvp or second_derivative or vjp)")
+
+
 CONDITIONS_ON_NUMBERS = {
     "fixed_branch.yaml": """
 op: fixed_branch

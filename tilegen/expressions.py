@@ -25,6 +25,9 @@ MAX_LITERAL = 1e30
 # whose exp is 0), reserved as a value name.
 INFINITY = "inf"
 INTEGER_POWERS = range(1, 9)
+# The name a backward's math in PyTorch's ops (differentiated eager code) holds its math's dtype
+# in: float64 where a tensor it reads is, else the spec's compute dtype (rt.in_precision).
+MATH_DTYPE = "_math"
 
 
 @dataclass(frozen=True)
@@ -464,6 +467,18 @@ class _Emitter:
             return numbers[0]
         return None
 
+    def _branch_typed_by_the_math(self, call: ast.Call) -> int | None:
+        """The index of where()'s first branch that eager code makes a 0-d tensor of the math's
+        dtype, or None: where both branches are numbers and scalars alone (the condition reads
+        tensors), one of them a float, they are numbers in the math's dtype (docs/spec.md), as the
+        kernels compute them (_number_typed_by_the_math)."""
+        branches = call.args[1:]
+        if any(_reads_names(branch, self.scalars) for branch in branches):
+            return None
+        floats = [index for index, branch in enumerate(branches, 1)
+                  if (category_of(branch, self.kinds) == FLOAT if self.kinds is not None else _float_valued(branch))]
+        return floats[0] if floats else None
+
     def _reads_tensors(self, node: ast.AST) -> bool:
         """Whether `node` reads a tensor's values, not only numbers and scalars (Python numbers
         in eager code, the kernel's arguments: `kinds` says which names are scalars, weak)."""
@@ -549,6 +564,15 @@ class _Emitter:
                 tensor = min(value_names(node) - self.scalars)
                 condition = f"torch.tensor({self.emit(node.args[0])}, device={tensor}.device)"
                 return spec.torch.format(condition, *(self.emit(arg) for arg in node.args[1:]))
+            if self.target == "eager" and self.differentiated and name == "where":
+                typed = self._branch_typed_by_the_math(node)
+                if typed is not None:
+                    # torch.where makes Python numbers a tensor of the default dtype, float32: a
+                    # float64 op's derivative where(x > 0, s, -s) would lose s's digits, where
+                    # the kernels take both in the math's dtype.
+                    tensor = min(value_names(node.args[0]) - self.scalars)
+                    return spec.torch.format(*(f"torch.full((), {self.emit(arg)}, dtype={MATH_DTYPE}, device={tensor}.device)"
+                                               if index == typed else self.emit(arg) for index, arg in enumerate(node.args)))
             if self.target == "eager":
                 constant = [not _reads_names(arg, self.scalars) for arg in node.args]
                 # Eager code keeps Python scalars, where PyTorch takes them, so no tensor is made per call.

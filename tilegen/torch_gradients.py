@@ -4,9 +4,12 @@ Hessian-vector product, a gradient penalty, a physics-informed loss) runs these 
 `differentiable`); every other backward runs the kernels. Rendered per op as a function with the
 backward op's parameters and results."""
 
+import re
+
 from .categories import FLOAT, Kind, category_of
 from .derivatives import Backward
 from .dtypes import category
+from .expressions import MATH_DTYPE
 from .rows import ROW_LENGTH
 from .spec import Spec
 
@@ -25,16 +28,22 @@ def torch_gradients(spec: Spec, backward: Backward, params: list[str], results: 
     scalars = [s.name for s in spec.scalars]
     floats = set(spec.float_inputs()) | set(spec.float_outputs())
     seeds = set(backward.seeds.values())
+    # Float tensors in the math's precision (int and bool ones, masks and conditions, as they are).
+    upcast = [n for n in params if (n in floats or n in seeds) and n not in as_given]
+    compute = spec.compute or "float32"
+    lines = backward.lines("eager", frozenset(scalars + ([ROW_LENGTH] if length else [])), kinds=gradient_kinds(spec, backward),
+                           differentiated=True)
+    # The math's dtype, where a where() of numbers alone takes it (expressions.MATH_DTYPE).
+    reads_math_dtype = any(re.search(rf"\b{MATH_DTYPE}\b", line) for line in lines)
     return dict(
         params=", ".join([*params, *scalars, "_needed"]),
-        # Float tensors in the math's precision (int and bool ones, masks and conditions, as they are).
-        upcast=[n for n in params if (n in floats or n in seeds) and n not in as_given],
-        compute=spec.compute or "float32",
+        upcast=upcast,
+        compute=compute,
+        math_dtype=(MATH_DTYPE, f"{upcast[0]}.dtype" if upcast else f"torch.{compute}") if reads_math_dtype else None,
         rows=list(rows),
         length=length,
         prelude=list(prelude),
-        lines=backward.lines("eager", frozenset(scalars + ([ROW_LENGTH] if length else [])), kinds=gradient_kinds(spec, backward),
-                             differentiated=True),
+        lines=lines,
         results=[_result(r, row_results, length) for r in results],
     )
 
