@@ -439,13 +439,14 @@ tiles:
 def test_an_ill_conditioned_op_is_held_to_float32_maths_own_error(tmp_path):
     # Where a^3 + b cancels, float32 math (PyTorch's as the kernel's) strays from the float64
     # oracle by more than float32's tolerance: the op is held to twice PyTorch's float32 error
-    # there, in its outputs and second derivatives, as in its gradients; a row op along another
-    # axis and a matmul's training variant too (they were held to the plain tolerance).
+    # there, in its outputs, second derivatives and forward-mode tangents, as in its gradients; a
+    # row op along another axis and a matmul's training variant too (they were held to the plain
+    # tolerance).
     specs = {"cancelling.yaml": CANCELLING, "cancelling_rows.yaml": CANCELLING_ROWS,
              "mm_cancelling.yaml": CANCELLING_EPILOGUE}
     assert_generated_tests_pass(tmp_path, specs, ["cancelling", "cancelling_rows", "mm_cancelling"],
                                 "matches_reference or non_contiguous or second_derivatives or gradients_match"
-                                " or another_reduced_axis or training_variant")
+                                " or another_reduced_axis or training_variant or jvp")
 
 
 def test_a_kernel_that_fuses_a_multiply_into_an_add_is_within_the_float32_allowance():
