@@ -1145,6 +1145,57 @@ def test_a_where_of_scalars_alone_keeps_a_float64_ops_derivatives_exact(tmp_path
                                 "float64 and (jvp or second_derivative or vjp)")
 
 
+FLOATS_OF_INTS_IN_FLOAT64_MATH = {
+    "int_weighted.yaml": """
+op: int_weighted
+kind: elementwise
+doc: y = x * exp(0.1 * i) + (log(2 + s) - 1.0 * i); floats of the ints alone are float32, as in PyTorch.
+inputs:
+  x: {dtype: [float64, float32]}
+  i: {dtype: [int32, int64]}
+scalars:
+  s: {type: float, default: 0.3}
+outputs:
+  y: {dtype: x}
+  z: {dtype: x}
+compute:
+  y: x * exp(0.1 * i)
+  z: x * x + (log(2 + s) - 1.0 * i)
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+""",
+}
+
+
+def test_floats_of_int_tensors_alone_in_float64_math_are_held_to_float32s_tolerance(tmp_path):
+    # A float made from int tensors alone is float32 (PyTorch's default dtype: 1.0 * i, exp(0.1 *
+    # i)), in the op as in its oracle, beside a float64 x: the tests held the op to float64's
+    # tolerance, which float32's exp (numpy's in the interpreter, libdevice's on a GPU, against
+    # the CPU's) misses by an ulp.
+    assert_generated_tests_pass(tmp_path, FLOATS_OF_INTS_IN_FLOAT64_MATH, ["int_weighted"], "float64")
+
+
+def test_float64_math_is_held_to_its_last_bits_unless_its_oracle_computes_some_in_float32():
+    from tilegen.testing import float64_allowances
+
+    x = torch.rand(8, dtype=torch.float64)
+    i = torch.arange(8, dtype=torch.int32)
+    m = i > 3
+
+    def float64_throughout(x, i, m, s=0.5):  # an int tensor meets x, a bool mask chooses
+        return (torch.where(m, x * s, x * i), x * torch.tensor(0.1, dtype=torch.float64))
+
+    def float32_of_ints(x, i, m):
+        return (x + torch.exp(0.1 * i), x * 2)
+
+    want = float64_throughout(x, i, m)
+    assert float64_allowances(float64_throughout, [x, i, m], want, {"s": 0.25}) == [None, None]
+    want = float32_of_ints(x, i, m)
+    allowed = float64_allowances(float32_of_ints, [x, i, m], want)
+    # (float32's tolerance over the whole op: which output a float32 value reaches is not traced)
+    assert all(torch.equal(a, 1e-5 + 1e-5 * w.abs()) for a, w in zip(allowed, want))
+
+
 CONDITIONS_ON_NUMBERS = {
     "fixed_branch.yaml": """
 op: fixed_branch

@@ -7,7 +7,8 @@ Imports pytest, so it is for test runs only (tilegen.runtime is what a generated
 import tilegen.runtime as rt
 from tilegen.testing.compare import (
     TOLERANCES, assert_identical, assert_matches, assert_same_gradients, assert_same_results, computes_in_float64,
-    float32_allowances, float32_error, float32_yardsticks, gradient_key, held_by, within_allowance,
+    float32_allowances, float32_error, float32_parts, float32_yardsticks, float64_allowances, gradient_key, held_by,
+    within_allowance,
 )
 from tilegen.testing.pytorch_op import (
     COMPILE_BACKEND, OPCHECK_AOT, OPCHECK_UTILS, OPCHECK_UTILS_WITHOUT_AOT, OPCHECK_UTILS_WITHOUT_SCHEMA, AsPyTorchOp,
@@ -31,7 +32,7 @@ __all__ = [
     "another_dtype", "as_module", "as_tuple", "assert_identical", "assert_matches", "assert_same_gradients",
     "assert_same_results", "check_compiles_whole", "check_cuda_graph_replay", "check_export_keeps",
     "check_out_is_an_input", "compiled_afresh", "computes_in_float64", "dtype_params", "exact", "float32_allowances",
-    "float32_error", "float32_yardsticks", "generator", "gradient_key", "held_by", "needs_backend", "opcheck",
+    "float32_error", "float32_parts", "float32_yardsticks", "float64_allowances", "generator", "gradient_key", "held_by", "needs_backend", "opcheck",
     "opcheck_compared", "opcheck_tolerances", "oracle_float", "oracle_in", "oracle_product", "poison_floats", "random",
     "recorded_gradients", "reducing_along", "unwritten", "with_layout", "within_allowance",
 ]

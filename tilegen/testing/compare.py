@@ -4,8 +4,10 @@ oracle as a dtype holds it, and the allowance of float32 math at ill-conditioned
 import functools
 
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree
 
-from tilegen.testing.samples import DEVICE, as_tuple, oracle_in
+from tilegen.testing.samples import DEVICE, as_tuple, exact, oracle_in
 
 # One tolerance table for every op, keyed by the dtype the kernel stores (or "tf32" for
 # float32 dots in tf32 precision): (atol, rtol) for torch.testing.assert_close.
@@ -108,18 +110,54 @@ def computes_in_float64(inputs):
     return any(isinstance(x, torch.Tensor) and x.dtype == torch.float64 for x in inputs)
 
 
+class _Float32Seen(TorchFunctionMode):
+    """Notes whether a torch function inside it returns a float32 tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        self.seen = self.seen or any(isinstance(t, torch.Tensor) and t.dtype == torch.float32
+                                     for t in _pytree.tree_leaves(result))
+        return result
+
+
+def float32_parts(reference, inputs, scalars=None):
+    """Whether the oracle `reference` computes some of its values on `inputs` in float32 where
+    their math is float64: PyTorch's default dtype, which a float made from int or bool tensors
+    alone takes (`1.0 * i`, `exp(0.1 * i)` beside a float64 x), in the op as in PyTorch."""
+    given = [exact(x) for x in inputs]  # (outside: a float32 input's conversion is no part of the math)
+    with _Float32Seen() as seen, torch.no_grad():
+        reference(*given, **(scalars or {}))
+    return seen.seen
+
+
+def float64_allowances(reference, inputs, want, scalars=None):
+    """The allowances of an op whose math is float64 (computes_in_float64), for its oracle's float
+    values `want` (results, gradients or tangents; None where there is none): none where the math
+    is float64 throughout, which meets the oracle to the last bits; float32's tolerance at each
+    element where some of it is float32 (float32_parts), whose functions differ by an ulp from one
+    library to another (numpy's exp, libdevice's and the CPU's)."""
+    if not float32_parts(reference, inputs, scalars):
+        return [None] * len(want)
+    atol, rtol = TOLERANCES[torch.float32]
+    return [None if w is None or not w.is_floating_point() else atol + rtol * w.detach().double().abs() for w in want]
+
+
 def float32_allowances(reference, inputs, want, scalars=None):
     """An allowance per output of `reference` on `inputs` (assert_matches): twice the distance of
     the oracle computed in float32 from the float64 one, element by element. At an
     ill-conditioned point (a sum that cancels, a divisor near zero) any float32 computation of the
     op loses digits, PyTorch's own too, and the op is held to no more than that, as its gradients
     are (AsPyTorchOp.float32_slack). `want`: the oracle's results on `inputs`, computed already.
-    None for int and bool outputs, and for every output where an input is float64 (the op's math
-    is float64 then)."""
+    None for int and bool outputs; where an input is float64 (the op's math is float64 then),
+    float64_allowances."""
     scalars = scalars or {}
     want = as_tuple(want)
     if computes_in_float64(inputs):
-        return [None] * len(want)
+        return float64_allowances(reference, inputs, want, scalars)
     yardsticks = float32_yardsticks(lambda: as_tuple(reference(*inputs, **scalars)))
     return [float32_error(y, w) if w.is_floating_point() and y[0].is_floating_point() else None
             for y, w in zip(yardsticks, want)]
