@@ -1196,6 +1196,40 @@ def test_float64_math_is_held_to_its_last_bits_unless_its_oracle_computes_some_i
     assert all(torch.equal(a, 1e-5 + 1e-5 * w.abs()) for a, w in zip(allowed, want))
 
 
+NEAR_A_POLE = {
+    "row_pole.yaml": """
+op: row_pole
+kind: reduction
+doc: y = w * (x - 0.25) / (1 + x + t), t per row, beside p = m * t; random rows come near the pole.
+inputs:
+  x: {dtype: [float32, float16, float64], shape: [..., N]}
+  w: {dtype: x, shape: [N]}
+  t: {dtype: [float32], shape: [...]}
+  cols: {dtype: [bool], shape: [N]}
+scalars:
+  s: {type: float}
+  flip: {type: bool, default: false}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+  p: {dtype: x, shape: [...]}
+steps:
+  m: mean(where(cols, where(x > 0.5 / s, -s, s), x)) / N
+compute:
+  y: where(flip, -((x - 0.25) / (1 + x + t)), (x - 0.25) / (1 + x + t)) * w
+  p: m * t
+tiles:
+  N: {block: BLOCK_N, sizes: [64]}
+""",
+}
+
+
+def test_second_derivatives_of_a_half_op_near_a_pole_match(tmp_path):
+    # The derivative of the gradients' product with random directions: the op was given them
+    # rounded to float16 (the oracle exact), and near 1 + x + t = 0 the product's terms, of
+    # 1e6, cancel to 1e4: 5e-4 of rounding each came to 1% of the result.
+    assert_generated_tests_pass(tmp_path, NEAR_A_POLE, ["row_pole"], "second_derivatives")
+
+
 CONDITIONS_ON_NUMBERS = {
     "fixed_branch.yaml": """
 op: fixed_branch

@@ -490,7 +490,10 @@ class AsPyTorchOp:
         asked = [x.is_floating_point() and name != frozen for name, x in zip(self.input_names, inputs)]
         if frozen is not None:
             assert not all(asked) and any(asked), f"{frozen!r} is not one of two float inputs or more"
-        directions = [random(x.shape, torch.float64, 400 + i) for i, (x, a) in enumerate(zip(inputs, asked)) if a]
+        # Directions of each input's dtype (its gradient's): the op's product with them is then
+        # the oracle's, not one with directions rounded to float16, whose error of 5e-4 each a
+        # sum of large terms that cancel magnifies.
+        directions = [random(x.shape, x.dtype, 400 + i) for i, (x, a) in enumerate(zip(inputs, asked)) if a]
 
         def products(fn, given):
             return self._gradient_products(fn, inputs, scalars, float_outputs, seeds, directions, given, asked)
