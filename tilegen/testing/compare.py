@@ -146,6 +146,17 @@ def float64_allowances(reference, inputs, want, scalars=None):
     return [None if w is None or not w.is_floating_point() else atol + rtol * w.detach().double().abs() for w in want]
 
 
+def allowances(compute, want, reference, inputs, scalars=None):
+    """How far each of the oracle's float values `want` (results, gradients or tangents, as
+    `compute()` returns them; None where there is none) may stray beyond the tolerance: twice the
+    distance of its float32 yardsticks from it (float32_error), or for an op whose math is float64
+    (computes_in_float64), float64_allowances. None for int and bool values."""
+    if computes_in_float64(inputs):
+        return float64_allowances(reference, inputs, want, scalars)
+    return [None if w is None or not w.is_floating_point() else float32_error(y, w)
+            for y, w in zip(float32_yardsticks(compute), want)]
+
+
 def float32_allowances(reference, inputs, want, scalars=None):
     """An allowance per output of `reference` on `inputs` (assert_matches): twice the distance of
     the oracle computed in float32 from the float64 one, element by element. At an
@@ -155,12 +166,7 @@ def float32_allowances(reference, inputs, want, scalars=None):
     None for int and bool outputs; where an input is float64 (the op's math is float64 then),
     float64_allowances."""
     scalars = scalars or {}
-    want = as_tuple(want)
-    if computes_in_float64(inputs):
-        return float64_allowances(reference, inputs, want, scalars)
-    yardsticks = float32_yardsticks(lambda: as_tuple(reference(*inputs, **scalars)))
-    return [float32_error(y, w) if w.is_floating_point() and y[0].is_floating_point() else None
-            for y, w in zip(yardsticks, want)]
+    return allowances(lambda: as_tuple(reference(*inputs, **scalars)), as_tuple(want), reference, inputs, scalars)
 
 def assert_identical(got, want):
     """The same values, bit for bit but NaN's (two runs of one op; a NaN in the same place is

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from tilegen.testing.compare import (
-    TOLERANCES, assert_identical, assert_same_gradients, assert_same_results, computes_in_float64, float32_error,
-    float32_yardsticks, float64_allowances, gradient_key, held_by,
+    TOLERANCES, allowances, assert_identical, assert_same_gradients, assert_same_results, gradient_key, held_by,
 )
 from tilegen.testing.samples import FP8_DTYPES, INTERPRET, as_tuple, exact, random, with_layout
 
@@ -467,13 +466,10 @@ class AsPyTorchOp:
         computation of the op loses digits, PyTorch's own too, and the gradient is held to no more
         than that. For float64 ops, float64_allowances (none where their math is float64 throughout)."""
         names = [n for n, x in zip(self.input_names, inputs) if x.is_floating_point()]
-        if computes_in_float64(inputs):
-            errors = dict(zip(names, float64_allowances(reference, inputs, want, scalars)))
-            return {name: error for name, error in errors.items() if error is not None}
-        yardsticks = float32_yardsticks(
-            lambda: self.oracle_leaf_gradients(inputs, scalars, reference, float_outputs, [g.float() for g in seeds])[1])
-        errors = {name: None if w is None else float32_error(y, w) for name, y, w in zip(names, yardsticks, want)}
-        return {name: error for name, error in errors.items() if error is not None}
+        errors = allowances(
+            lambda: self.oracle_leaf_gradients(inputs, scalars, reference, float_outputs, [g.float() for g in seeds])[1],
+            want, reference, inputs, scalars)
+        return {name: error for name, error in zip(names, errors) if error is not None}
 
     def second_derivatives_match(self, inputs, scalars, key, frozen=None):
         """Gradients asked for with create_graph=True (a gradient penalty, a Hessian-vector product)
@@ -501,11 +497,7 @@ class AsPyTorchOp:
         got = products(self.wrapper, lambda t: t.detach())
         want = products(self.reference, exact)
         # Beyond what float32 math of the same derivatives strays (as float32_slack).
-        if computes_in_float64(inputs):
-            slack = float64_allowances(self.reference, inputs, want, scalars)
-        else:
-            yardsticks = float32_yardsticks(lambda: products(self.reference, exact))
-            slack = [None if w is None else float32_error(y, w) for y, w in zip(yardsticks, want)]
+        slack = allowances(lambda: products(self.reference, exact), want, self.reference, inputs, scalars)
         names = [n for n, a in zip(self.input_names, asked) if a]
         names += [f"the incoming gradient of output {i}" for i in range(len(seeds))]
         # (What each derivative comes back as: its input's dtype, its incoming gradient's.)
@@ -551,10 +543,7 @@ class AsPyTorchOp:
 
         _, got = torch.func.jvp(of_floats(self.wrapper, inputs), tuple(inputs[i] for i in floats), tuple(tangents))
         want = oracle_tangents()
-        if computes_in_float64(inputs):
-            slack = float64_allowances(self.reference, inputs, want, scalars)
-        else:
-            slack = [float32_error(y, w) for y, w in zip(float32_yardsticks(oracle_tangents), want)]
+        slack = allowances(oracle_tangents, want, self.reference, inputs, scalars)
         for index, (g, w, allowed) in enumerate(zip(got, want, slack, strict=True)):
             tolerance = gradient_key(key, g.dtype)
             assert_same_gradients([g.cpu().double()], [held_by(w, g.dtype, g)], tolerance,
