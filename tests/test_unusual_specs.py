@@ -1513,3 +1513,41 @@ def test_a_second_derivative_through_a_scalar_bound_is_maximums_at_ties_and_nan(
             first, = torch.autograd.grad(f(x).sum(), x, create_graph=True)
             twice.append(torch.autograd.grad(first.sum(), x)[0])
         torch.testing.assert_close(twice[0], twice[1], equal_nan=True)
+
+
+BROADCAST_HALF_BESIDE_FLOAT32 = {
+    "row_over_column.yaml": """
+op: row_over_column
+kind: elementwise
+doc: y = (b / g) ** 3, a half row b [N] over a float32 column g [M, 1], y of b's dtype.
+inputs:
+  b: {dtype: [float16, bfloat16], shape: [N]}
+  g: {dtype: float32, shape: [M, 1]}
+outputs:
+  y: {dtype: b, shape: [M, N]}
+compute:
+  y: (b / g) ** 3
+tiles:
+  N: {block: BLOCK, sizes: [256]}
+""",
+}
+
+
+def test_a_broadcast_half_inputs_gradient_is_summed_in_the_dtype_its_terms_are_computed_in(tmp_path):
+    # b's gradient, 3 b^2 / g^3 per element, was made in float16 (the incoming gradient's dtype)
+    # and then summed over the rows: terms past float16's range were inf one by one, inf - inf
+    # NaN, where PyTorch (b / g is float32) sums float32 terms and casts a finite sum.
+    assert_generated_tests_pass(tmp_path, BROADCAST_HALF_BESIDE_FLOAT32, ["row_over_column"], "float16 and gradient")
+
+
+def test_only_a_broadcast_inputs_gradient_is_made_wider_than_the_incoming_gradient():
+    from tilegen.runtime import summed_gradient_dtype
+
+    grad = torch.zeros(4, 3, dtype=torch.float16)
+    row, column = torch.zeros(3, dtype=torch.float16), torch.zeros(4, 1)
+    full = torch.zeros(4, 3, dtype=torch.float16)
+    assert summed_gradient_dtype(torch.float16, grad, (row,), (row, column)) == torch.float32
+    # (one of the call's full shape is cast, not summed: its narrower buffer costs half the traffic)
+    assert summed_gradient_dtype(torch.float16, grad, (full,), (full, column)) == torch.float16
+    # (terms that read only half tensors are half in PyTorch too)
+    assert summed_gradient_dtype(torch.float16, grad, (row,), (row, full)) == torch.float16

@@ -29,7 +29,7 @@ from .amp import autocast_inputs, autocasting
 from .batch import batch_shape
 from .configs import ConfigChooser, ElementwiseSpace, MatmulSpace, ReductionSpace
 from .device import INTERPRET, cdiv, device_facts, on_device
-from .autograd import Gradients, call, in_precision
+from .autograd import Gradients, call, in_precision, summed_gradient_dtype
 from .library import copy_out, formula_of, refuse_grad, refuse_out_with_grad, register, tracing, vmapped, wants_grad
 from . import autograd, flops, launch, layout, library, ops  # noqa: F401 - submodules reached as rt.layout, rt.flops, ...
 from .ops import ElementwiseOp, MatmulOp, ReductionOp, backward_op_of, op_of
@@ -57,6 +57,6 @@ __all__ = [
     "ConfigChooser", "ElementwiseSpace", "MatmulSpace", "ReductionSpace", "ElementwiseOp", "MatmulOp", "ReductionOp",
     "backward_op_of",
     "op_of",
-    "bucket", "tile_of", "call", "in_precision", "copy_out", "formula_of", "Gradients", "refuse_grad", "refuse_out_with_grad", "register",
+    "bucket", "tile_of", "call", "in_precision", "summed_gradient_dtype", "copy_out", "formula_of", "Gradients", "refuse_grad", "refuse_out_with_grad", "register",
     "tracing", "vmapped", "wants_grad", "finish_share", "wait_for_every_program",
 ]
