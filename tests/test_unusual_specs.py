@@ -1540,14 +1540,53 @@ def test_a_broadcast_half_inputs_gradient_is_summed_in_the_dtype_its_terms_are_c
     assert_generated_tests_pass(tmp_path, BROADCAST_HALF_BESIDE_FLOAT32, ["row_over_column"], "float16 and gradient")
 
 
+ROW_OVER_FLOAT32_ROWS = {
+    "cube_rows.yaml": """
+op: cube_rows
+kind: reduction
+doc: y = (x / p) ** 3 - mean(x), x half beside float32 rows p; x may be one row broadcast over p's.
+inputs:
+  x: {dtype: [float16, bfloat16], shape: [..., N]}
+  p: {dtype: float32, shape: [..., N]}
+outputs:
+  y: {dtype: x, shape: [..., N]}
+compute:
+  y: (x / p) ** 3 - mean(x)
+tiles:
+  N: {block: BLOCK_N, sizes: [32]}
+""",
+}
+
+
+@needs_backend
+def test_a_reductions_broadcast_half_input_is_summed_in_the_dtype_its_terms_are_computed_in(tmp_path):
+    # As the elementwise op's: x [1, N] over float32 rows p [M, N], its terms 3 x^2 / p^3 of
+    # float16 past its range were inf one by one, where PyTorch's float32 ones sum to a finite value.
+    with built_package(tmp_path, "cube_rows_ops", ROW_OVER_FLOAT32_ROWS) as package:
+        device = "cpu" if INTERPRET else "cuda"
+        torch.manual_seed(0)
+        # Rows in pairs of opposite p and equal incoming gradients: terms of 1e5-6e5 that cancel
+        # to the mean's share (float32 sums them within a few units).
+        p = (torch.rand(32, 32, device=device) * 0.01 + 0.06).repeat_interleave(2, 0)
+        p[1::2] *= -1
+        for dtype in (torch.float16, torch.bfloat16):
+            x = (torch.rand(1, 32, device=device) + 4).to(dtype).requires_grad_()
+            grad = torch.randn(32, 32, device=device).to(dtype).repeat_interleave(2, 0)
+            got, = torch.autograd.grad(package.cube_rows(x, p), [x], grad)
+            x64 = x.detach().double().requires_grad_()
+            want, = torch.autograd.grad((x64 / p.double()) ** 3 - x64.mean(-1, keepdim=True), [x64], grad.double())
+            assert bool(got.isfinite().all()), (dtype, got)
+            torch.testing.assert_close(got.double(), want.to(dtype).double(), rtol=2e-2, atol=16.0)
+
+
 def test_only_a_broadcast_inputs_gradient_is_made_wider_than_the_incoming_gradient():
     from tilegen.runtime import summed_gradient_dtype
 
     grad = torch.zeros(4, 3, dtype=torch.float16)
     row, column = torch.zeros(3, dtype=torch.float16), torch.zeros(4, 1)
     full = torch.zeros(4, 3, dtype=torch.float16)
-    assert summed_gradient_dtype(torch.float16, grad, (row,), (row, column)) == torch.float32
+    assert summed_gradient_dtype(torch.float16, grad.shape, (row,), (row, column)) == torch.float32
     # (one of the call's full shape is cast, not summed: its narrower buffer costs half the traffic)
-    assert summed_gradient_dtype(torch.float16, grad, (full,), (full, column)) == torch.float16
+    assert summed_gradient_dtype(torch.float16, grad.shape, (full,), (full, column)) == torch.float16
     # (terms that read only half tensors are half in PyTorch too)
-    assert summed_gradient_dtype(torch.float16, grad, (row,), (row, full)) == torch.float16
+    assert summed_gradient_dtype(torch.float16, grad.shape, (row,), (row, full)) == torch.float16

@@ -7,7 +7,7 @@ from .derivatives import Backward, differentiate
 from .expressions import assignments
 from .lowering import (NEEDED_PARAM, common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula,
                        input_checks, int_results, named_pairs, needed_gradients, output_context, output_records,
-                       scalar_params, tuple_source)
+                       scalar_params, summed_gradient_dtype, tuple_source)
 from .naming import backward_op_name
 from .schema import store_bit
 from .spec import Spec
@@ -61,31 +61,17 @@ def _elementwise_backward(spec: Spec) -> dict:
 
 def _gradient_dtypes(spec: Spec, backward: Backward, saved: list[str], like_output: str, like: str) -> dict:
     """Per computed gradient, the dtype its buffer is made in (gradient_dtypes), and the lines that
-    work it out before the saved inputs are expanded (dtype_lines), where it depends on the call.
-
-    A gradient is summed over the axes its input was broadcast along after the backward returns
-    it: where its terms read inputs of a wider dtype than the incoming gradient's (a float16 row
-    b over a float32 column g in (b / g) ** 3, its output float16), PyTorch's autograd computes
-    them in that wider dtype and casts the sum. Made in the incoming gradient's, the terms
-    overflow float16 one by one (inf - inf: NaN) where their sum is finite. Such a gradient of an
-    input broadcast in the call is made in the widest of those dtypes (rt.summed_gradient_dtype);
-    one of the call's full shape stays in the narrower dtype, which its values fit as they will
-    once cast."""
-    floats = spec.float_inputs()
-    roots = {t.name: t.dtype_source for t in spec.inputs + spec.outputs}
-    readers = backward.readers()
+    work it out before the saved inputs are expanded (dtype_lines), where it depends on whether an
+    input was broadcast in the call (summed_gradient_dtype)."""
     dtypes, lines = [], []
     for name in backward.computed():
         made = gradient_dtype(spec, like_output, like, name, saved)
-        # (the inputs whose gradient this is, and whose shape the backward has: the saved ones)
-        sharing = [n for n in (name, *(a for a, of in backward.aliases.items() if of == name)) if n in saved]
-        read = [n for n in saved if n in floats and name in readers.get(n, ())]
-        if sharing and len({roots[n] for n in read} | {roots[like_output]}) > 1:
+        chosen = summed_gradient_dtype(spec, backward, name, made, like_output, saved, f"{like}.shape")
+        if chosen != made:
             variable = f"{backward.results[name]}_dtype"
-            lines.append(f"{variable} = rt.summed_gradient_dtype({made}, {like}, {tuple_source(sharing)}, "
-                         f"{tuple_source(read)})")
-            made = variable
-        dtypes.append(made)
+            lines.append(f"{variable} = {chosen}")
+            chosen = variable
+        dtypes.append(chosen)
     return dict(gradient_dtypes=dtypes, dtype_lines=lines)
 
 

@@ -374,3 +374,30 @@ def gradient_dtype(spec: Spec, like_output: str, like: str, name: str, saved: li
     return f"torch.promote_types({like}.dtype, {name}.dtype)"
 
 
+
+
+def summed_gradient_dtype(spec: Spec, backward, name: str, made: str, like_output: str, taken: list[str],
+                          shape: str) -> str:
+    """The dtype its buffer of `shape` (an expression) is made in for input `name`'s gradient:
+    `made` (gradient_dtype), or, where the tensors its terms read may be wider than the incoming
+    gradient, rt.summed_gradient_dtype's choice at the call. `taken`: the tensors the backward op
+    takes, whose shapes and dtypes it has.
+
+    A gradient is summed over the axes its input was broadcast along after the backward returns
+    it: where its terms read a wider dtype than the incoming gradient's (a float16 row b over a
+    float32 column g in (b / g) ** 3, its output float16), PyTorch's autograd computes them in
+    that wider dtype and casts the sum. Made in the incoming gradient's, the terms overflow
+    float16 one by one (inf - inf: NaN) where their sum is finite. Such a gradient of an input
+    broadcast in the call is made in the widest of those dtypes; one of the call's full shape stays
+    in the narrower dtype, which its values fit as they will once cast."""
+    roots = {t.name: t.dtype_source for t in spec.inputs + spec.outputs}
+    floats = set(spec.float_inputs()) | set(spec.float_outputs())
+    readers = backward.readers()
+    # (the inputs this gradient is of whose shapes the backward has: an input no gradient reads is
+    # not taken, and its gradient then reads no float tensor, whose terms are the incoming
+    # gradient's dtype in PyTorch too)
+    sharing = [n for n in (name, *(a for a, of in backward.aliases.items() if of == name)) if n in taken]
+    read = [n for n in taken if n in floats and name in readers.get(n, ())]
+    if not sharing or len({roots[n] for n in read} | {roots[like_output]}) == 1:
+        return made
+    return f"rt.summed_gradient_dtype({made}, {shape}, {tuple_source(sharing)}, {tuple_source(read)})"

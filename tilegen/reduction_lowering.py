@@ -11,7 +11,7 @@ from .expressions import expression_of
 from .naming import backward_op_name
 from .lowering import (NEEDED_PARAM, common_context, fixed_or, gradient_dtype, gradient_sources, gradients_formula,
                        input_checks, int_results, kernel_scalar_params, needed_gradients, output_context,
-                       output_records, scalar_casts, scalar_params, tuple_source)
+                       output_records, scalar_casts, scalar_params, summed_gradient_dtype, tuple_source)
 from .schema import store_bit
 from .rows import ELEMENT, ROW, KeptValues, RowProgram, first_row_lines, output_pass, read_back, stage_pass, whole_row_lines
 from .spec import ScalarSpec, Spec
@@ -357,9 +357,11 @@ def _backward(spec: Spec, roles: dict[str, str], forward: RowProgram) -> dict:
     for n in computed:
         result = backward.results[n]
         made = gradient_dtype(spec, like_output, like, n, saved)
-        # A column input's gradient is summed over the rows in float32 at least.
-        dtype = f"torch.promote_types({made}, torch.float32)" if roles[n] == "column" else made
         shape = {"row": "_lead", "column": "(_n,)"}.get(roles[n], "(*_lead, _n)")
+        # A column input's gradient is summed over the rows in float32 at least; another's, which
+        # autograd sums where its input was broadcast, in the dtype its terms read.
+        dtype = (f"torch.promote_types({made}, torch.float32)" if roles[n] == "column" else
+                 summed_gradient_dtype(spec, backward, n, made, like_output, taken + outputs_read, shape))
         # A gradient not asked for: an empty placeholder, never written (rt.ReductionOp.run's stores).
         allocations.append(f"{result} = torch.empty({shape} if {needed[computed.index(n)]} else 0, dtype={dtype}, "
                            f"device={like}.device)")

@@ -474,13 +474,13 @@ def _stand_in(t, other):
     return not other.requires_grad and t.numel() > 1 and all(s == 0 for s in t.stride())
 
 
-def summed_gradient_dtype(plain, like, inputs, reads):
-    """The dtype a backward makes a gradient in: `plain`, or, where one of `inputs` (those it is
-    the gradient of) was broadcast to the incoming gradient `like`'s shape, the widest of `plain`
-    and the dtypes of the tensors its terms `reads`: autograd sums it over the broadcast axes
-    before casting to the input's dtype, and its terms, as PyTorch computes them, are of that
-    dtype (float16 ones past float16's range sum to NaN where their float32 sum is finite)."""
-    if all(same_shape(t.shape, like.shape) for t in inputs):
+def summed_gradient_dtype(plain, shape, inputs, reads):
+    """The dtype a backward makes a gradient of `shape` in: `plain`, or, where one of `inputs`
+    (those it is the gradient of) was broadcast to that shape, the widest of `plain` and the
+    dtypes of the tensors its terms `reads`: autograd sums it over the broadcast axes before
+    casting to the input's dtype, and its terms, as PyTorch computes them, are of that dtype
+    (float16 ones past float16's range sum to NaN where their float32 sum is finite)."""
+    if all(same_shape(t.shape, shape) for t in inputs):
         return plain
     for t in reads:
         plain = torch.promote_types(plain, t.dtype)
