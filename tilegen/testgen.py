@@ -498,11 +498,25 @@ def reduction_test_context(spec: Spec, header: str, package: str) -> dict:
         single_output_per_row=len(spec.outputs) == 1 and roles[spec.outputs[0].name] == "row",
         overlapping_out=_overlapping_out(spec, roles),
         along=spec.reduced_axis_keyword(),
+        broadcast_shapes=_broadcast_rows(spec, roles),
         # More rows, and longer ones (within the tile a compiled graph guards on), as many rows as
         # the row is long (a guard relating the two sizes fails there).
         dynamic_shapes=((6, 50), (60, 60)),
     )
     return ctx
+
+
+def _broadcast_rows(spec: Spec, roles: dict) -> str:
+    """Input shapes whose rows broadcast together to (4, 5, 33), as source, where two or more
+    inputs have rows (else ""): the first with elements (4, 1, 33), the others (5, 33), values per
+    row (5,), weights (33,). Each input with rows is then broadcast in the call, and its gradient
+    summed over the axes it was."""
+    with_rows = [t for t in spec.inputs if roles[t.name] in ("element", "row")]
+    if len(with_rows) < 2:
+        return ""
+    first = next(t for t in spec.inputs if roles[t.name] == "element")
+    shapes = {"element": (5, 33), "row": (5,), "column": (33,)}
+    return repr([(4, 1, 33) if t is first else shapes[roles[t.name]] for t in spec.inputs])
 
 
 def _overlapping_out(spec: Spec, roles: dict) -> str:
