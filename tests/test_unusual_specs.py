@@ -1579,6 +1579,49 @@ def test_a_reductions_broadcast_half_input_is_summed_in_the_dtype_its_terms_are_
             torch.testing.assert_close(got.double(), want.to(dtype).double(), rtol=2e-2, atol=16.0)
 
 
+SCALED_BY_A_FLOAT32_MATRIX = {
+    "mm_scaled_cube.yaml": """
+op: mm_scaled_cube
+kind: matmul
+doc: c = (acc * s + r) ** 3, a float32 [M, N] scale s beside half operands; r [M, N] may come as [N].
+inputs:
+  a: {dtype: [float16], shape: [M, K]}
+  b: {dtype: a, shape: [K, N]}
+  s: {dtype: float32, shape: [M, N]}
+  r: {dtype: a, shape: [M, N]}
+outputs:
+  c: {dtype: a, shape: [M, N]}
+epilogue:
+  c: (acc * s + r) ** 3
+tiles:
+  M: {block: BM, sizes: [32]}
+  N: {block: BN, sizes: [32]}
+  K: {block: BK, sizes: [32]}
+""",
+}
+
+
+@needs_backend
+def test_a_matmuls_epilogue_input_broadcast_in_the_call_is_summed_in_the_dtype_its_terms_read(tmp_path):
+    # r [M, N] passed as [N]: its gradient 3 (acc * s + r)^2 per element, of float16 beside a
+    # float32 s, was inf term by term (r ~ 175: 9e4) and NaN summed, where PyTorch's float32
+    # terms cancel in pairs of rows to 0.
+    with built_package(tmp_path, "scaled_cube_ops", SCALED_BY_A_FLOAT32_MATRIX) as package:
+        device = "cpu" if INTERPRET else "cuda"
+        torch.manual_seed(0)
+        a = (torch.randn(32, 32, device=device) * 0.3).half().repeat_interleave(2, 0)
+        b = (torch.randn(32, 32, device=device) * 0.3).half()
+        s = torch.randn(32, 32, device=device).repeat_interleave(2, 0)
+        r = (torch.rand(32, device=device) * 50 + 150).half().requires_grad_()
+        grad = torch.randn(32, 32, device=device).half().repeat_interleave(2, 0)
+        grad[1::2] *= -1
+        got, = torch.autograd.grad(package.mm_scaled_cube(a, b, s, r), [r], grad)
+        r64 = r.detach().double().requires_grad_()
+        want, = torch.autograd.grad(((a.double() @ b.double()) * s.double() + r64) ** 3, [r64], grad.double())
+        assert bool(got.isfinite().all()), got
+        torch.testing.assert_close(got.double(), want, rtol=0, atol=64.0)
+
+
 def test_only_a_broadcast_inputs_gradient_is_made_wider_than_the_incoming_gradient():
     from tilegen.runtime import summed_gradient_dtype
 
