@@ -1633,3 +1633,9 @@ def test_only_a_broadcast_inputs_gradient_is_made_wider_than_the_incoming_gradie
     assert summed_gradient_dtype(torch.float16, grad.shape, (full,), (full, column)) == torch.float16
     # (terms that read only half tensors are half in PyTorch too)
     assert summed_gradient_dtype(torch.float16, grad.shape, (row,), (row, full)) == torch.float16
+    # A broadcast input as the backward op has it, expanded to the gradient's shape, is told by its
+    # layout (which the compiled call path's signature holds): an axis of stride 0 and size > 1.
+    assert summed_gradient_dtype(torch.float16, grad.shape, (row.expand(4, 3),), (column,)) == torch.float32
+    one_row = torch.zeros(1, 3, dtype=torch.float16)
+    assert summed_gradient_dtype(torch.float16, (1, 3), (row.expand(1, 3),), (column,)) == torch.float16
+    assert summed_gradient_dtype(torch.float16, (1, 3), (one_row,), (column,)) == torch.float16

@@ -49,7 +49,7 @@ def _elementwise_backward(spec: Spec) -> dict:
         call_args=", ".join(saved + seeds + scalars),
         return_type="tuple[" + ", ".join("torch.Tensor" for _ in results) + "]",
         like=like,
-        **_gradient_dtypes(spec, backward, saved, like_output, like),
+        gradient_dtypes=_gradient_dtypes(spec, backward, saved, like_output, like),
         **needed_gradients(inputs, backward),
         in_torch=torch_gradients(spec, backward, saved + seeds, results),
         gradients=gradients_formula(f"_{name}" if computed else None, inputs, saved, sources, len(outputs), whole=True,
@@ -59,20 +59,12 @@ def _elementwise_backward(spec: Spec) -> dict:
     )
 
 
-def _gradient_dtypes(spec: Spec, backward: Backward, saved: list[str], like_output: str, like: str) -> dict:
-    """Per computed gradient, the dtype its buffer is made in (gradient_dtypes), and the lines that
-    work it out before the saved inputs are expanded (dtype_lines), where it depends on whether an
-    input was broadcast in the call (summed_gradient_dtype)."""
-    dtypes, lines = [], []
-    for name in backward.computed():
-        made = gradient_dtype(spec, like_output, like, name, saved)
-        chosen = summed_gradient_dtype(spec, backward, name, made, like_output, saved, f"{like}.shape")
-        if chosen != made:
-            variable = f"{backward.results[name]}_dtype"
-            lines.append(f"{variable} = {chosen}")
-            chosen = variable
-        dtypes.append(chosen)
-    return dict(gradient_dtypes=dtypes, dtype_lines=lines)
+def _gradient_dtypes(spec: Spec, backward: Backward, saved: list[str], like_output: str, like: str) -> list[str]:
+    """Per computed gradient, the dtype its buffer is made in (gradient_dtype; summed_gradient_dtype
+    where it depends on whether an input is broadcast in the call)."""
+    return [summed_gradient_dtype(spec, backward, name, gradient_dtype(spec, like_output, like, name, saved),
+                                  like_output, saved, f"{like}.shape")
+            for name in backward.computed()]
 
 
 def load_bits(kernel_inputs: list[str], readers: dict, backward: Backward) -> list[int | None] | None:

@@ -381,7 +381,8 @@ def summed_gradient_dtype(spec: Spec, backward, name: str, made: str, like_outpu
     """The dtype its buffer of `shape` (an expression) is made in for input `name`'s gradient:
     `made` (gradient_dtype), or, where the tensors its terms read may be wider than the incoming
     gradient, rt.summed_gradient_dtype's choice at the call. `taken`: the tensors the backward op
-    takes, whose shapes and dtypes it has.
+    takes, whose shapes and dtypes it has (as given, or expanded to `shape`: either tells a
+    broadcast one).
 
     A gradient is summed over the axes its input was broadcast along after the backward returns
     it: where its terms read a wider dtype than the incoming gradient's (a float16 row b over a

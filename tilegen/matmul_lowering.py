@@ -120,16 +120,12 @@ def _matmul_backward(spec: Spec) -> dict:
     # dtype, which none of the pass's tensors has, A is one of them (a repeat call of fp32
     # outputs from fp16 operands would take a learned fp32 operands' call's gradient dtype).
     keyed = []
-    dtype_lines = []  # (worked out before the epilogue inputs are expanded: summed_gradient_dtype)
     for name in computed:
         full = name == "acc" or (extras[name] == (m, n) and (not batched or name in parts.batched))
         dtype = f"{a}.dtype" if name == "acc" and flows and own else f"{like}.dtype" if full else "torch.float32"
         keyed += [a] if dtype == f"{a}.dtype" else []
-        if full and name != "acc":
-            chosen = summed_gradient_dtype(spec, backward, name, dtype, outputs[0], saved, shape)
-            if chosen != dtype:
-                dtype_lines.append(f"{backward.results[name]}_dtype = {chosen}")
-                dtype = f"{backward.results[name]}_dtype"
+        if full and name != "acc":  # (an [M, N] input that may come smaller: its expanded view's)
+            dtype = summed_gradient_dtype(spec, backward, name, dtype, outputs[0], saved, shape)
         allocations.append(f"{backward.results[name]} = torch.empty({shape}, dtype={dtype}, device={like}.device)")
     # Every epilogue input the pass reads, as an [M, N] view: the op's argument as given (it may be
     # any shape that broadcasts to its declared axes: a 0-d scale for [M], [N] for [M, N]).
@@ -217,7 +213,6 @@ def _matmul_backward(spec: Spec) -> dict:
                else f"{m}, {k} = {a}.shape[-2:]\n    {n} = {b}.shape[-1]" if batched
                else f"{m}, {k} = {a}.shape\n    {n} = {b}.shape[1]"),
         allocations=allocations,
-        dtype_lines=dtype_lines,
         expansions=expansions,
         sums=sums,
         results=results,

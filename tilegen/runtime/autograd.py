@@ -480,11 +480,19 @@ def summed_gradient_dtype(plain, shape, inputs, reads):
     dtypes of the tensors its terms `reads`: autograd sums it over the broadcast axes before
     casting to the input's dtype, and its terms, as PyTorch computes them, are of that dtype
     (float16 ones past float16's range sum to NaN where their float32 sum is finite)."""
-    if all(same_shape(t.shape, shape) for t in inputs):
+    if not any(_broadcast(t, shape) for t in inputs):
         return plain
     for t in reads:
         plain = torch.promote_types(plain, t.dtype)
     return plain
+
+
+def _broadcast(t, shape):
+    """Whether `t` is broadcast to `shape`: of another shape, or of it with an axis of stride 0 (a
+    backward op expands its broadcast inputs before it allocates the gradients; a user's expanded
+    view is summed as much, by autograd's expand). A function of the layout alone, as the compiled
+    call path's signature is: a repeat call it serves makes its gradients in the same dtype."""
+    return not same_shape(t.shape, shape) or any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.stride()))
 
 
 def in_precision(floor, *tensors):
