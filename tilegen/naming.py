@@ -37,7 +37,7 @@ TEMPLATE_NAMES = frozenset({
 # import by its name (tests/test_build.py checks every rendered module against this): an op of one
 # of these names would be shadowed there.
 TEST_MODULE_NAMES = frozenset({
-    "across_rows", "broadcast_inputs", "bytes_moved", "check", "flops", "gradient_sample", "input_dtypes",
+    "across_rows", "broadcast_inputs", "broadcast_rows", "bytes_moved", "check", "flops", "gradient_sample", "input_dtypes",
     "input_shapes", "input_specs", "kept_reference", "library_sample", "make_batched", "make_inputs",
     "output_dtypes", "output_shapes", "output_specs", "pytestmark", "reference", "run_tilegen", "run_torch", "s",
     "tolerance_key",
