@@ -374,8 +374,6 @@ def gradient_dtype(spec: Spec, like_output: str, like: str, name: str, saved: li
     return f"torch.promote_types({like}.dtype, {name}.dtype)"
 
 
-
-
 def summed_gradient_dtype(spec: Spec, backward, name: str, made: str, like_output: str, taken: list[str],
                           shape: str) -> str:
     """The dtype its buffer of `shape` (an expression) is made in for input `name`'s gradient:

@@ -488,10 +488,12 @@ def summed_gradient_dtype(plain, shape, inputs, reads):
 
 
 def _broadcast(t, shape):
-    """Whether `t` is broadcast to `shape`: of another shape, or of it with an axis of stride 0 (a
-    backward op expands its broadcast inputs before it allocates the gradients; a user's expanded
-    view is summed as much, by autograd's expand). A function of the layout alone, as the compiled
-    call path's signature is: a repeat call it serves makes its gradients in the same dtype."""
+    """Whether `t` is broadcast to `shape`: of another shape, or of it with an axis of stride 0 and
+    size > 1 (a backward op expands its broadcast inputs before it allocates the gradients). A
+    function of the layout alone, as the compiled call path's signature is, so a repeat call it
+    serves makes its gradients in the same dtype. A user's expanded view and a shape-only stand-in
+    (kept for a frozen input) count too: their wider buffer holds the same values, cast once after
+    the backward."""
     return not same_shape(t.shape, shape) or any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.stride()))
 
 
