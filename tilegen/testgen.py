@@ -325,6 +325,7 @@ def elementwise_test_context(spec: Spec, header: str, package: str) -> dict:
                    scalar_shape=fit((1000,)), config_shape=fit((3001,)), config_numel=3001, bad_shape=fit((8,)),
                    never_mask=None, tiny_shape=fit((3, 5)), broadcast_rows=4, broadcast_last=33,
                    dynamic_shapes=(fit((6, 33)), fit((47, 47))))
+    ctx["broadcast_shapes"] = _broadcast_inputs(spec, ctx["broadcast_rows"], ctx["broadcast_last"])
     # Six strided dims (the output's shape as the spec's axes let it be), made by permuting a
     # contiguous tensor of these sizes: (8, 6, 4, 7, 5, 3) from (3, 4, 5, 6, 7, 8).
     high = fit((8, 6, 4, 7, 5, 3))
@@ -357,6 +358,16 @@ def _elementwise_shapes(spec: Spec) -> dict:
         in_place_input=next((i for i in whole if len(spec.outputs) == 1 and _same_dtype(spec.inputs[i], spec.outputs[0])),
                             None),
     )
+
+
+def _broadcast_inputs(spec: Spec, rows: int, last: int) -> str:
+    """Input shapes that broadcast together to (rows, 5, last), as source, where the spec has two
+    or more inputs and declares none of their shapes (else ""): the first (rows, 1, last), the
+    second (5, last), any others (last,). Each is then broadcast in the call, and its gradient
+    summed over the axes it was."""
+    if len(spec.inputs) < 2 or any(t.shape is not None for t in spec.inputs):
+        return ""
+    return repr([(rows, 1, last), (5, last)] + [(last,)] * (len(spec.inputs) - 2))
 
 
 def _same_dtype(a: TensorSpec, b: TensorSpec) -> bool:
