@@ -4,6 +4,8 @@ batch from folding into M."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -114,6 +116,44 @@ def test_epilogue_inputs_along_the_batch_or_along_m_compute_and_differentiate(va
     for name, g, e, t in zip("xwrs", got, want, (x, w, r, s)):
         assert g.shape == t.shape, name
         torch.testing.assert_close(g.double(), e, atol=2e-4, rtol=2e-4, msg=lambda m: f"gradient of {name}: {m}")
+
+
+@pytest.mark.parametrize("r_shape", [(21,), (1, 21), (37, 1), (3, 1, 21), (2, 1, 37, 1), ()], ids=str)
+def test_a_batched_epilogue_input_broadcasts_on_its_matrix_axes_too(variant, r_shape):
+    # residual [..., M, N] given as a row [N], a column [M, 1], a row per matrix [B, 1, N] or one
+    # value, as PyTorch broadcasts `residual + ...`: read through a stride-0 view, its batch axes
+    # broadcast with the operands', its gradient summed back to the shape it came in.
+    generator = torch.Generator().manual_seed(3)
+    M, N, K = 37, 21, 19
+
+    def make(*shape):
+        return torch.randn(shape, generator=generator).to(DEVICE).requires_grad_()
+
+    x, w, r, s = make(3, M, K), make(K, N), make(*r_shape), make(M)
+    y, h = variant.bmm_residual(x, w, r, s)
+    leaves = [t.detach().double().requires_grad_() for t in (x, w, r, s)]
+    want_y, want_h = _oracle(*leaves)
+    want_h = want_h.expand(want_y.shape)  # (every output has the batch of all the inputs, as y's)
+    assert y.shape == h.shape == want_y.shape
+    torch.testing.assert_close(y.double(), want_y, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(h.double(), want_h, atol=1e-4, rtol=1e-4)
+    seeds = (torch.randn(y.shape, generator=generator).to(DEVICE), torch.randn(h.shape, generator=generator).to(DEVICE))
+    got = torch.autograd.grad((y, h), (x, w, r, s), seeds)
+    want = torch.autograd.grad((want_y, want_h), leaves, [g.double() for g in seeds])
+    for name, g, e, t in zip("xwrs", got, want, (x, w, r, s)):
+        assert g.shape == t.shape, name
+        torch.testing.assert_close(g.double(), e, atol=2e-4, rtol=2e-4, msg=lambda m: f"gradient of {name}: {m}")
+
+
+@pytest.mark.parametrize("r_shape", [(37, 2), (3, 36, 21), (5,)], ids=str)
+def test_a_batched_epilogue_input_whose_matrix_axes_do_not_broadcast_is_named(variant, r_shape):
+    x, w, s = torch.ones(3, 37, 19, device=DEVICE), torch.ones(19, 21, device=DEVICE), torch.ones(37, device=DEVICE)
+    with pytest.raises(ValueError, match=rf"bmm_residual: argument 'residual' has shape {re.escape(str(r_shape))}, "
+                                         r"which does not broadcast to \[\.\.\., M, N\] = \(\.\.\., 37, 21\)"):
+        variant.bmm_residual(x, w, torch.ones(r_shape, device=DEVICE), s)
+    # (batch axes that do not broadcast are named as the operands' are)
+    with pytest.raises(ValueError, match=r"bmm_residual: .*'residual'.*batch axes"):
+        variant.bmm_residual(x, w, torch.ones(2, 37, 21, device=DEVICE), s)
 
 
 @pytest.mark.parametrize("scale_shape", [(), (1,)], ids=str)
@@ -258,8 +298,9 @@ def test_the_generated_tests_of_a_batch_times_one_shared_matrix_pass(tmp_path, o
     # tests gave the shared operand batch axes (29 and 26 failed: the op refuses a 3-D one, as it
     # should) and expected a batch-axes error where the op says it must be 2-D. Each now batches
     # the other operand alone, and its batched launches step through a batch that does not fold.
+    # (r [..., M, N] given as one value, as PyTorch broadcasts it: broadcast_to_their_axes.)
     assert_generated_tests_pass(tmp_path, {f"{op}.yaml": text}, [op],
-                                "bad_arguments or batched or empty_batch or folds or opcheck")
+                                "bad_arguments or batched or empty_batch or folds or opcheck or broadcast_to_their_axes")
 
 
 SCALED_ROWS = """

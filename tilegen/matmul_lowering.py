@@ -10,7 +10,7 @@ from .dtypes import DTYPES
 from .derivatives import Backward, differentiate
 from .expressions import assignments
 from .lowering import (NEEDED_PARAM, common_context, dtype_constant, fixed_or, gradients_formula, input_checks,
-                       named_pairs, output_context, output_records, scalar_casts, scalar_params,
+                       output_context, output_records, scalar_casts, scalar_params,
                        summed_gradient_dtype, tuple_source)
 from .naming import backward_op_name, training_op_name
 from .spec import Spec, TensorSpec, fixed_axes
@@ -258,7 +258,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
     # epilogue input without, at most them (it broadcasts to them, below).
     plain_extras = [t for t in extras if t.name not in parts.batched]
     ndims = {t.name: len(parts.matrix(t)) for t in (a, b) if t.name not in parts.batched}
-    min_ndims = {t.name: len(parts.matrix(t)) for t in spec.inputs if t.name in parts.batched}
+    min_ndims = {t.name: len(parts.matrix(t)) for t in (a, b) if t.name in parts.batched}
     max_ndims = {t.name: len(parts.matrix(t)) for t in plain_extras}
     checks = input_checks(spec, ndims, min_ndims, max_ndims)
     for operand in (a, b):  # the interpreter's bfloat16 dot is wrong: refuse it
@@ -271,18 +271,14 @@ def matmul_context(spec: Spec, header: str) -> dict:
                    k: f"{a.name}.shape[{dim(a, 1)}]"}
     checks.append(f'rt.check_dim("{spec.op}", "{b.public}", {b.name}, {dim(b, 0)}, {size_source[k]}, "{k}")')
     for extra in extras:
-        axes = parts.matrix(extra)
-        if extra in plain_extras:
-            # (A view of its own name: the call path learns the call from the arguments as given.)
-            checks.append(f'{extra.name}_view = {epilogue_view(spec.op, extra.public, extra.name, axes, size_source)}')
-            continue
-        for index, axis in enumerate(axes):
-            checks.append(f'rt.check_dim("{spec.op}", "{extra.public}", {extra.name}, {dim(extra, index)}, '
-                          f'{size_source[axis]}, "{axis}")')
+        # (A view of its own name: the call path learns the call from the arguments as given.)
+        checks.append(f'{extra.name}_view = '
+                      f'{epilogue_view(spec.op, extra, parts.matrix(extra), size_source, extra.name in parts.batched)}')
     if batched:
         after = [f"{m}, {k} = {a.name}.shape[-2:]", f"{n} = {b.name}.shape[-1]"]
         named = [t for t in spec.inputs if t.name in parts.batched]
-        after.append(f'_batch = rt.batch_shape("{spec.op}", ({named_pairs(named)},), '
+        viewed = ", ".join(f'("{t.public}", {t.name}_view)' if t in extras else f'("{t.public}", {t.name})' for t in named)
+        after.append(f'_batch = rt.batch_shape("{spec.op}", ({viewed},), '
                      f'{tuple_source(len(parts.matrix(t)) for t in named)})')
     else:
         after = [f"{m}, {k} = {a.name}.shape", f"{n} = {b.name}.shape[1]"]
@@ -346,7 +342,7 @@ def matmul_context(spec: Spec, header: str) -> dict:
         result=result,
         tensor_names=tensor_names,
         # What the launch reads: epilogue inputs as views of their declared axes.
-        launch_names=[f"{name}_view" if any(name == x.name for x in plain_extras) else name for name in tensor_names],
+        launch_names=[f"{name}_view" if any(name == x.name for x in extras) else name for name in tensor_names],
         space=space([p == "never" for p in policies]),
         # The backward's products permute M, N and K: every axis may need a mask.
         # (The gradient's products, through transposed operands, kept the large tiles faster:
@@ -379,12 +375,15 @@ def _wrapped_args(names: list[str]) -> str:
     return "\n".join(textwrap.wrap(", ".join(names), width=92, break_long_words=False, break_on_hyphens=False))
 
 
-def epilogue_view(op: str, public: str, name: str, axes: tuple[str, ...], size_source: dict[str, str]) -> str:
-    """The call that makes an epilogue input without batch axes a view of its declared axes (any
-    tensor that broadcasts to them: a 0-d per-tensor scale for [M], say)."""
+def epilogue_view(op: str, extra: TensorSpec, axes: tuple[str, ...], size_source: dict[str, str],
+                  batched: bool) -> str:
+    """The call that makes an epilogue input a view of its declared axes `axes` (any tensor that
+    broadcasts to them: a 0-d per-tensor scale for [M], [B, 1, N] for [..., M, N]), its batch axes,
+    where it has them, kept for rt.batch_shape."""
     sizes = tuple_source(size_source[axis] for axis in axes)
     names = tuple_source(f'"{axis}"' for axis in axes)
-    return f'rt.epilogue_view("{op}", "{public}", {name}, {sizes}, {names})'
+    return (f'rt.epilogue_view("{op}", "{extra.public}", {extra.name}, {sizes}, {names}'
+            f'{", batched=True" if batched else ""})')
 
 
 def _dot_options(spec: Spec, bk: str) -> str:

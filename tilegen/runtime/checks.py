@@ -120,17 +120,21 @@ def check_axes(op, declared):
                                  f"has {first[1]} (the spec names both {axis})")
 
 
-def epilogue_view(op, name, value, shape, axes):
+def epilogue_view(op, name, value, shape, axes, batched=False):
     """A matmul's epilogue input `value` as a view of `shape`, the sizes of its declared axes
     `axes` ([M], [N] or [M, N]): any tensor that broadcasts to it as in PyTorch (a per-tensor scale
-    as a 0-d tensor, [1] for [N], [N] for [M, N]) is expanded with stride 0, never copied."""
+    as a 0-d tensor, [1] for [N], [N] for [M, N]) is expanded with stride 0, never copied. Where
+    `batched` (declared [..., M, N]), the dims before those are its batch axes, kept as they are
+    (rt.batch_shape broadcasts them with the operands'): [B, 1, N] becomes [B, M, N]."""
     shape = tuple(shape)
-    if same_shape(value.shape, shape):
+    lead = tuple(value.shape[:max(value.dim() - len(shape), 0)]) if batched else ()
+    if same_shape(value.shape, lead + shape):
         return value
-    if value.dim() > len(shape) or any(got not in (1, want) for got, want in zip(value.shape[::-1], shape[::-1])):
+    if value.dim() > len(lead + shape) or any(got not in (1, want) for got, want in zip(value.shape[::-1], shape[::-1])):
+        declared = ", ".join((("...",) if batched else ()) + tuple(axes))
         raise ValueError(f"{op}: argument '{name}' has shape {tuple(value.shape)}, which does not broadcast to "
-                         f"[{', '.join(axes)}] = {shape}")
-    return value.expand(shape)
+                         f"[{declared}] = {('...', *shape) if batched else shape}".replace("'...'", "..."))
+    return value.expand(lead + shape)
 
 
 def check_dim(op, name, value, dim, size, axis):
