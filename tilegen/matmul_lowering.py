@@ -254,8 +254,8 @@ def matmul_context(spec: Spec, header: str) -> dict:
     a, b, m, n, k, extras = parts.a, parts.b, parts.m, parts.n, parts.k, list(parts.extras)
     ctx = common_context(spec, header)
     batched = parts.is_batched
-    # A tensor with batch axes has at least its matrix dims; an operand without, exactly them; an
-    # epilogue input without, at most them (it broadcasts to them, below).
+    # An operand with batch axes has at least its matrix dims, one without exactly them; an epilogue
+    # input without batch axes has at most them, and any epilogue input broadcasts to its axes (below).
     plain_extras = [t for t in extras if t.name not in parts.batched]
     ndims = {t.name: len(parts.matrix(t)) for t in (a, b) if t.name not in parts.batched}
     min_ndims = {t.name: len(parts.matrix(t)) for t in (a, b) if t.name in parts.batched}

@@ -131,9 +131,11 @@ def epilogue_view(op, name, value, shape, axes, batched=False):
     if same_shape(value.shape, lead + shape):
         return value
     if value.dim() > len(lead + shape) or any(got not in (1, want) for got, want in zip(value.shape[::-1], shape[::-1])):
-        declared = ", ".join((("...",) if batched else ()) + tuple(axes))
+        declared, sizes = ", ".join(axes), shape
+        if batched:
+            declared, sizes = f"..., {declared}", f"(..., {', '.join(str(size) for size in shape)})"
         raise ValueError(f"{op}: argument '{name}' has shape {tuple(value.shape)}, which does not broadcast to "
-                         f"[{declared}] = {('...', *shape) if batched else shape}".replace("'...'", "..."))
+                         f"[{declared}] = {sizes}")
     return value.expand(lead + shape)
 
 
